@@ -1,0 +1,41 @@
+# idempotency — PGXS build.  `make test` runs every suite against a throwaway
+# cluster (test/run); `make demo` plays the double-click payment (demo/run).
+
+PG_CONFIG ?= pg_config
+
+MODULE_big = idempotency
+OBJS = \
+	src/idempotency.o \
+	src/fingerprint.o \
+	src/heldkeys.o \
+	src/keylock.o \
+	src/keystore.o \
+	src/guard.o
+
+EXTENSION = idempotency
+DATA = $(wildcard idempotency--*.sql)
+
+# pg_regress suites (sql/, expected/); run in this order against one database.
+REGRESS = setup guard errors fingerprint savepoint security wal
+REGRESS_OPTS = --inputdir=. --load-extension=idempotency
+# isolation specs (test/specs, expected output in test/expected)
+ISOLATION = same_key lock_wait_zero holder_rollback request_mismatch
+ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
+
+PG_CFLAGS = -Wall -Wextra -Werror
+# server headers as system headers: -Wextra then judges our code, not theirs
+PG_CPPFLAGS = -I$(srcdir)/src -isystem $(shell $(PG_CONFIG) --includedir-server)
+
+EXTRA_CLEAN = results regression.diffs regression.out test/output tmp_check
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+$(OBJS): src/idempotency.h
+
+.PHONY: test demo
+test:
+	bash test/run
+
+demo:
+	bash demo/run

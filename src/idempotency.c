@@ -1,0 +1,68 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.c
+ *	  Module load and configuration of the idempotency extension.
+ *
+ * _PG_init defines the GUCs and asks every other file to register what it
+ * needs (transaction callbacks, cache invalidation callbacks).  The module
+ * works loaded on demand (CREATE EXTENSION, first call) or preloaded.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include "idempotency.h"
+
+PG_MODULE_MAGIC;
+
+/* ---------------------------------------------------------------------
+ * GUCs
+ * ---------------------------------------------------------------------
+ */
+int			idem_lock_wait_ms = 5000;
+int			idem_default_ttl_s = 24 * 60 * 60;
+int			idem_max_key_length = 255;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("idempotency.lock_wait",
+							"How long begin() waits for a key another transaction holds.",
+							"After this time begin() raises IK002; 0 raises it at once.",
+							&idem_lock_wait_ms,
+							5000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.default_ttl",
+							"How long a key lives when begin() is given no ttl.",
+							"An expired key behaves as if it did not exist.",
+							&idem_default_ttl_s,
+							24 * 60 * 60, 1, INT_MAX,
+							PGC_USERSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.max_key_length",
+							"Longest idempotency key or scope accepted, in characters.",
+							NULL,
+							&idem_max_key_length,
+							255, 1, 1024,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("idempotency");
+#else
+	EmitWarningsOnPlaceholders("idempotency");
+#endif
+
+	HeldKeysInit();
+	KeystoreInit();
+}

@@ -1,0 +1,144 @@
+/*-------------------------------------------------------------------------
+ *
+ * keylock.c
+ *	  The lock that lets one transaction at a time work on a key.
+ *
+ * Design: a heavyweight lock in ExclusiveLock mode on an advisory lock tag
+ * (database, 64-bit hash of owner+scope+key, field4 = KEYLOCK_FIELD4).  The
+ * field4 value keeps it apart from pg_advisory_lock()'s keys (which use 1
+ * and 2), and it shows in pg_locks as locktype 'advisory', objsubid 18756.
+ * It is a transaction-level lock: released at commit or abort, and when a
+ * subtransaction that took it rolls back.  A replay may release it early.
+ *
+ * The first attempt never waits.  When the key is busy we wait at most
+ * idempotency.lock_wait by running the ordinary lock wait with the
+ * backend's LockTimeout set to that value for the duration of the wait;
+ * the resulting lock timeout is turned into IK002.  Deadlocks between keys
+ * are found by the ordinary deadlock detector.
+ *
+ * Two different keys share a lock only if their 64-bit hashes collide;
+ * the cost of that is a needless wait, never a wrong answer.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#if PG_VERSION_NUM >= 170000
+#include "storage/procnumber.h"
+#else
+#include "storage/sinvaladt.h"
+#endif
+
+#include "idempotency.h"
+
+#define KEYLOCK_FIELD4 0x4944	/* 18756 */
+
+static void
+set_tag(LOCKTAG *tag, const KeyId *id)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId,
+						 (uint32) (id->hash >> 32), (uint32) id->hash,
+						 KEYLOCK_FIELD4);
+}
+
+/* process id of a holder of tag other than us, 0 if none is known */
+static int
+holder_pid(const LOCKTAG *tag)
+{
+	VirtualTransactionId *vxids = GetLockConflicts(tag, ExclusiveLock, NULL);
+
+	for (; VirtualTransactionIdIsValid(*vxids); vxids++)
+	{
+		PGPROC	   *proc;
+
+#if PG_VERSION_NUM >= 170000
+		proc = ProcNumberGetProc(vxids->procNumber);
+#else
+		proc = BackendIdGetProc(vxids->backendId);
+#endif
+		if (proc != NULL && proc->pid != 0)
+			return proc->pid;
+	}
+	return 0;
+}
+
+static void
+report_in_progress(const KeyId *id, const LOCKTAG *tag)
+{
+	int			pid = holder_pid(tag);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
+			 errmsg("%s is in progress in another transaction", describe_key(id)),
+			 pid != 0 ?
+			 errdetail("The transaction of process %d holds it; this request waited %d ms (idempotency.lock_wait).",
+					   pid, idem_lock_wait_ms) :
+			 errdetail("Another transaction holds it; this request waited %d ms (idempotency.lock_wait).",
+					   idem_lock_wait_ms),
+			 errhint("Retry after the first request has finished (HTTP 409 with Retry-After).")));
+}
+
+/*
+ * Take the lock of key id for this transaction, waiting at most
+ * idempotency.lock_wait.  Returns true when this call took the lock, false
+ * when this transaction held it already.  Raises IK002 on timeout.
+ */
+bool
+keylock_acquire(const KeyId *id)
+{
+	LOCKTAG		tag;
+	LockAcquireResult res;
+	volatile bool timed_out = false;
+	int			save_timeout;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	set_tag(&tag, id);
+	res = LockAcquire(&tag, ExclusiveLock, false, true);
+	if (res != LOCKACQUIRE_NOT_AVAIL)
+		return res != LOCKACQUIRE_ALREADY_HELD;
+
+	if (idem_lock_wait_ms <= 0)
+		report_in_progress(id, &tag);
+
+	save_timeout = LockTimeout;
+	LockTimeout = idem_lock_wait_ms;
+	PG_TRY();
+	{
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		LockTimeout = save_timeout;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		{
+			FreeErrorData(edata);
+			PG_RE_THROW();
+		}
+		FlushErrorState();
+		FreeErrorData(edata);
+		timed_out = true;
+	}
+	PG_END_TRY();
+	LockTimeout = save_timeout;
+
+	if (timed_out)
+		report_in_progress(id, &tag);
+	return true;
+}
+
+/* Give back a lock that keylock_acquire() took (a replay needs it no longer). */
+void
+keylock_release(const KeyId *id)
+{
+	LOCKTAG		tag;
+
+	set_tag(&tag, id);
+	LockRelease(&tag, ExclusiveLock, false);
+}

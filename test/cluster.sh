@@ -1,0 +1,75 @@
+# test/cluster.sh — a throwaway PostgreSQL cluster for tests, the demo and the
+# benchmarks.  Source it, then:
+#
+#   cluster_start [postgresql.conf lines...]   initdb in a fresh temp dir, start
+#                                              on a private unix socket, export
+#                                              PGHOST/PGPORT/PGUSER/PGDATABASE
+#   cluster_stop                               stop it and remove the directory
+#
+# The caller installs `trap cluster_stop EXIT` so the cluster goes away even
+# when a test fails.  initdb refuses root, so as root the server runs as the
+# `postgres` system user; clients may run as anyone (trust auth, own socket).
+
+PG_BINDIR=${PG_BINDIR:-$(${PG_CONFIG:-pg_config} --bindir)}
+CLUSTER_DIR=""
+
+as_pg() {
+	if [ "$(id -u)" = 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+cluster_start() {
+	CLUSTER_DIR=$(mktemp -d /tmp/idempotency-pg.XXXXXX)
+	chmod 755 "$CLUSTER_DIR"
+	[ "$(id -u)" = 0 ] && chown postgres: "$CLUSTER_DIR"
+	as_pg "$PG_BINDIR/initdb" -D "$CLUSTER_DIR/data" -U postgres -A trust \
+		--no-sync -E UTF8 --locale=C.UTF-8 >"$CLUSTER_DIR/initdb.log" 2>&1 || {
+		cat "$CLUSTER_DIR/initdb.log" >&2
+		return 1
+	}
+	PGPORT=${CLUSTER_PORT:-$((20000 + RANDOM % 20000))}
+	{
+		echo "port = $PGPORT"
+		echo "listen_addresses = ''"
+		echo "unix_socket_directories = '$CLUSTER_DIR'"
+		echo "max_connections = 60"
+		echo "max_prepared_transactions = 10"
+		echo "log_line_prefix = '%m [%p] %q%a '"
+		for line in "$@"; do echo "$line"; done
+	} >>"$CLUSTER_DIR/data/postgresql.conf"
+	as_pg "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" \
+		-w -t 60 start >/dev/null || {
+		cat "$CLUSTER_DIR/server.log" >&2
+		return 1
+	}
+	export PGHOST=$CLUSTER_DIR PGPORT PGUSER=postgres PGDATABASE=postgres
+}
+
+cluster_stop() {
+	[ -n "$CLUSTER_DIR" ] || return 0
+	if [ -f "$CLUSTER_DIR/data/postmaster.pid" ]; then
+		as_pg "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate -w stop >/dev/null 2>&1
+	fi
+	rm -rf "$CLUSTER_DIR"
+	CLUSTER_DIR=""
+}
+
+# ensure_packages: install the Debian packages the suites need when missing.
+ensure_packages() {
+	local pkgs=() p
+	for p in postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libipc-run-perl \
+		libtap-parser-sourcehandler-pgtap-perl make gcc; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs+=("$p")
+	done
+	[ ${#pkgs[@]} -eq 0 ] && return 0
+	if [ "$(id -u)" != 0 ]; then
+		echo "missing Debian packages: ${pkgs[*]} (run as root to install them)" >&2
+		return 1
+	fi
+	echo "installing ${pkgs[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null && apt-get install -y -qq "${pkgs[@]}" >/dev/null
+}
