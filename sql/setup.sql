@@ -1,0 +1,22 @@
+-- setup: the extension is installed (pg_regress --load-extension) with all
+-- its objects in schema idempotency; roles used by later files.
+SELECT extname, extversion, extnamespace::regnamespace AS schema, extrelocatable
+  FROM pg_extension WHERE extname = 'idempotency';
+
+SELECT p.proname, p.prosecdef, p.provolatile, p.proparallel, p.proisstrict
+  FROM pg_proc p
+ WHERE p.pronamespace = 'idempotency'::regnamespace
+ ORDER BY p.proname;
+
+-- the settings exist once the library is loaded (first call, or LOAD)
+LOAD 'idempotency';
+SELECT name, setting, unit FROM pg_settings
+ WHERE name LIKE 'idempotency.%' ORDER BY name;
+
+-- a misspelled setting in our prefix is refused, not silently kept
+SET idempotency.lock_wiat = 10;
+
+CREATE ROLE regress_alice NOLOGIN;
+CREATE ROLE regress_bob NOLOGIN;
+CREATE ROLE "regress Mixed ""Case"" role" NOLOGIN;
+GRANT CREATE ON SCHEMA public TO regress_alice, regress_bob, "regress Mixed ""Case"" role";
