@@ -19,7 +19,7 @@ DATA = $(wildcard idempotency--*.sql)
 REGRESS = setup guard errors fingerprint savepoint security wal
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait_zero holder_rollback request_mismatch
+ISOLATION = same_key lock_wait
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 
 PG_CFLAGS = -Wall -Wextra -Werror
