@@ -1,0 +1,68 @@
+# pg_dump keeps the key rows, and a restore into another cluster, where the
+# same roles have other OIDs, keeps each key with its role (owner is regrole,
+# dumped by name): duplicates after the restore still replay.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $src = PostgreSQL::Test::Cluster->new('source');
+$src->init;
+$src->start;
+$src->safe_psql('postgres', q{
+	CREATE ROLE app;
+	CREATE EXTENSION idempotency;
+	SET ROLE app;
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('order-1', '{"sku": "A"}', scope => 'orders');
+	SELECT idempotency.complete('order-1', '{"order_id": 1}', scope => 'orders');
+	SELECT outcome FROM idempotency.begin('order-2');
+	SELECT idempotency.fail('order-2', '{"error": "declined"}', retryable => false);
+	COMMIT;
+	RESET ROLE;
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('order-1', scope => 'orders');
+	SELECT idempotency.complete('order-1', '"the superuser''s own key"', scope => 'orders');
+	COMMIT;
+});
+
+my $rows = q{SELECT owner::text, scope, key, status, response, retryable, attempts,
+	encode(request_hash, 'hex'), created_at, expires_at
+	FROM idempotency.idempotency_key ORDER BY 1, 2, 3};
+my $before = $src->safe_psql('postgres', $rows);
+
+my $dump = PostgreSQL::Test::Utils::tempdir() . '/keys.dump';
+$src->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $src->connstr('postgres') ],
+	'pg_dump succeeds');
+
+# another cluster: fillers shift the OIDs, so only the role name can match
+my $dst = PostgreSQL::Test::Cluster->new('restore');
+$dst->init;
+$dst->start;
+$dst->safe_psql('postgres', q{CREATE ROLE filler1; CREATE ROLE filler2; CREATE ROLE app;
+	CREATE DATABASE restored;});
+isnt(
+	$dst->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'app'}),
+	$src->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'app'}),
+	'role app has another OID in the restore cluster');
+$dst->command_ok([ 'pg_restore', '-d', $dst->connstr('restored'), $dump ],
+	'pg_restore succeeds');
+
+is($dst->safe_psql('restored', $rows), $before, 'every key row is restored as it was');
+is( $dst->safe_psql('restored', q{SET ROLE app;
+		SELECT outcome || ' ' || response FROM idempotency.begin('order-1', '{"sku": "A"}', scope => 'orders')}),
+	'replay {"order_id": 1}', 'a duplicate after the restore replays its role\'s answer');
+is( $dst->safe_psql('restored', q{SET ROLE app;
+		SELECT outcome || ' ' || status || ' ' || response FROM idempotency.begin('order-2')}),
+	'replay failed {"error": "declined"}', 'a stored failure replays too');
+my ($ret, $out, $err) = $dst->psql('restored', q{SET ROLE app;
+	SELECT * FROM idempotency.begin('order-1', '{"sku": "B"}', scope => 'orders')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK001/, 'a different request after the restore is still IK001');
+is( $dst->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'0.1.0', 'the extension is restored at its version');
+
+$src->stop;
+$dst->stop;
+done_testing();
