@@ -28,8 +28,15 @@ PG_CPPFLAGS = -I$(srcdir)/src -isystem $(shell $(PG_CONFIG) --includedir-server)
 
 EXTRA_CLEAN = results regression.diffs regression.out test/output tmp_check
 
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
+else
+# A fresh machine may lack the server headers and PGXS; `make test` and
+# `make demo` install them (test/cluster.sh: ensure_packages) before building.
+all install installcheck:
+	@echo "PGXS not found: install postgresql-server-dev-15, or run make test / make demo" >&2; exit 1
+endif
 
 $(OBJS): src/idempotency.h
 
