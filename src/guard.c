@@ -196,6 +196,8 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at;
 	bool		took_lock;
+	bool		row_there;
+	bool		live;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
 	if (!PG_ARGISNULL(4))
@@ -239,11 +241,12 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	keystore_lookup(&id, &stored, caller_cxt);
 	SPI_finish();
 
-	/* an expired row behaves as absent */
-	if (stored.found && stored.expires_at <= now)
-		stored.found = false;
-	else if (stored.found && has_hash && stored.has_hash &&
-			 memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
+	/* an expired row behaves as absent, but is still there to overwrite */
+	row_there = stored.found;
+	live = stored.found && stored.expires_at > now;
+
+	if (live && has_hash && stored.has_hash &&
+		memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_REUSED),
 				 errmsg("%s was already used with a different request", describe_key(&id)),
@@ -251,7 +254,7 @@ idempotency_begin(PG_FUNCTION_ARGS)
 						   hex_prefix(stored.request_hash), hex_prefix(hash)),
 				 errhint("Use a new idempotency key for a new request (HTTP 422).")));
 
-	if (stored.found &&
+	if (live &&
 		(stored.status == 'c' || (stored.status == 'f' && !stored.retryable)))
 	{
 		/* replay: nothing to write, so nothing to keep others out of */
@@ -263,32 +266,39 @@ idempotency_begin(PG_FUNCTION_ARGS)
 									stored.created_at));
 	}
 
-	/* new or retry: this transaction now owns the work */
+	/*
+	 * new or retry: this transaction now owns the work.  A live row that is
+	 * not finished (a retryable failure, or an in_progress row left behind)
+	 * is retried; anything else starts afresh.
+	 */
 	memset(&proto, 0, sizeof(proto));
 	proto.id = id;
 	proto.state = HELD_BEGUN;
 	proto.expires_at = expires_at;
-	if (stored.found)
+	proto.row_exists = row_there;
+	if (live)
 	{
-		proto.row_exists = true;
 		proto.attempts = stored.attempts + 1;
 		proto.created_at = stored.created_at;
-		proto.has_hash = has_hash || stored.has_hash;
-		memcpy(proto.request_hash, has_hash ? hash : stored.request_hash,
-			   FINGERPRINT_LEN);
 	}
 	else
 	{
-		/* an expired row that is still there gets overwritten */
-		proto.row_exists = stored.status != '\0';
 		proto.attempts = 1;
 		proto.created_at = now;
-		proto.has_hash = has_hash;
+	}
+	if (has_hash)
+	{
+		proto.has_hash = true;
 		memcpy(proto.request_hash, hash, FINGERPRINT_LEN);
+	}
+	else if (live && stored.has_hash)
+	{
+		proto.has_hash = true;
+		memcpy(proto.request_hash, stored.request_hash, FINGERPRINT_LEN);
 	}
 	held_push(&proto);
 
-	if (stored.found)
+	if (live)
 		PG_RETURN_DATUM(make_result(fcinfo, "retry", "in_progress",
 									stored.response, proto.attempts,
 									proto.created_at));

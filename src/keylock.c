@@ -98,7 +98,7 @@ keylock_acquire(const KeyId *id)
 	set_tag(&tag, id);
 	res = LockAcquire(&tag, ExclusiveLock, false, true);
 	if (res != LOCKACQUIRE_NOT_AVAIL)
-		return res != LOCKACQUIRE_ALREADY_HELD;
+		return res == LOCKACQUIRE_OK;	/* else ALREADY_HELD or _CLEAR */
 
 	if (idem_lock_wait_ms <= 0)
 		report_in_progress(id, &tag);
