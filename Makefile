@@ -10,16 +10,18 @@ OBJS = \
 	src/heldkeys.o \
 	src/keylock.o \
 	src/keystore.o \
-	src/guard.o
+	src/guard.o \
+	src/lifecycle.o \
+	src/worker.o
 
 EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait
+ISOLATION = same_key lock_wait lease lifecycle
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 
 PG_CFLAGS = -Wall -Wextra -Werror

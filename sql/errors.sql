@@ -128,7 +128,9 @@ SELECT * FROM idempotency.begin('k', ttl => '0 seconds');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idempotency.begin('k', ttl => '-1 hour');
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM idempotency.begin('k', lease => '30 seconds');
+SELECT * FROM idempotency.begin('k', lease => '0 seconds');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.begin('k', lease => '-5 minutes');
 \echo :LAST_ERROR_SQLSTATE
 BEGIN;
 SELECT outcome FROM idempotency.begin('k');

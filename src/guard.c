@@ -93,44 +93,56 @@ check_length(const char *what, const char *s, int len)
 	if (nchars > idem_max_key_length)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("idempotency %s is too long", what),
+				 errmsg("%s is too long", what),
 				 errdetail("The %s has %d characters; idempotency.max_key_length allows %d.",
 						   what, nchars, idem_max_key_length)));
 }
 
-/* Validate arguments keyarg/scopearg and build the key's identity (IK003). */
-static KeyId
-make_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg)
+/* Validate scope argument scopearg (IK003) and return it as a C string. */
+char *
+idem_scope_arg(FunctionCallInfo fcinfo, int scopearg)
+{
+	char	   *scope;
+
+	if (PG_ARGISNULL(scopearg))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+				 errmsg("idempotency scope must not be null"),
+				 errhint("Use '' (the default) for no scope.")));
+	scope = text_to_cstring(PG_GETARG_TEXT_PP(scopearg));
+	check_length("idempotency scope", scope, strlen(scope));
+	return scope;
+}
+
+/*
+ * Validate arguments keyarg/scopearg and build the identity of a key (or of
+ * a message id: what names it in messages).  Raises IK003.
+ */
+KeyId
+idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg, const char *what)
 {
 	KeyId		id;
 
 	if (PG_ARGISNULL(keyarg))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("idempotency key must not be null")));
-	if (PG_ARGISNULL(scopearg))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("idempotency scope must not be null"),
-				 errhint("Use '' (the default) for no scope.")));
-
+				 errmsg("%s must not be null", what)));
 	id.key = text_to_cstring(PG_GETARG_TEXT_PP(keyarg));
 	id.key_len = strlen(id.key);
-	id.scope = text_to_cstring(PG_GETARG_TEXT_PP(scopearg));
+	id.scope = idem_scope_arg(fcinfo, scopearg);
 	id.scope_len = strlen(id.scope);
 
 	if (id.key_len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("idempotency key must not be empty")));
-	check_length("key", id.key, id.key_len);
-	check_length("scope", id.scope, id.scope_len);
+				 errmsg("%s must not be empty", what)));
+	check_length(what, id.key, id.key_len);
 	if (id.key_len + id.scope_len > MAX_KEY_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("idempotency key is too long"),
-				 errdetail("Key and scope take %d bytes together; at most %d are allowed.",
-						   id.key_len + id.scope_len, MAX_KEY_BYTES)));
+				 errmsg("%s is too long", what),
+				 errdetail("The %s and its scope take %d bytes together; at most %d are allowed.",
+						   what, id.key_len + id.scope_len, MAX_KEY_BYTES)));
 
 	id.owner = GetUserId();
 	id.hash = hash_bytes_extended((const unsigned char *) id.scope, id.scope_len,
@@ -138,6 +150,24 @@ make_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg)
 	id.hash = hash_bytes_extended((const unsigned char *) id.key, id.key_len,
 								  id.hash);
 	return id;
+}
+
+/* now + ttl argument ttlarg (default idempotency.default_ttl); 22023 if not positive */
+TimestampTz
+idem_expiry(FunctionCallInfo fcinfo, int ttlarg, TimestampTz now)
+{
+	TimestampTz expires_at;
+
+	if (PG_ARGISNULL(ttlarg))
+		return now + (TimestampTz) idem_default_ttl_s * USECS_PER_SEC;
+	expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														 TimestampTzGetDatum(now),
+														 PG_GETARG_DATUM(ttlarg)));
+	if (expires_at <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive")));
+	return expires_at;
 }
 
 static char *
@@ -187,7 +217,7 @@ PG_FUNCTION_INFO_V1(idempotency_begin);
 Datum
 idempotency_begin(PG_FUNCTION_ARGS)
 {
-	KeyId		id = make_keyid(fcinfo, 0, 2);
+	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
 	HeldKey    *held;
 	HeldKey		proto;
 	StoredKey	stored;
@@ -195,34 +225,29 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	uint8		hash[FINGERPRINT_LEN];
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at;
+	bool		lease_mode = !PG_ARGISNULL(4);
+	TimestampTz clock = 0;
+	TimestampTz lease_end = 0;
 	bool		took_lock;
 	bool		row_there;
 	bool		live;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
-	if (!PG_ARGISNULL(4))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("lease mode is not available in this version of idempotency"),
-				 errhint("Call begin() without lease and finish the work in the same transaction.")));
-
-	if (PG_ARGISNULL(3))
-		expires_at = now + (TimestampTz) idem_default_ttl_s * USECS_PER_SEC;
-	else
+	expires_at = idem_expiry(fcinfo, 3, now);
+	if (lease_mode)
 	{
-		Interval   *ttl = PG_GETARG_INTERVAL_P(3);
-
-		expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															 TimestampTzGetDatum(now),
-															 IntervalPGetDatum(ttl)));
-		if (expires_at <= now)
+		clock = GetCurrentTimestamp();
+		lease_end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															 TimestampTzGetDatum(clock),
+															 PG_GETARG_DATUM(4)));
+		if (lease_end <= clock)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("ttl must be positive")));
+					 errmsg("lease must be positive")));
 	}
 
 	held = held_lookup(&id);
-	if (held && held->state == HELD_BEGUN)
+	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 				 errmsg("%s is already in progress in this transaction", describe_key(&id)),
@@ -266,6 +291,20 @@ idempotency_begin(PG_FUNCTION_ARGS)
 									stored.created_at));
 	}
 
+	/* a live lease keeps everybody else out; a lapsed one is taken over */
+	if (live && stored.status == 'i' && stored.locked_until != 0)
+	{
+		if (clock == 0)
+			clock = GetCurrentTimestamp();
+		if (stored.locked_until > clock)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
+					 errmsg("%s is in progress under a lease", describe_key(&id)),
+					 errdetail("Attempt %d holds it until %s.", stored.attempts,
+							   timestamptz_to_str(stored.locked_until)),
+					 errhint("Retry after the lease ends (HTTP 409 with Retry-After); the first begin() after that takes the key over.")));
+	}
+
 	/*
 	 * new or retry: this transaction now owns the work.  A live row that is
 	 * not finished (a retryable failure, or an in_progress row left behind)
@@ -296,6 +335,22 @@ idempotency_begin(PG_FUNCTION_ARGS)
 		proto.has_hash = true;
 		memcpy(proto.request_hash, stored.request_hash, FINGERPRINT_LEN);
 	}
+
+	/*
+	 * Lease mode: the in_progress row must be committed to keep others out
+	 * after this transaction ends, so it is written now.
+	 */
+	if (lease_mode)
+	{
+		proto.state = HELD_LEASED;
+		proto.locked_until = lease_end;
+		if (proto.expires_at < lease_end)
+			proto.expires_at = lease_end;
+		SPI_connect();
+		keystore_write(&proto, "in_progress", NULL, true, false);
+		SPI_finish();
+		proto.row_exists = true;
+	}
 	held_push(&proto);
 
 	if (live)
@@ -305,52 +360,119 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(make_result(fcinfo, "new", "in_progress", NULL, 1, now));
 }
 
-/* shared body of complete() and fail() */
+/*
+ * The holder of a lease begun in an earlier transaction: attempt must be
+ * the key's current attempt and the key still in progress.  Takes the key
+ * lock, so a takeover cannot slip in between the check and the write.
+ * Fills *h with the key's state.  Raises IK004.
+ */
+static void
+lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
+{
+	StoredKey	stored;
+
+	(void) keylock_acquire(id);
+	SPI_connect();
+	keystore_lookup(id, &stored, CurrentMemoryContext);
+	SPI_finish();
+
+	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
+				 errdetail("No such key exists for this role, or it expired.")));
+	if (stored.status != 'i')
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
+				 errdetail("The key is already %s.",
+						   stored.status == 'c' ? "completed" : "failed")));
+	if (stored.attempts > attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
+				 errdetail("Attempt %d took the key over after the lease of attempt %d ended; this result is discarded.",
+						   stored.attempts, attempt),
+				 errhint("Make leases longer than the work takes.")));
+	if (stored.attempts != attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
+				 errdetail("The key is at attempt %d.", stored.attempts)));
+
+	memset(h, 0, sizeof(HeldKey));
+	h->id = *id;
+	h->row_exists = true;
+	h->attempts = stored.attempts;
+	h->created_at = stored.created_at;
+	h->expires_at = stored.expires_at;
+	h->has_hash = stored.has_hash;
+	memcpy(h->request_hash, stored.request_hash, FINGERPRINT_LEN);
+}
+
+/*
+ * Shared body of complete() and fail().  attemptarg is the position of the
+ * attempt argument; a 0.1.0 SQL definition does not pass it (PG_NARGS).
+ */
 static void
 finish_key(FunctionCallInfo fcinfo, HeldState newstate, Jsonb *payload,
-		   bool retryable)
+		   bool retryable, int attemptarg)
 {
-	KeyId		id = make_keyid(fcinfo, 0, 2);
+	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+	bool		has_attempt = PG_NARGS() > attemptarg && !PG_ARGISNULL(attemptarg);
+	int32		attempt = has_attempt ? PG_GETARG_INT32(attemptarg) : 0;
 	HeldKey    *held = held_lookup(&id);
 	HeldKey		next;
 	const char *fn = newstate == HELD_COMPLETED ? "complete" : "fail";
 
-	if (held == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by this transaction", describe_key(&id)),
-				 errdetail("%s() needs a begin() in the same transaction, by the same role, that returned new or retry.", fn),
-				 errhint("A begin() inside a savepoint that was rolled back no longer holds its key.")));
-	if (held->state != HELD_BEGUN)
+	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
+	{
+		/* begun in this transaction */
+		if (has_attempt && attempt != held->attempts)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+					 errmsg("%s is not held by attempt %d", describe_key(&id), attempt),
+					 errdetail("This transaction began attempt %d.", held->attempts)));
+		next = *held;
+	}
+	else if (has_attempt)
+		lease_holder(&id, attempt, &next);	/* begun earlier, with a lease */
+	else if (held)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
 				 errmsg("%s is not held by this transaction", describe_key(&id)),
 				 errdetail("This transaction already %s it.",
 						   held->state == HELD_COMPLETED ? "completed" : "failed")));
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by this transaction", describe_key(&id)),
+				 errdetail("%s() needs a begin() in the same transaction, by the same role, that returned new or retry.", fn),
+				 errhint("A begin() in a savepoint that was rolled back no longer holds its key. For a key begun with a lease in another transaction, pass attempt => the attempts value that begin() returned.")));
 
+	next.locked_until = 0;
 	SPI_connect();
-	keystore_write(held, newstate == HELD_COMPLETED ? "completed" : "failed",
+	keystore_write(&next, newstate == HELD_COMPLETED ? "completed" : "failed",
 				   payload, newstate == HELD_COMPLETED, retryable);
 	SPI_finish();
 
-	next = *held;
 	next.state = newstate;
 	next.row_exists = true;
 	held_push(&next);
 }
 
-/* complete(key, response, scope): store the result of a held key */
+/* complete(key, response, scope, attempt): store the result of a held key */
 PG_FUNCTION_INFO_V1(idempotency_complete);
 
 Datum
 idempotency_complete(PG_FUNCTION_ARGS)
 {
 	finish_key(fcinfo, HELD_COMPLETED,
-			   PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1), false);
+			   PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1), false, 3);
 	PG_RETURN_VOID();
 }
 
-/* fail(key, error, scope, retryable): store the failure of a held key */
+/* fail(key, error, scope, retryable, attempt): store the failure of a held key */
 PG_FUNCTION_INFO_V1(idempotency_fail);
 
 Datum
@@ -362,6 +484,6 @@ idempotency_fail(PG_FUNCTION_ARGS)
 				 errmsg("retryable must not be null")));
 	finish_key(fcinfo, HELD_FAILED,
 			   PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
-			   PG_GETARG_BOOL(3));
+			   PG_GETARG_BOOL(3), 4);
 	PG_RETURN_VOID();
 }

@@ -5,7 +5,8 @@
  *
  * _PG_init defines the GUCs and asks every other file to register what it
  * needs (transaction callbacks, cache invalidation callbacks).  The module
- * works loaded on demand (CREATE EXTENSION, first call) or preloaded.
+ * works loaded on demand (CREATE EXTENSION, first call) or preloaded; only
+ * preloaded does it register the purge background worker (worker.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -14,6 +15,7 @@
 #include <limits.h>
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "idempotency.h"
@@ -27,6 +29,9 @@ PG_MODULE_MAGIC;
 int			idem_lock_wait_ms = 5000;
 int			idem_default_ttl_s = 24 * 60 * 60;
 int			idem_max_key_length = 255;
+int			idem_purge_interval_s = 60;
+int			idem_purge_batch = 10000;
+char	   *idem_database = NULL;
 
 void		_PG_init(void);
 
@@ -57,6 +62,30 @@ _PG_init(void)
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("idempotency.purge_interval",
+							"How often the background worker purges expired rows.",
+							"0 disables purging; needs the library in shared_preload_libraries.",
+							&idem_purge_interval_s,
+							60, 0, INT_MAX / 1000,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.purge_batch",
+							"Rows the background worker deletes per table and transaction.",
+							NULL,
+							&idem_purge_batch,
+							10000, 1, INT_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idempotency.database",
+							   "Database whose expired rows the background worker purges.",
+							   NULL,
+							   &idem_database,
+							   "postgres",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("idempotency");
 #else
@@ -65,4 +94,7 @@ _PG_init(void)
 
 	HeldKeysInit();
 	KeystoreInit();
+
+	if (process_shared_preload_libraries_in_progress)
+		PurgeWorkerRegister();
 }

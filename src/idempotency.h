@@ -20,6 +20,8 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "fmgr.h"
 #include "utils/jsonb.h"
 
 /* Our SQLSTATEs (SPEC.md section 4) */
@@ -37,6 +39,9 @@
 extern int	idem_lock_wait_ms;
 extern int	idem_default_ttl_s;
 extern int	idem_max_key_length;
+extern int	idem_purge_interval_s;
+extern int	idem_purge_batch;
+extern char *idem_database;
 
 /*
  * The identity of one key: (owner role, scope, key).  hash is a 64-bit hash
@@ -59,6 +64,7 @@ extern void idem_fingerprint(Jsonb *jb, uint8 *out);
 typedef enum HeldState
 {
 	HELD_BEGUN,					/* begin() returned new/retry; work pending */
+	HELD_LEASED,				/* begin(lease) wrote an in_progress row */
 	HELD_COMPLETED,				/* complete() wrote the row */
 	HELD_FAILED					/* fail() wrote the row */
 } HeldState;
@@ -74,6 +80,7 @@ typedef struct HeldKey
 	int32		attempts;
 	TimestampTz created_at;
 	TimestampTz expires_at;
+	TimestampTz locked_until;	/* lease end; 0 = none */
 	bool		has_hash;
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
@@ -98,16 +105,41 @@ typedef struct StoredKey
 	int32		attempts;
 	TimestampTz created_at;
 	TimestampTz expires_at;
+	TimestampTz locked_until;	/* 0 when NULL */
 } StoredKey;
 
+typedef struct SavedUser
+{
+	Oid			userid;
+	int			sec_context;
+} SavedUser;
+
 extern void KeystoreInit(void);
+extern void keystore_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
+							 Oid *argtypes);
+extern void keystore_as_owner(SavedUser *saved);
+extern void keystore_as_caller(const SavedUser *saved);
+extern void keystore_key_values(const KeyId *id, Datum *values);
 extern void keystore_lookup(const KeyId *id, StoredKey *out,
 							MemoryContext outcxt);
 extern void keystore_write(const HeldKey *h, const char *status,
 						   Jsonb *response, bool retryable_null,
 						   bool retryable);
 
+/* lifecycle.c */
+#define PURGE_NTABLES 3
+extern int64 purge_expired(Oid owner, int batch_size, TimestampTz now,
+						   int64 *counts);
+
+/* worker.c */
+extern void PurgeWorkerRegister(void);
+
 /* guard.c */
 extern char *describe_key(const KeyId *id);
+extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
+						const char *what);
+extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
+extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
+							   TimestampTz now);
 
 #endif							/* IDEMPOTENCY_H */

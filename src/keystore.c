@@ -63,24 +63,25 @@ static SPIPlanPtr plan_update = NULL;
 
 static const char *const sql_lookup =
 "SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts,"
-"       k.created_at, k.expires_at, k.xmin"
+"       k.created_at, k.expires_at, k.xmin, k.locked_until"
 "  FROM idempotency.idempotency_key AS k" KEY_WHERE;
 
 static const char *const sql_insert =
 "INSERT INTO idempotency.idempotency_key AS k"
 "  (owner, scope, key, status, request_hash, response, retryable, attempts,"
 "   created_at, updated_at, expires_at, locked_until)"
-" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, NULL)";
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 static const char *const sql_update =
 "UPDATE idempotency.idempotency_key AS k"
 "   SET status = $4, request_hash = $5, response = $6, retryable = $7,"
 "       attempts = $8, created_at = $9, updated_at = $10, expires_at = $11,"
-"       locked_until = NULL" KEY_WHERE;
+"       locked_until = $12" KEY_WHERE;
 
 static Oid	key_argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
-static Oid	write_argtypes[11] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
-	JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+static Oid	write_argtypes[12] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
+	JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+TIMESTAMPTZOID};
 
 /* ---------------------------------------------------------------------
  * Helpers
@@ -119,27 +120,28 @@ store_resolve(void)
 	store_relid = rel;
 }
 
-static SPIPlanPtr
-prepare(const char *sql, int nargs, Oid *argtypes)
+/* Prepare sql once per backend into *cache (kept, generic plan). */
+void
+keystore_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-										  CURSOR_OPT_GENERIC_PLAN);
+	SPIPlanPtr	plan;
 
+	if (*cache != NULL)
+		return;
+	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "SPI_keepplan failed");
-	return plan;
+	*cache = plan;
 }
 
-typedef struct SavedUser
-{
-	Oid			userid;
-	int			sec_context;
-} SavedUser;
-
-static void
-become_owner(SavedUser *saved)
+/*
+ * Switch to the owner of the extension's tables for the statements that
+ * follow (see the file comment); keystore_as_caller() switches back.
+ */
+void
+keystore_as_owner(SavedUser *saved)
 {
 	store_resolve();
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
@@ -148,14 +150,14 @@ become_owner(SavedUser *saved)
 						   SECURITY_RESTRICTED_OPERATION);
 }
 
-static void
-become_caller(const SavedUser *saved)
+void
+keystore_as_caller(const SavedUser *saved)
 {
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
 }
 
-static void
-key_values(const KeyId *id, Datum *values)
+void
+keystore_key_values(const KeyId *id, Datum *values)
 {
 	values[0] = ObjectIdGetDatum(id->owner);
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len));
@@ -180,11 +182,10 @@ keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 	int			rc;
 
 	memset(out, 0, sizeof(StoredKey));
-	key_values(id, values);
+	keystore_key_values(id, values);
 
-	become_owner(&saved);
-	if (plan_lookup == NULL)
-		plan_lookup = prepare(sql_lookup, 3, key_argtypes);
+	keystore_as_owner(&saved);
+	keystore_prepare(&plan_lookup, sql_lookup, 3, key_argtypes);
 	rc = SPI_execute_plan(plan_lookup, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "idempotency key lookup failed: %s", SPI_result_code_string(rc));
@@ -225,6 +226,8 @@ keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 		out->created_at = DatumGetTimestampTz(SPI_getbinval(tup, td, 6, &isnull));
 		out->expires_at = DatumGetTimestampTz(SPI_getbinval(tup, td, 7, &isnull));
 		xmin = DatumGetTransactionId(SPI_getbinval(tup, td, 8, &isnull));
+		d = SPI_getbinval(tup, td, 9, &isnull);
+		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
 	}
 
 	if (IsolationUsesXactSnapshot())
@@ -254,7 +257,7 @@ keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 					 errdetail("Another transaction stored a result for this key after this transaction took its snapshot."),
 					 errhint("Retry the transaction; it will see the stored result.")));
 	}
-	become_caller(&saved);
+	keystore_as_caller(&saved);
 }
 
 /*
@@ -266,14 +269,14 @@ void
 keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 			   bool retryable_null, bool retryable)
 {
-	Datum		values[11];
-	char		nulls[11];
+	Datum		values[12];
+	char		nulls[12];
 	SavedUser	saved;
 	bytea	   *hash = NULL;
 	int			rc;
 
 	memset(nulls, ' ', sizeof(nulls));
-	key_values(&h->id, values);
+	keystore_key_values(&h->id, values);
 	values[3] = CStringGetTextDatum(status);
 	if (h->has_hash)
 	{
@@ -295,25 +298,26 @@ keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	values[8] = TimestampTzGetDatum(h->created_at);
 	values[9] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	values[10] = TimestampTzGetDatum(h->expires_at);
+	values[11] = TimestampTzGetDatum(h->locked_until);
+	if (h->locked_until == 0)
+		nulls[11] = 'n';
 
-	become_owner(&saved);
+	keystore_as_owner(&saved);
 	if (h->row_exists)
 	{
-		if (plan_update == NULL)
-			plan_update = prepare(sql_update, 11, write_argtypes);
+		keystore_prepare(&plan_update, sql_update, 12, write_argtypes);
 		rc = SPI_execute_plan(plan_update, values, nulls, false, 0);
 		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "idempotency key update failed: %s", SPI_result_code_string(rc));
 	}
 	if (!h->row_exists || SPI_processed == 0)
 	{
-		if (plan_insert == NULL)
-			plan_insert = prepare(sql_insert, 11, write_argtypes);
+		keystore_prepare(&plan_insert, sql_insert, 12, write_argtypes);
 		rc = SPI_execute_plan(plan_insert, values, nulls, false, 0);
 		if (rc != SPI_OK_INSERT)
 			elog(ERROR, "idempotency key insert failed: %s", SPI_result_code_string(rc));
 	}
-	become_caller(&saved);
+	keystore_as_caller(&saved);
 }
 
 void

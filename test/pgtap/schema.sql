@@ -1,11 +1,11 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(50);
+SELECT plan(70);
 
 -- schema and extension
 SELECT has_schema('idempotency');
 SELECT has_extension('idempotency', 'idempotency');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '0.1.0', 'version 0.1.0');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '0.2.0', 'version 0.2.0');
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false, 'not relocatable');
 
 -- the key table
@@ -37,14 +37,29 @@ SELECT throws_ok(
     VALUES ('postgres', 'x', 'bogus', now())$$,
   '23514', NULL, 'an unknown status is refused');
 
+-- the other tables
+SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message']);
+SELECT columns_are('idempotency', 'token', ARRAY['token', 'owner', 'scope', 'created_at', 'expires_at']);
+SELECT col_is_pk('idempotency', 'token', 'token', 'token is the primary key of token');
+SELECT columns_are('idempotency', 'seen_message',
+                   ARRAY['owner', 'scope', 'message_id', 'first_seen_at', 'expires_at']);
+SELECT col_is_pk('idempotency', 'seen_message', ARRAY['owner', 'scope', 'message_id'],
+                 'seen_message is keyed by (owner, scope, message_id)');
+SELECT indexes_are('idempotency', 'idempotency_key', ARRAY['idempotency_key_pkey', 'idempotency_key_expires_at_idx']);
+SELECT has_index('idempotency', 'token', 'token_expires_at_idx', 'expires_at', 'tokens are purged by expires_at');
+SELECT has_index('idempotency', 'seen_message', 'seen_message_expires_at_idx', 'expires_at',
+                 'messages are purged by expires_at');
+
 -- kept by pg_dump
-SELECT ok((SELECT 'idempotency.idempotency_key'::regclass = ANY (extconfig)
-             FROM pg_extension WHERE extname = 'idempotency'),
-          'key table is marked for pg_dump (pg_extension_config_dump)');
+SELECT is((SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
+             FROM pg_extension, unnest(extconfig) c WHERE extname = 'idempotency'),
+          ARRAY['idempotency.idempotency_key', 'idempotency.seen_message', 'idempotency.token'],
+          'every table is marked for pg_dump (pg_extension_config_dump)');
 
 -- row-level security: plain roles read their own rows only
-SELECT ok((SELECT relrowsecurity FROM pg_class WHERE oid = 'idempotency.idempotency_key'::regclass),
-          'row-level security is enabled');
+SELECT is((SELECT count(*)::int FROM pg_class
+             WHERE relnamespace = 'idempotency'::regnamespace AND relkind = 'r' AND relrowsecurity),
+          3, 'row-level security is enabled on every table');
 SELECT policies_are('idempotency', 'idempotency_key', ARRAY['idempotency_key_own_rows']);
 SELECT policy_cmd_is('idempotency', 'idempotency_key', 'idempotency_key_own_rows', 'SELECT',
                      'the policy is for SELECT only');
@@ -52,21 +67,37 @@ SELECT policy_cmd_is('idempotency', 'idempotency_key', 'idempotency_key_own_rows
 -- privileges
 SELECT table_privs_are('idempotency', 'idempotency_key', 'public', ARRAY['SELECT'],
                        'PUBLIC may only SELECT the key table');
+SELECT table_privs_are('idempotency', 'token', 'public', ARRAY['SELECT'], 'PUBLIC may only SELECT tokens');
+SELECT table_privs_are('idempotency', 'seen_message', 'public', ARRAY['SELECT'],
+                       'PUBLIC may only SELECT seen messages');
+SELECT policies_are('idempotency', 'token', ARRAY['token_own_rows']);
+SELECT policies_are('idempotency', 'seen_message', ARRAY['seen_message_own_rows']);
 SELECT schema_privs_are('idempotency', 'public', ARRAY['USAGE'], 'PUBLIC may use the schema');
 
 -- functions and their signatures
-SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerprint']);
+SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerprint', 'purge',
+                                        'issue_token', 'consume_token', 'first_seen']);
 SELECT has_function('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval']);
-SELECT has_function('idempotency', 'complete', ARRAY['text', 'jsonb', 'text']);
-SELECT has_function('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean']);
+SELECT has_function('idempotency', 'complete', ARRAY['text', 'jsonb', 'text', 'integer']);
+SELECT has_function('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean', 'integer']);
 SELECT has_function('idempotency', 'fingerprint', ARRAY['jsonb']);
 SELECT function_returns('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval'], 'record');
 SELECT is((SELECT pg_get_function_arguments('idempotency.begin(text,jsonb,text,interval,interval)'::regprocedure)),
           'key text, request jsonb DEFAULT NULL::jsonb, scope text DEFAULT ''''::text, ttl interval DEFAULT NULL::interval, lease interval DEFAULT NULL::interval, OUT outcome text, OUT status text, OUT response jsonb, OUT attempts integer, OUT created_at timestamp with time zone',
           'begin() arguments and defaults');
-SELECT function_returns('idempotency', 'complete', ARRAY['text', 'jsonb', 'text'], 'void');
-SELECT function_returns('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean'], 'void');
+SELECT function_returns('idempotency', 'complete', ARRAY['text', 'jsonb', 'text', 'integer'], 'void');
+SELECT function_returns('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean', 'integer'], 'void');
 SELECT function_returns('idempotency', 'fingerprint', ARRAY['jsonb'], 'bytea');
+SELECT function_returns('idempotency', 'purge', ARRAY['integer'], 'bigint');
+SELECT function_returns('idempotency', 'issue_token', ARRAY['text', 'interval'], 'uuid');
+SELECT function_returns('idempotency', 'consume_token', ARRAY['uuid', 'text'], 'boolean');
+SELECT function_returns('idempotency', 'first_seen', ARRAY['text', 'text', 'interval'], 'boolean');
+SELECT is((SELECT pg_get_function_arguments('idempotency.complete(text,jsonb,text,integer)'::regprocedure)),
+          'key text, response jsonb, scope text DEFAULT ''''::text, attempt integer DEFAULT NULL::integer',
+          'complete() arguments and defaults');
+SELECT is((SELECT pg_get_function_arguments('idempotency.issue_token(text,interval)'::regprocedure)),
+          'scope text DEFAULT ''''::text, ttl interval DEFAULT ''01:00:00''::interval',
+          'issue_token() defaults: scope '''', ttl 1 hour');
 SELECT function_lang_is('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval'], 'c');
 SELECT volatility_is('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval'], 'volatile');
 SELECT volatility_is('idempotency', 'fingerprint', ARRAY['jsonb'], 'immutable');
@@ -75,6 +106,9 @@ SELECT isnt_strict('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'inter
                    'begin() is not strict: a NULL key is an error, not a NULL');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace AND prosecdef),
           0, 'every function is SECURITY INVOKER');
+SELECT is_strict('idempotency', 'purge', ARRAY['integer']);
+SELECT isnt_strict('idempotency', 'consume_token', ARRAY['uuid', 'text'],
+                   'consume_token() is not strict: a NULL scope is an error');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace
              AND proname <> 'fingerprint' AND proparallel <> 'u'),
           0, 'functions that lock and write are PARALLEL UNSAFE');

@@ -25,6 +25,10 @@ $src->safe_psql('postgres', q{
 	SELECT outcome FROM idempotency.begin('order-1', scope => 'orders');
 	SELECT idempotency.complete('order-1', '"the superuser''s own key"', scope => 'orders');
 	COMMIT;
+	SET ROLE app;
+	SELECT idempotency.issue_token('checkout');
+	SELECT idempotency.first_seen('consumer', 'msg-1');
+	RESET ROLE;
 });
 
 my $rows = q{SELECT owner::text, scope, key, status, response, retryable, attempts,
@@ -50,6 +54,12 @@ $dst->command_ok([ 'pg_restore', '-d', $dst->connstr('restored'), $dump ],
 	'pg_restore succeeds');
 
 is($dst->safe_psql('restored', $rows), $before, 'every key row is restored as it was');
+my $others = q{SELECT owner::text, scope, token::text, expires_at FROM idempotency.token
+	UNION ALL SELECT owner::text, scope, message_id, expires_at FROM idempotency.seen_message ORDER BY 1, 2, 3};
+is($dst->safe_psql('restored', $others), $src->safe_psql('postgres', $others),
+	'tokens and seen messages are restored too');
+is( $dst->safe_psql('restored', q{SET ROLE app; SELECT idempotency.first_seen('consumer', 'msg-1')}),
+	'f', 'a message seen before the dump is a redelivery after the restore');
 is( $dst->safe_psql('restored', q{SET ROLE app;
 		SELECT outcome || ' ' || response FROM idempotency.begin('order-1', '{"sku": "A"}', scope => 'orders')}),
 	'replay {"order_id": 1}', 'a duplicate after the restore replays its role\'s answer');
@@ -61,7 +71,8 @@ my ($ret, $out, $err) = $dst->psql('restored', q{SET ROLE app;
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/IK001/, 'a different request after the restore is still IK001');
 is( $dst->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.1.0', 'the extension is restored at its version');
+	$src->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'the extension is restored at its version');
 
 $src->stop;
 $dst->stop;

@@ -1,0 +1,127 @@
+/* idempotency--0.1.0--0.2.0.sql: lease mode, purge, one-time tokens, consumer dedup */
+
+\echo Use "ALTER EXTENSION idempotency UPDATE TO '0.2.0'" to load this file. \quit
+
+-- purge() finds expired rows through this index
+CREATE INDEX idempotency_key_expires_at_idx ON idempotency.idempotency_key (expires_at);
+
+-- complete() and fail() take the attempt a lease holder proves itself with.
+-- The C functions accept both argument lists, so nothing breaks between
+-- installing the new library and running this script.
+DROP FUNCTION idempotency.complete(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text);
+DROP FUNCTION idempotency.fail(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.bool);
+
+CREATE FUNCTION idempotency.complete(
+    key      pg_catalog.text,
+    response pg_catalog.jsonb,
+    scope    pg_catalog.text DEFAULT '',
+    attempt  pg_catalog.int4 DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idempotency_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.complete(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.int4) IS
+'Store the response of a key this transaction began (or, with attempt, of a lease begun earlier); duplicates get it back as a replay';
+
+CREATE FUNCTION idempotency.fail(
+    key       pg_catalog.text,
+    error     pg_catalog.jsonb,
+    scope     pg_catalog.text DEFAULT '',
+    retryable pg_catalog.bool DEFAULT true,
+    attempt   pg_catalog.int4 DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idempotency_fail'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.fail(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.bool, pg_catalog.int4) IS
+'Store the failure of a key this transaction began (or, with attempt, of a lease begun earlier): retryable failures are retried, others replayed';
+
+-- ---------------------------------------------------------------------
+-- One-time tokens ("issue a token with the form, accept the submit once")
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.token (
+    token      pg_catalog.uuid        NOT NULL,
+    owner      pg_catalog.regrole     NOT NULL,
+    scope      pg_catalog.text        COLLATE "C" NOT NULL DEFAULT '',
+    created_at pg_catalog.timestamptz NOT NULL,
+    expires_at pg_catalog.timestamptz NOT NULL,
+    CONSTRAINT token_pkey PRIMARY KEY (token)
+);
+CREATE INDEX token_expires_at_idx ON idempotency.token (expires_at);
+COMMENT ON TABLE idempotency.token IS
+'One-time tokens: issue_token() adds one, consume_token() removes it, once';
+
+ALTER TABLE idempotency.token ENABLE ROW LEVEL SECURITY;
+CREATE POLICY token_own_rows ON idempotency.token
+    FOR SELECT
+    USING (owner OPERATOR(pg_catalog.=)
+           pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
+REVOKE ALL ON idempotency.token FROM PUBLIC;
+GRANT SELECT ON idempotency.token TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.token', '');
+
+-- ---------------------------------------------------------------------
+-- Consumer deduplication: message ids seen per (role, scope)
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.seen_message (
+    owner         pg_catalog.regrole     NOT NULL,
+    scope         pg_catalog.text        COLLATE "C" NOT NULL,
+    message_id    pg_catalog.text        COLLATE "C" NOT NULL,
+    first_seen_at pg_catalog.timestamptz NOT NULL,
+    expires_at    pg_catalog.timestamptz NOT NULL,
+    CONSTRAINT seen_message_pkey PRIMARY KEY (owner, scope, message_id)
+);
+CREATE INDEX seen_message_expires_at_idx ON idempotency.seen_message (expires_at);
+COMMENT ON TABLE idempotency.seen_message IS
+'Message ids seen by first_seen(), per (owner role, scope), until they expire';
+
+ALTER TABLE idempotency.seen_message ENABLE ROW LEVEL SECURITY;
+CREATE POLICY seen_message_own_rows ON idempotency.seen_message
+    FOR SELECT
+    USING (owner OPERATOR(pg_catalog.=)
+           pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
+REVOKE ALL ON idempotency.seen_message FROM PUBLIC;
+GRANT SELECT ON idempotency.seen_message TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message', '');
+
+-- ---------------------------------------------------------------------
+-- Lifecycle functions
+-- ---------------------------------------------------------------------
+CREATE FUNCTION idempotency.purge(batch_size pg_catalog.int4 DEFAULT 10000)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_purge'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.purge(pg_catalog.int4) IS
+'Delete up to batch_size of the calling role''s expired keys, tokens and messages per table; returns how many';
+
+CREATE FUNCTION idempotency.issue_token(
+    scope pg_catalog.text     DEFAULT '',
+    ttl   pg_catalog.interval DEFAULT '1 hour')
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'idempotency_issue_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.issue_token(pg_catalog.text, pg_catalog.interval) IS
+'Issue a one-time token that consume_token() accepts exactly once before it expires';
+
+CREATE FUNCTION idempotency.consume_token(
+    token pg_catalog.uuid,
+    scope pg_catalog.text DEFAULT '')
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_consume_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.consume_token(pg_catalog.uuid, pg_catalog.text) IS
+'true exactly once for a token issued to this role and scope; false when used, expired or unknown';
+
+CREATE FUNCTION idempotency.first_seen(
+    scope      pg_catalog.text,
+    message_id pg_catalog.text,
+    ttl        pg_catalog.interval DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_first_seen'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.first_seen(pg_catalog.text, pg_catalog.text, pg_catalog.interval) IS
+'true the first time a message id is seen in a scope, false for a redelivery; rolls back with the transaction';

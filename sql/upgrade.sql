@@ -1,0 +1,79 @@
+-- upgrade: install the oldest version, use it, update step by step to the
+-- newest, and check that keys survive and the result equals a fresh install.
+CREATE TABLE objects AS SELECT 'x'::text AS how, 'x'::text AS object WHERE false;
+CREATE FUNCTION extension_objects() RETURNS SETOF text LANGUAGE sql AS $$
+  SELECT pg_describe_object(classid, objid, objsubid)
+    FROM pg_depend
+   WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+     AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency')
+  UNION ALL
+  SELECT 'column ' || attrelid::regclass || '.' || attname || ' ' || format_type(atttypid, atttypmod)
+    FROM pg_attribute
+   WHERE attrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'idempotency'::regnamespace)
+     AND attnum > 0 AND NOT attisdropped
+  UNION ALL
+  SELECT 'function ' || p.oid::regprocedure || ' -> ' || pg_get_function_result(p.oid) || ' '
+         || pg_get_function_arguments(p.oid) || ' ' || p.provolatile::text || p.proparallel::text || p.proisstrict::text
+         || ' ' || coalesce(obj_description(p.oid, 'pg_proc'), '(no comment)')
+    FROM pg_proc p WHERE pronamespace = 'idempotency'::regnamespace
+  UNION ALL
+  SELECT 'index ' || indexrelid::regclass || ' ' || pg_get_indexdef(indexrelid)
+    FROM pg_index WHERE indrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'idempotency'::regnamespace)
+  UNION ALL
+  SELECT 'policy ' || tablename || '.' || policyname || ' ' || cmd || ' ' || qual
+    FROM pg_policies WHERE schemaname = 'idempotency'
+  UNION ALL
+  SELECT 'acl ' || c.relname || ' ' || coalesce(c.relacl::text, '')
+    FROM pg_class c WHERE relnamespace = 'idempotency'::regnamespace
+  UNION ALL
+  SELECT 'config ' || unnest(extconfig)::regclass FROM pg_extension WHERE extname = 'idempotency'
+$$;
+
+SELECT name, version FROM pg_available_extension_versions
+ WHERE name = 'idempotency' ORDER BY version;
+SELECT * FROM pg_extension_update_paths('idempotency') WHERE path IS NOT NULL ORDER BY source, target;
+
+-- a fresh install of the newest version, for comparison
+INSERT INTO objects SELECT 'fresh', o FROM extension_objects() o;
+
+-- the oldest version, in use
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency VERSION '0.1.0';
+BEGIN;
+SELECT outcome FROM idempotency.begin('kept', '{"v": 1}');
+SELECT idempotency.complete('kept', '{"answer": 42}');
+COMMIT;
+-- the new library serves the old SQL definitions (complete() with 3 arguments)
+BEGIN;
+SELECT outcome FROM idempotency.begin('kept-2');
+SELECT idempotency.complete('kept-2', '"old signature"');
+COMMIT;
+
+ALTER EXTENSION idempotency UPDATE TO '0.2.0';
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+INSERT INTO objects SELECT 'updated', o FROM extension_objects() o;
+
+-- the update changed nothing a fresh install would not have
+SELECT how, object FROM (
+  (SELECT 'only fresh' AS how, object FROM objects WHERE how = 'fresh'
+   EXCEPT ALL SELECT 'only fresh', object FROM objects WHERE how = 'updated')
+  UNION ALL
+  (SELECT 'only updated', object FROM objects WHERE how = 'updated'
+   EXCEPT ALL SELECT 'only updated', object FROM objects WHERE how = 'fresh')
+) d ORDER BY 1, 2;
+SELECT count(*) > 40 AS compared_enough FROM objects WHERE how = 'fresh';
+
+-- keys stored by 0.1.0 still replay, and 0.2.0 works on them
+SELECT outcome, response FROM idempotency.begin('kept', '{"v": 1}');
+SELECT outcome, response FROM idempotency.begin('kept-2');
+SELECT * FROM idempotency.begin('kept', '{"v": 2}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT outcome FROM idempotency.begin('after-update', lease => '1 hour');
+SELECT idempotency.complete('after-update', '"lease"', attempt => 1);
+SELECT idempotency.first_seen('s', 'm') AS first_seen_works;
+
+-- leave a fresh newest version for the files after this one
+DROP EXTENSION idempotency;
+CREATE EXTENSION idempotency;
+DROP TABLE objects;
+DROP FUNCTION extension_objects();

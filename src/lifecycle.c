@@ -1,0 +1,280 @@
+/*-------------------------------------------------------------------------
+ *
+ * lifecycle.c
+ *	  Expiry and purge, one-time tokens, consumer deduplication.
+ *
+ * purge: every table of the extension has owner and expires_at columns and
+ * an index on expires_at.  One batch is one statement per table:
+ *
+ *	  DELETE ... WHERE ctid = ANY (ARRAY(SELECT ctid ... WHERE expires_at <= now
+ *									 LIMIT n FOR UPDATE SKIP LOCKED))
+ *
+ * so a batch takes only row locks, never waits for a row another
+ * transaction has locked, and rechecks the expiry of each row it deletes.
+ * A begin() that found an expired row and later writes it copes with the
+ * row vanishing (keystore_write falls back to INSERT).  The SQL function
+ * purges one batch of the caller's own rows; the background worker
+ * (worker.c) purges every role's rows, a committed batch at a time.
+ *
+ * Tokens: issue_token() inserts a random uuid; consume_token() deletes it.
+ * Concurrent consumers serialise on the row lock of the DELETE: exactly one
+ * deletes it, the others then find nothing.  A rolled-back consumer gives
+ * the token back.
+ *
+ * first_seen(): INSERT ... ON CONFLICT DO NOTHING into seen_message.  A
+ * second delivery waits for the first one's transaction like any unique
+ * insert, then finds the row (false) or, if the first rolled back, inserts
+ * it (true).  A redelivery writes nothing; an expired entry is re-armed by
+ * an UPDATE guarded by its expiry.
+ *
+ * All statements run as the tables' owner (keystore_as_owner) with the
+ * caller's role as a parameter, schema-qualified, prepared once and kept.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "idempotency.h"
+
+/* ---------------------------------------------------------------------
+ * purge
+ * ---------------------------------------------------------------------
+ */
+static const char *const purge_tables[PURGE_NTABLES] = {
+	"idempotency_key", "token", "seen_message"
+};
+
+/* [table][0 = one role, 1 = every role] */
+static SPIPlanPtr purge_plans[PURGE_NTABLES][2];
+
+static const char *const purge_sql =
+"DELETE FROM idempotency.%s AS t"
+" WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+"         SELECT s.ctid FROM idempotency.%s AS s"
+"          WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"          LIMIT $2 FOR UPDATE SKIP LOCKED))"
+"   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
+
+/*
+ * Delete at most batch_size expired rows from each table of the extension
+ * that exists, of role owner (InvalidOid: of every role).  Caller is inside
+ * SPI_connect().  counts[i] gets the rows deleted from purge_tables[i];
+ * returns the sum.
+ */
+int64
+purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
+{
+	Oid			nsp = get_namespace_oid("idempotency", true);
+	int64		total = 0;
+	SavedUser	saved;
+	int			i;
+
+	for (i = 0; i < PURGE_NTABLES; i++)
+	{
+		int			all = OidIsValid(owner) ? 0 : 1;
+		Oid			argtypes[3] = {TIMESTAMPTZOID, INT4OID, REGROLEOID};
+		Datum		values[3];
+		int			rc;
+
+		counts[i] = 0;
+		if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid(purge_tables[i], nsp)))
+			continue;			/* an older version of the extension */
+
+		keystore_as_owner(&saved);
+		if (purge_plans[i][all] == NULL)
+		{
+			char	   *sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
+									   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
+
+			keystore_prepare(&purge_plans[i][all], sql, all ? 2 : 3, argtypes);
+			pfree(sql);
+		}
+		values[0] = TimestampTzGetDatum(now);
+		values[1] = Int32GetDatum(batch_size);
+		values[2] = ObjectIdGetDatum(owner);
+		rc = SPI_execute_plan(purge_plans[i][all], values, NULL, false, 0);
+		if (rc != SPI_OK_DELETE)
+			elog(ERROR, "purge of idempotency.%s failed: %s", purge_tables[i],
+				 SPI_result_code_string(rc));
+		keystore_as_caller(&saved);
+		counts[i] = SPI_processed;
+		total += SPI_processed;
+	}
+	return total;
+}
+
+/* purge(batch_size): delete up to batch_size of the caller's expired rows per table */
+PG_FUNCTION_INFO_V1(idempotency_purge);
+
+Datum
+idempotency_purge(PG_FUNCTION_ARGS)
+{
+	int32		batch_size = PG_GETARG_INT32(0);
+	int64		counts[PURGE_NTABLES];
+	int64		total;
+
+	if (batch_size < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size must be at least 1")));
+	SPI_connect();
+	total = purge_expired(GetUserId(), batch_size,
+						  GetCurrentTransactionStartTimestamp(), counts);
+	SPI_finish();
+	PG_RETURN_INT64(total);
+}
+
+/* ---------------------------------------------------------------------
+ * one-time tokens
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_issue = NULL;
+static SPIPlanPtr plan_consume = NULL;
+
+/* issue_token(scope, ttl) -> uuid: a token that consume_token() accepts once */
+PG_FUNCTION_INFO_V1(idempotency_issue_token);
+
+Datum
+idempotency_issue_token(PG_FUNCTION_ARGS)
+{
+	char	   *scope = idem_scope_arg(fcinfo, 0);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz expires_at = idem_expiry(fcinfo, 1, now);
+	Oid			argtypes[4] = {REGROLEOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	SavedUser	saved;
+	pg_uuid_t  *token;
+	bool		isnull;
+	int			rc;
+	MemoryContext caller_cxt = CurrentMemoryContext;
+
+	values[0] = ObjectIdGetDatum(GetUserId());
+	values[1] = CStringGetTextDatum(scope);
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(expires_at);
+
+	SPI_connect();
+	keystore_as_owner(&saved);
+	keystore_prepare(&plan_issue,
+					 "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
+					 " VALUES (pg_catalog.gen_random_uuid(), $1, $2, $3, $4) RETURNING token",
+					 4, argtypes);
+	rc = SPI_execute_plan(plan_issue, values, NULL, false, 1);
+	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		elog(ERROR, "token insert failed: %s", SPI_result_code_string(rc));
+	keystore_as_caller(&saved);
+	token = MemoryContextAlloc(caller_cxt, sizeof(pg_uuid_t));
+	memcpy(token, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull)),
+		   sizeof(pg_uuid_t));
+	SPI_finish();
+	PG_RETURN_UUID_P(token);
+}
+
+/* consume_token(token, scope) -> true exactly once; false when used, expired or unknown */
+PG_FUNCTION_INFO_V1(idempotency_consume_token);
+
+Datum
+idempotency_consume_token(PG_FUNCTION_ARGS)
+{
+	char	   *scope = idem_scope_arg(fcinfo, 1);
+	Oid			argtypes[4] = {UUIDOID, REGROLEOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	SavedUser	saved;
+	bool		consumed;
+	int			rc;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_BOOL(false);	/* an unknown token */
+
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = ObjectIdGetDatum(GetUserId());
+	values[2] = CStringGetTextDatum(scope);
+	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+
+	SPI_connect();
+	keystore_as_owner(&saved);
+	keystore_prepare(&plan_consume,
+					 "DELETE FROM idempotency.token AS t"
+					 " WHERE t.token OPERATOR(pg_catalog.=) $1"
+					 "   AND t.owner OPERATOR(pg_catalog.=) $2"
+					 "   AND t.scope OPERATOR(pg_catalog.=) $3"
+					 "   AND t.expires_at OPERATOR(pg_catalog.>) $4",
+					 4, argtypes);
+	rc = SPI_execute_plan(plan_consume, values, NULL, false, 0);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "token delete failed: %s", SPI_result_code_string(rc));
+	consumed = SPI_processed > 0;
+	keystore_as_caller(&saved);
+	SPI_finish();
+	PG_RETURN_BOOL(consumed);
+}
+
+/* ---------------------------------------------------------------------
+ * consumer dedup
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_seen_insert = NULL;
+static SPIPlanPtr plan_seen_rearm = NULL;
+
+/* first_seen(scope, message_id, ttl) -> true the first time, false for a redelivery */
+PG_FUNCTION_INFO_V1(idempotency_first_seen);
+
+Datum
+idempotency_first_seen(PG_FUNCTION_ARGS)
+{
+	KeyId		id = idem_keyid(fcinfo, 1, 0, "message id");
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	Oid			argtypes[5] = {REGROLEOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[5];
+	SavedUser	saved;
+	bool		first;
+	int			rc;
+
+	keystore_key_values(&id, values);
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(idem_expiry(fcinfo, 2, now));
+
+	SPI_connect();
+	keystore_as_owner(&saved);
+	keystore_prepare(&plan_seen_insert,
+					 "INSERT INTO idempotency.seen_message AS m"
+					 "  (owner, scope, message_id, first_seen_at, expires_at)"
+					 " VALUES ($1, $2, $3, $4, $5)"
+					 " ON CONFLICT (owner, scope, message_id) DO NOTHING",
+					 5, argtypes);
+	rc = SPI_execute_plan(plan_seen_insert, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "seen_message insert failed: %s", SPI_result_code_string(rc));
+	first = SPI_processed > 0;
+	if (!first)
+	{
+		/* seen before: first again only if that entry has expired */
+		keystore_prepare(&plan_seen_rearm,
+						 "UPDATE idempotency.seen_message AS m"
+						 "   SET first_seen_at = $4, expires_at = $5"
+						 " WHERE m.owner OPERATOR(pg_catalog.=) $1"
+						 "   AND m.scope OPERATOR(pg_catalog.=) $2"
+						 "   AND m.message_id OPERATOR(pg_catalog.=) $3"
+						 "   AND m.expires_at OPERATOR(pg_catalog.<=) $4",
+						 5, argtypes);
+		rc = SPI_execute_plan(plan_seen_rearm, values, NULL, false, 0);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "seen_message update failed: %s", SPI_result_code_string(rc));
+		first = SPI_processed > 0;
+	}
+	keystore_as_caller(&saved);
+	SPI_finish();
+	PG_RETURN_BOOL(first);
+}
