@@ -120,6 +120,9 @@ extern void keystore_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
 extern void keystore_as_owner(SavedUser *saved);
 extern void keystore_as_caller(const SavedUser *saved);
 extern void keystore_key_values(const KeyId *id, Datum *values);
+extern uint64 keystore_run(SPIPlanPtr *cache, const char *sql, int nargs,
+						   Oid *argtypes, Datum *values, const char *nulls,
+						   int expect_rc);
 extern void keystore_lookup(const KeyId *id, StoredKey *out,
 							MemoryContext outcxt);
 extern void keystore_write(const HeldKey *h, const char *status,

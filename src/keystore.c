@@ -164,6 +164,27 @@ keystore_key_values(const KeyId *id, Datum *values)
 	values[2] = PointerGetDatum(cstring_to_text_with_len(id->key, id->key_len));
 }
 
+/*
+ * Run sql (prepared once into *cache) as the tables' owner with the given
+ * parameters; raise if SPI does not answer expect_rc.  Returns the number
+ * of rows processed; SPI_tuptable holds any rows returned.
+ */
+uint64
+keystore_run(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
+			 Datum *values, const char *nulls, int expect_rc)
+{
+	SavedUser	saved;
+	int			rc;
+
+	keystore_as_owner(&saved);
+	keystore_prepare(cache, sql, nargs, argtypes);
+	rc = SPI_execute_plan(*cache, values, nulls, false, 0);
+	if (rc != expect_rc)
+		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));
+	keystore_as_caller(&saved);
+	return SPI_processed;
+}
+
 /* ---------------------------------------------------------------------
  * Interface
  * ---------------------------------------------------------------------

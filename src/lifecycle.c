@@ -77,7 +77,6 @@ purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 {
 	Oid			nsp = get_namespace_oid("idempotency", true);
 	int64		total = 0;
-	SavedUser	saved;
 	int			i;
 
 	for (i = 0; i < PURGE_NTABLES; i++)
@@ -85,31 +84,21 @@ purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		int			all = OidIsValid(owner) ? 0 : 1;
 		Oid			argtypes[3] = {TIMESTAMPTZOID, INT4OID, REGROLEOID};
 		Datum		values[3];
-		int			rc;
+		char	   *sql;
 
 		counts[i] = 0;
 		if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid(purge_tables[i], nsp)))
 			continue;			/* an older version of the extension */
 
-		keystore_as_owner(&saved);
-		if (purge_plans[i][all] == NULL)
-		{
-			char	   *sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
-									   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
-
-			keystore_prepare(&purge_plans[i][all], sql, all ? 2 : 3, argtypes);
-			pfree(sql);
-		}
 		values[0] = TimestampTzGetDatum(now);
 		values[1] = Int32GetDatum(batch_size);
 		values[2] = ObjectIdGetDatum(owner);
-		rc = SPI_execute_plan(purge_plans[i][all], values, NULL, false, 0);
-		if (rc != SPI_OK_DELETE)
-			elog(ERROR, "purge of idempotency.%s failed: %s", purge_tables[i],
-				 SPI_result_code_string(rc));
-		keystore_as_caller(&saved);
-		counts[i] = SPI_processed;
-		total += SPI_processed;
+		sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
+					   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
+		counts[i] = keystore_run(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
+								 values, NULL, SPI_OK_DELETE);
+		pfree(sql);
+		total += counts[i];
 	}
 	return total;
 }
@@ -153,10 +142,8 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	TimestampTz expires_at = idem_expiry(fcinfo, 1, now);
 	Oid			argtypes[4] = {REGROLEOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[4];
-	SavedUser	saved;
 	pg_uuid_t  *token;
 	bool		isnull;
-	int			rc;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
 	values[0] = ObjectIdGetDatum(GetUserId());
@@ -165,15 +152,10 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(expires_at);
 
 	SPI_connect();
-	keystore_as_owner(&saved);
-	keystore_prepare(&plan_issue,
-					 "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
-					 " VALUES (pg_catalog.gen_random_uuid(), $1, $2, $3, $4) RETURNING token",
-					 4, argtypes);
-	rc = SPI_execute_plan(plan_issue, values, NULL, false, 1);
-	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
-		elog(ERROR, "token insert failed: %s", SPI_result_code_string(rc));
-	keystore_as_caller(&saved);
+	keystore_run(&plan_issue,
+				 "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
+				 " VALUES (pg_catalog.gen_random_uuid(), $1, $2, $3, $4) RETURNING token",
+				 4, argtypes, values, NULL, SPI_OK_INSERT_RETURNING);
 	token = MemoryContextAlloc(caller_cxt, sizeof(pg_uuid_t));
 	memcpy(token, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[0],
 											  SPI_tuptable->tupdesc, 1, &isnull)),
@@ -191,9 +173,7 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	char	   *scope = idem_scope_arg(fcinfo, 1);
 	Oid			argtypes[4] = {UUIDOID, REGROLEOID, TEXTOID, TIMESTAMPTZOID};
 	Datum		values[4];
-	SavedUser	saved;
 	bool		consumed;
-	int			rc;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(false);	/* an unknown token */
@@ -204,19 +184,13 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 
 	SPI_connect();
-	keystore_as_owner(&saved);
-	keystore_prepare(&plan_consume,
-					 "DELETE FROM idempotency.token AS t"
-					 " WHERE t.token OPERATOR(pg_catalog.=) $1"
-					 "   AND t.owner OPERATOR(pg_catalog.=) $2"
-					 "   AND t.scope OPERATOR(pg_catalog.=) $3"
-					 "   AND t.expires_at OPERATOR(pg_catalog.>) $4",
-					 4, argtypes);
-	rc = SPI_execute_plan(plan_consume, values, NULL, false, 0);
-	if (rc != SPI_OK_DELETE)
-		elog(ERROR, "token delete failed: %s", SPI_result_code_string(rc));
-	consumed = SPI_processed > 0;
-	keystore_as_caller(&saved);
+	consumed = keystore_run(&plan_consume,
+							"DELETE FROM idempotency.token AS t"
+							" WHERE t.token OPERATOR(pg_catalog.=) $1"
+							"   AND t.owner OPERATOR(pg_catalog.=) $2"
+							"   AND t.scope OPERATOR(pg_catalog.=) $3"
+							"   AND t.expires_at OPERATOR(pg_catalog.>) $4",
+							4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(consumed);
 }
@@ -238,43 +212,28 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	Oid			argtypes[5] = {REGROLEOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[5];
-	SavedUser	saved;
 	bool		first;
-	int			rc;
 
 	keystore_key_values(&id, values);
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(idem_expiry(fcinfo, 2, now));
 
 	SPI_connect();
-	keystore_as_owner(&saved);
-	keystore_prepare(&plan_seen_insert,
-					 "INSERT INTO idempotency.seen_message AS m"
-					 "  (owner, scope, message_id, first_seen_at, expires_at)"
-					 " VALUES ($1, $2, $3, $4, $5)"
-					 " ON CONFLICT (owner, scope, message_id) DO NOTHING",
-					 5, argtypes);
-	rc = SPI_execute_plan(plan_seen_insert, values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "seen_message insert failed: %s", SPI_result_code_string(rc));
-	first = SPI_processed > 0;
-	if (!first)
-	{
-		/* seen before: first again only if that entry has expired */
-		keystore_prepare(&plan_seen_rearm,
-						 "UPDATE idempotency.seen_message AS m"
-						 "   SET first_seen_at = $4, expires_at = $5"
-						 " WHERE m.owner OPERATOR(pg_catalog.=) $1"
-						 "   AND m.scope OPERATOR(pg_catalog.=) $2"
-						 "   AND m.message_id OPERATOR(pg_catalog.=) $3"
-						 "   AND m.expires_at OPERATOR(pg_catalog.<=) $4",
-						 5, argtypes);
-		rc = SPI_execute_plan(plan_seen_rearm, values, NULL, false, 0);
-		if (rc != SPI_OK_UPDATE)
-			elog(ERROR, "seen_message update failed: %s", SPI_result_code_string(rc));
-		first = SPI_processed > 0;
-	}
-	keystore_as_caller(&saved);
+	first = keystore_run(&plan_seen_insert,
+						 "INSERT INTO idempotency.seen_message AS m"
+						 "  (owner, scope, message_id, first_seen_at, expires_at)"
+						 " VALUES ($1, $2, $3, $4, $5)"
+						 " ON CONFLICT (owner, scope, message_id) DO NOTHING",
+						 5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
+	if (!first)					/* seen before: first again only if expired */
+		first = keystore_run(&plan_seen_rearm,
+							 "UPDATE idempotency.seen_message AS m"
+							 "   SET first_seen_at = $4, expires_at = $5"
+							 " WHERE m.owner OPERATOR(pg_catalog.=) $1"
+							 "   AND m.scope OPERATOR(pg_catalog.=) $2"
+							 "   AND m.message_id OPERATOR(pg_catalog.=) $3"
+							 "   AND m.expires_at OPERATOR(pg_catalog.<=) $4",
+							 5, argtypes, values, NULL, SPI_OK_UPDATE) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(first);
 }
