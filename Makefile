@@ -12,16 +12,17 @@ OBJS = \
 	src/keystore.o \
 	src/guard.o \
 	src/lifecycle.o \
-	src/worker.o
+	src/worker.o \
+	src/helpers.o
 
 EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle upgrade
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle
+ISOLATION = same_key lock_wait lease lifecycle helpers
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 
 PG_CFLAGS = -Wall -Wextra -Werror

@@ -1,4 +1,4 @@
-/* idempotency--0.1.0--0.2.0.sql: lease mode, purge, one-time tokens, consumer dedup */
+/* idempotency--0.1.0--0.2.0.sql: lease mode, purge, one-time tokens, consumer dedup, write helpers */
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.2.0'" to load this file. \quit
 
@@ -125,3 +125,74 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION idempotency.first_seen(pg_catalog.text, pg_catalog.text, pg_catalog.interval) IS
 'true the first time a message id is seen in a scope, false for a redelivery; rolls back with the transaction';
+
+-- ---------------------------------------------------------------------
+-- Write helpers (SECURITY INVOKER: they run as the caller on the target)
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.state_machine (
+    machine     pg_catalog.text        NOT NULL,
+    transitions pg_catalog.jsonb       NOT NULL,
+    owner       pg_catalog.regrole     NOT NULL,
+    updated_at  pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT state_machine_pkey PRIMARY KEY (machine)
+);
+COMMENT ON TABLE idempotency.state_machine IS
+'State machines for transition(): from each state, the states it may move to';
+-- transition() reads it as the caller; only create_machine() writes it
+REVOKE ALL ON idempotency.state_machine FROM PUBLIC;
+GRANT SELECT ON idempotency.state_machine TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.state_machine', '');
+
+CREATE FUNCTION idempotency.create_machine(
+    machine     pg_catalog.text,
+    transitions pg_catalog.jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idempotency_create_machine'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.create_machine(pg_catalog.text, pg_catalog.jsonb) IS
+'Define or redefine a state machine: {"state": ["next state", ...], ...}';
+
+CREATE FUNCTION idempotency.transition(
+    target       pg_catalog.regclass,
+    id           anyelement,
+    to_state     pg_catalog.text,
+    machine      pg_catalog.text,
+    state_column pg_catalog.name DEFAULT 'status',
+    id_column    pg_catalog.name DEFAULT 'id')
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'idempotency_transition'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.transition(pg_catalog.regclass, anyelement, pg_catalog.text, pg_catalog.text, pg_catalog.name, pg_catalog.name) IS
+'Move a row to to_state if the machine allows it: applied, or already when it is there; IK005 otherwise';
+
+CREATE FUNCTION idempotency.update_versioned(
+    target           pg_catalog.regclass,
+    id               anyelement,
+    expected_version pg_catalog.int8,
+    changes          pg_catalog.jsonb,
+    version_column   pg_catalog.name DEFAULT 'version',
+    id_column        pg_catalog.name DEFAULT 'id')
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_update_versioned'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.update_versioned(pg_catalog.regclass, anyelement, pg_catalog.int8, pg_catalog.jsonb, pg_catalog.name, pg_catalog.name) IS
+'Apply changes and bump the version if the row is still at expected_version; returns the new version, IK006 if stale';
+
+CREATE TYPE idempotency.insert_once_result AS (
+    inserted pg_catalog.bool,
+    "row"    pg_catalog.jsonb
+);
+
+CREATE FUNCTION idempotency.insert_once(
+    target           pg_catalog.regclass,
+    "row"            pg_catalog.jsonb,
+    conflict_columns pg_catalog.name[] DEFAULT NULL)
+RETURNS idempotency.insert_once_result
+AS 'MODULE_PATHNAME', 'idempotency_insert_once'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.insert_once(pg_catalog.regclass, pg_catalog.jsonb, pg_catalog.name[]) IS
+'Insert a row unless its key exists; returns (inserted, the new or the existing row)';

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(70);
+SELECT plan(79);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -38,7 +38,10 @@ SELECT throws_ok(
   '23514', NULL, 'an unknown status is refused');
 
 -- the other tables
-SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message']);
+SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine']);
+SELECT columns_are('idempotency', 'state_machine', ARRAY['machine', 'transitions', 'owner', 'updated_at']);
+SELECT table_privs_are('idempotency', 'state_machine', 'public', ARRAY['SELECT'],
+                       'PUBLIC may only SELECT state machines');
 SELECT columns_are('idempotency', 'token', ARRAY['token', 'owner', 'scope', 'created_at', 'expires_at']);
 SELECT col_is_pk('idempotency', 'token', 'token', 'token is the primary key of token');
 SELECT columns_are('idempotency', 'seen_message',
@@ -53,13 +56,14 @@ SELECT has_index('idempotency', 'seen_message', 'seen_message_expires_at_idx', '
 -- kept by pg_dump
 SELECT is((SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
              FROM pg_extension, unnest(extconfig) c WHERE extname = 'idempotency'),
-          ARRAY['idempotency.idempotency_key', 'idempotency.seen_message', 'idempotency.token'],
+          ARRAY['idempotency.idempotency_key', 'idempotency.seen_message', 'idempotency.state_machine', 'idempotency.token'],
           'every table is marked for pg_dump (pg_extension_config_dump)');
 
 -- row-level security: plain roles read their own rows only
-SELECT is((SELECT count(*)::int FROM pg_class
+SELECT is((SELECT array_agg(relname::text ORDER BY relname) FROM pg_class
              WHERE relnamespace = 'idempotency'::regnamespace AND relkind = 'r' AND relrowsecurity),
-          3, 'row-level security is enabled on every table');
+          ARRAY['idempotency_key', 'seen_message', 'token'],
+          'row-level security on every table whose rows belong to roles');
 SELECT policies_are('idempotency', 'idempotency_key', ARRAY['idempotency_key_own_rows']);
 SELECT policy_cmd_is('idempotency', 'idempotency_key', 'idempotency_key_own_rows', 'SELECT',
                      'the policy is for SELECT only');
@@ -76,7 +80,21 @@ SELECT schema_privs_are('idempotency', 'public', ARRAY['USAGE'], 'PUBLIC may use
 
 -- functions and their signatures
 SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerprint', 'purge',
-                                        'issue_token', 'consume_token', 'first_seen']);
+                                        'issue_token', 'consume_token', 'first_seen',
+                                        'create_machine', 'transition', 'update_versioned', 'insert_once']);
+SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
+          'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
+          'transition() arguments and defaults');
+SELECT is((SELECT pg_get_function_arguments('idempotency.update_versioned(regclass,anyelement,bigint,jsonb,name,name)'::regprocedure)),
+          'target regclass, id anyelement, expected_version bigint, changes jsonb, version_column name DEFAULT ''version''::name, id_column name DEFAULT ''id''::name',
+          'update_versioned() arguments and defaults');
+SELECT is((SELECT pg_get_function_arguments('idempotency.insert_once(regclass,jsonb,name[])'::regprocedure)),
+          'target regclass, "row" jsonb, conflict_columns name[] DEFAULT NULL::name[]',
+          'insert_once() arguments and defaults');
+SELECT function_returns('idempotency', 'transition', ARRAY['regclass', 'anyelement', 'text', 'text', 'name', 'name'], 'text');
+SELECT function_returns('idempotency', 'update_versioned', ARRAY['regclass', 'anyelement', 'bigint', 'jsonb', 'name', 'name'], 'bigint');
+SELECT function_returns('idempotency', 'insert_once', ARRAY['regclass', 'jsonb', 'name[]'], 'idempotency.insert_once_result');
+SELECT has_composite('idempotency', 'insert_once_result', 'insert_once returns (inserted, row)');
 SELECT has_function('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval']);
 SELECT has_function('idempotency', 'complete', ARRAY['text', 'jsonb', 'text', 'integer']);
 SELECT has_function('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean', 'integer']);
