@@ -209,3 +209,25 @@ ALTER TABLE doc ADD COLUMN created timestamptz DEFAULT 'epoch';
 SELECT inserted, "row" FROM idempotency.insert_once('doc', '{"id": 2, "phase": "pending"}');
 SELECT inserted, "row" FROM idempotency.insert_once('doc', '{"id": 3}');
 SELECT * FROM doc ORDER BY id;
+
+-- a hostile search_path: look-alike operators and functions in front change
+-- nothing (statements are prepared under it in a fresh session)
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.hijack(int, int) RETURNS boolean LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'hijacked int ='; END $$;
+CREATE OPERATOR evil.= (LEFTARG = int, RIGHTARG = int, FUNCTION = evil.hijack);
+CREATE FUNCTION evil.hijack(text, text) RETURNS boolean LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'hijacked text ='; END $$;
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.hijack);
+CREATE FUNCTION evil.jsonb_populate_record(anyelement, jsonb) RETURNS anyelement LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'hijacked jsonb_populate_record'; END $$;
+CREATE FUNCTION evil.to_jsonb(anyelement) RETURNS jsonb LANGUAGE sql AS $$ SELECT '"hijacked"'::jsonb $$;
+\c
+SET search_path = evil, public, pg_catalog;
+SELECT idempotency.transition('orders', 3, 'paid', 'order');
+SELECT idempotency.update_versioned('item', 1, 2, '{"qty": 4}');
+SELECT * FROM idempotency.insert_once('purchase', '{"request_id": "r-evil", "amount": 3}', '{request_id}');
+SELECT inserted, "row" ->> 'request_id' AS request_id
+  FROM idempotency.insert_once('purchase', '{"request_id": "r-evil", "amount": 3}', '{request_id}');
+RESET search_path;
+DROP SCHEMA evil CASCADE;

@@ -477,9 +477,13 @@ machine_transitions(const char *machine)
 											SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-/* "\"a\", \"b\"": the states of a machine from which to_state may be reached */
+/*
+ * The states of a machine from which to_state may be reached, as
+ * "\"a\", \"b\"" for messages; *allowed tells whether current is one of them.
+ */
 static char *
-predecessors(Jsonb *transitions, const char *to_state)
+predecessors(Jsonb *transitions, const char *to_state, const char *current,
+			 bool *allowed)
 {
 	StringInfoData buf;
 	JsonbIterator *it = JsonbIteratorInit(&transitions->root);
@@ -487,6 +491,7 @@ predecessors(Jsonb *transitions, const char *to_state)
 	JsonbIteratorToken tok;
 	char	   *from = NULL;
 
+	*allowed = false;
 	initStringInfo(&buf);
 	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
 	{
@@ -495,7 +500,11 @@ predecessors(Jsonb *transitions, const char *to_state)
 		else if (tok == WJB_ELEM && v.type == jbvString &&
 				 strlen(to_state) == (size_t) v.val.string.len &&
 				 memcmp(v.val.string.val, to_state, v.val.string.len) == 0)
+		{
 			appendStringInfo(&buf, "%s\"%s\"", buf.len ? ", " : "", from);
+			if (current != NULL && strcmp(current, from) == 0)
+				*allowed = true;
+		}
 	}
 	return buf.data;
 }
@@ -579,10 +588,10 @@ idempotency_transition(PG_FUNCTION_ARGS)
 	for (tries = 0;; tries++)
 	{
 		int			rc;
-		bool		isnull;
 		char	   *current;
 		Jsonb	   *transitions = NULL;
 		char	   *from;
+		bool		allowed;
 
 		rc = run_plan(p->work, values, machine ? NULL : "  n");
 		if (rc != SPI_OK_UPDATE)
@@ -602,7 +611,6 @@ idempotency_transition(PG_FUNCTION_ARGS)
 					 errmsg("no row with %s = %s in table \"%s\"",
 							idc.name, id_text(fcinfo, 1), t.relname)));
 		current = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		(void) isnull;
 		if (current != NULL && strcmp(current, to_state) == 0)
 		{
 			SPI_finish();
@@ -630,9 +638,9 @@ idempotency_transition(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("state machine \"%s\" does not exist", machine),
 					 errhint("Define it with idempotency.create_machine().")));
-		from = predecessors(transitions, to_state);
-		if (tries < 3 && current != NULL && strstr(from, psprintf("\"%s\"", current)) != NULL)
-			continue;
+		from = predecessors(transitions, to_state, current, &allowed);
+		if (tries < 3 && allowed)
+			continue;			/* the state moved under us: try again */
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_STATE_TRANSITION),
 				 errmsg("invalid state transition of row %s = %s in table \"%s\" from \"%s\" to \"%s\"",
