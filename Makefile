@@ -49,3 +49,7 @@ test:
 
 demo:
 	bash demo/run
+
+.PHONY: bench
+bench:
+	bash bench/run

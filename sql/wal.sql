@@ -1,5 +1,5 @@
 -- wal: a replay writes nothing (no WAL, no dirtied page, no transaction id);
--- begin() of a new key writes nothing either; the statements each path runs.
+-- begin() of a new key writes nothing either; the work each path does.
 CREATE EXTENSION pg_stat_statements;
 CREATE FUNCTION stmt_wal(q text, OUT wal_records bigint, OUT wal_bytes bigint,
                          OUT dirtied bigint)
@@ -56,7 +56,9 @@ BEGIN
 END $$;
 SELECT min(moved) AS wal_bytes_for_200_replays FROM lsn_try;
 
--- statements on the key table per request (pg_stat_statements.track = all)
+-- work on the key table per request.  Lookups are direct probes of the
+-- primary key (counted in pg_stat_user_indexes), writes are SQL statements
+-- (counted by pg_stat_statements with track = all).
 CREATE FUNCTION key_statements(OUT statement text, OUT calls bigint)
 RETURNS SETOF record LANGUAGE sql AS $$
   SELECT split_part(ltrim(query), ' ', 1), sum(calls)::bigint
@@ -64,15 +66,24 @@ RETURNS SETOF record LANGUAGE sql AS $$
    WHERE query LIKE '%idempotency.idempotency_key%'
      AND query NOT LIKE '%pg_stat_statements%'
    GROUP BY 1 ORDER BY 1 $$;
-SELECT pg_stat_statements_reset() IS NOT NULL AS reset;
+CREATE FUNCTION pkey_probes() RETURNS bigint LANGUAGE sql AS $$
+  SELECT idx_scan FROM pg_stat_user_indexes
+   WHERE indexrelid = 'idempotency.idempotency_key_pkey'::regclass $$;
+SELECT pg_stat_statements_reset() IS NOT NULL AS reset, pg_stat_force_next_flush();
+SELECT pkey_probes() AS probes \gset
 BEGIN;
 SELECT outcome FROM idempotency.begin('stmt-1');
 SELECT idempotency.complete('stmt-1', '{}');
 COMMIT;
+SELECT pg_stat_force_next_flush();
+SELECT pkey_probes() - :probes AS first_time_probes;
 SELECT * FROM key_statements();	-- a first-time request
-SELECT pg_stat_statements_reset() IS NOT NULL AS reset;
+SELECT pg_stat_statements_reset() IS NOT NULL AS reset, pg_stat_force_next_flush();
+SELECT pkey_probes() AS probes \gset
 SELECT outcome FROM idempotency.begin('stmt-1');
-SELECT * FROM key_statements();	-- a replay
+SELECT pg_stat_force_next_flush();
+SELECT pkey_probes() - :probes AS replay_probes;
+SELECT count(*) AS replay_statements FROM key_statements();	-- a replay
 SELECT pg_stat_statements_reset() IS NOT NULL AS reset;
 BEGIN;
 SELECT outcome FROM idempotency.begin('stmt-2');

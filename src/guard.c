@@ -6,13 +6,13 @@
  * Design (single-transaction mode):
  *
  *	begin(key)	  1. validate the key (IK003) and fingerprint the request
- *				  2. take the key lock (keylock.c), waiting at most
- *					 idempotency.lock_wait (IK002)
- *				  3. read the stored row (one SPI SELECT)
- *				  4. decide: replay a completed or permanently failed key
- *					 (and give the lock back: a replay writes nothing),
- *					 retry a retryably failed one, or start a new one;
- *					 a different request fingerprint is IK001
+ *				  2. probe the primary key (keystore.c); a live finished
+ *					 key is replayed here, without any lock
+ *				  3. otherwise take the key lock (keylock.c), waiting at
+ *					 most idempotency.lock_wait (IK002), and probe again
+ *				  4. decide: replay (giving the lock back: a replay writes
+ *					 nothing), retry a retryably failed key, or start a
+ *					 new one; a different request fingerprint is IK001
  *				  Nothing is written at begin: other transactions are kept
  *				  out by the lock, not by a row, so a first-time request
  *				  writes its row once, at complete().
@@ -22,11 +22,13 @@
  *
  *	COMMIT		  fails while a begun key is unfinished (heldkeys.c).
  *
- * So a first-time request costs one SELECT and one INSERT; a replay one
- * SELECT and no write at all.
+ * So a first-time request costs two index probes, a lock and one INSERT; a
+ * replay one index probe and no write at all.
  *
  * Locking: the key lock is held from begin() to the end of the transaction
- * (or of the subtransaction that took it, if that one rolls back).
+ * (or of the subtransaction that took it, if that one rolls back).  A
+ * replay needs no lock: a live completed or permanently failed key changes
+ * only by expiring.
  *
  *-------------------------------------------------------------------------
  */
@@ -170,6 +172,14 @@ idem_expiry(FunctionCallInfo fcinfo, int ttlarg, TimestampTz now)
 	return expires_at;
 }
 
+/* a live key that is finished: completed, or failed for good */
+static bool
+replayable(const StoredKey *stored, TimestampTz now)
+{
+	return stored->found && stored->expires_at > now &&
+		(stored->status == 'c' || (stored->status == 'f' && !stored->retryable));
+}
+
 static char *
 hex_prefix(const uint8 *h)
 {
@@ -260,11 +270,18 @@ idempotency_begin(PG_FUNCTION_ARGS)
 		has_hash = true;
 	}
 
-	took_lock = keylock_acquire(&id);
-
-	SPI_connect();
+	/*
+	 * A live finished key can only change by expiring, so it is replayed
+	 * without taking the lock.  Anything else is looked at again under the
+	 * lock: the key's holder may have committed between the two looks.
+	 */
 	keystore_lookup(&id, &stored, caller_cxt);
-	SPI_finish();
+	took_lock = false;
+	if (!replayable(&stored, now))
+	{
+		took_lock = keylock_acquire(&id);
+		keystore_lookup(&id, &stored, caller_cxt);
+	}
 
 	/* an expired row behaves as absent, but is still there to overwrite */
 	row_there = stored.found;
@@ -279,8 +296,7 @@ idempotency_begin(PG_FUNCTION_ARGS)
 						   hex_prefix(stored.request_hash), hex_prefix(hash)),
 				 errhint("Use a new idempotency key for a new request (HTTP 422).")));
 
-	if (live &&
-		(stored.status == 'c' || (stored.status == 'f' && !stored.retryable)))
+	if (replayable(&stored, now))
 	{
 		/* replay: nothing to write, so nothing to keep others out of */
 		if (took_lock)
@@ -372,9 +388,7 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 	StoredKey	stored;
 
 	(void) keylock_acquire(id);
-	SPI_connect();
 	keystore_lookup(id, &stored, CurrentMemoryContext);
-	SPI_finish();
 
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
 		ereport(ERROR,

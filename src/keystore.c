@@ -3,10 +3,12 @@
  * keystore.c
  *	  Reading and writing rows of idempotency.idempotency_key.
  *
- * Design: three statements, each prepared once per backend with SPI and
- * kept (generic plans, parameters for every value).  Every name in them is
- * schema-qualified and every operator is OPERATOR(pg_catalog.=), so no
- * search_path can redirect them.  Callers are inside SPI_connect().
+ * Design: lookups probe the primary key directly (index_beginscan): no
+ * parser, planner or executor on the path every request takes.  Writes are
+ * two statements (INSERT, UPDATE), each prepared once per backend with SPI
+ * and kept (generic plans, parameters for every value).  Every name in them
+ * is schema-qualified and every operator is OPERATOR(pg_catalog.=), so no
+ * search_path can redirect them.  Writers are inside SPI_connect().
  *
  * The table belongs to the extension and plain roles may only SELECT their
  * own rows from it (row-level security).  The SQL functions are SECURITY
@@ -30,14 +32,23 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_collation.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "executor/tuptable.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
@@ -51,8 +62,21 @@
  */
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static Oid	store_owner = InvalidOid;	/* its owner */
+static Oid	store_pkey = InvalidOid;	/* its primary key (owner, scope, key) */
 
-static SPIPlanPtr plan_lookup = NULL;
+/* attribute numbers of the columns the lookup reads, found by name */
+typedef enum
+{
+	COL_STATUS, COL_REQUEST_HASH, COL_RESPONSE, COL_RETRYABLE, COL_ATTEMPTS,
+	COL_CREATED_AT, COL_EXPIRES_AT, COL_LOCKED_UNTIL, NUM_LOOKUP_COLS
+} LookupCol;
+
+static const char *const lookup_col_names[NUM_LOOKUP_COLS] = {
+	"status", "request_hash", "response", "retryable", "attempts",
+	"created_at", "expires_at", "locked_until"
+};
+static AttrNumber lookup_attnums[NUM_LOOKUP_COLS];
+
 static SPIPlanPtr plan_insert = NULL;
 static SPIPlanPtr plan_update = NULL;
 
@@ -60,11 +84,6 @@ static SPIPlanPtr plan_update = NULL;
 	" WHERE k.owner OPERATOR(pg_catalog.=) $1" \
 	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
 	"   AND k.key OPERATOR(pg_catalog.=) $3"
-
-static const char *const sql_lookup =
-"SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts,"
-"       k.created_at, k.expires_at, k.xmin, k.locked_until"
-"  FROM idempotency.idempotency_key AS k" KEY_WHERE;
 
 static const char *const sql_insert =
 "INSERT INTO idempotency.idempotency_key AS k"
@@ -78,7 +97,6 @@ static const char *const sql_update =
 "       attempts = $8, created_at = $9, updated_at = $10, expires_at = $11,"
 "       locked_until = $12" KEY_WHERE;
 
-static Oid	key_argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
 static Oid	write_argtypes[12] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
 	JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 TIMESTAMPTZOID};
@@ -117,6 +135,16 @@ store_resolve(void)
 		elog(ERROR, "cache lookup failed for relation %u", rel);
 	store_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 	ReleaseSysCache(tup);
+	store_pkey = get_relname_relid("idempotency_key_pkey", nsp);
+	if (!OidIsValid(store_pkey))
+		elog(ERROR, "index idempotency.idempotency_key_pkey does not exist");
+	for (int i = 0; i < NUM_LOOKUP_COLS; i++)
+	{
+		lookup_attnums[i] = get_attnum(rel, lookup_col_names[i]);
+		if (lookup_attnums[i] == InvalidAttrNumber)
+			elog(ERROR, "column idempotency.idempotency_key.%s does not exist",
+				 lookup_col_names[i]);
+	}
 	store_relid = rel;
 }
 
@@ -191,38 +219,44 @@ keystore_run(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
  */
 
 /*
- * Read the stored row of key id (expired or not) into *out; the response
- * is copied into outcxt so it survives SPI_finish().
+ * Probe the primary key for key id under snapshot snap.  Returns whether a
+ * row is visible; fills *out (response copied into outcxt) and *xmin.
  */
-void
-keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+static bool
+probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
+	  TransactionId *xmin)
 {
-	Datum		values[3];
-	SavedUser	saved;
-	TransactionId xmin = InvalidTransactionId;
-	int			rc;
+	Relation	heap = table_open(store_relid, AccessShareLock);
+	Relation	index = index_open(store_pkey, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	ScanKeyData skey[3];
+	IndexScanDesc scan;
+	bool		found;
 
-	memset(out, 0, sizeof(StoredKey));
-	keystore_key_values(id, values);
-
-	keystore_as_owner(&saved);
-	keystore_prepare(&plan_lookup, sql_lookup, 3, key_argtypes);
-	rc = SPI_execute_plan(plan_lookup, values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "idempotency key lookup failed: %s", SPI_result_code_string(rc));
-
-	if (SPI_processed > 0)
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(id->owner));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ,
+						   PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len)));
+	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ,
+						   PointerGetDatum(cstring_to_text_with_len(id->key, id->key_len)));
+	scan = index_beginscan(heap, index, snap, 3, 0);
+	index_rescan(scan, skey, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found && out != NULL)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	td = SPI_tuptable->tupdesc;
 		bool		isnull;
 		Datum		d;
 		char	   *status;
 
+#define COL(c) slot_getattr(slot, lookup_attnums[c], &isnull)
+		memset(out, 0, sizeof(StoredKey));
 		out->found = true;
-		status = TextDatumGetCString(SPI_getbinval(tup, td, 1, &isnull));
+		status = TextDatumGetCString(COL(COL_STATUS));
 		out->status = status[0];	/* i(n_progress), c(ompleted), f(ailed) */
-		d = SPI_getbinval(tup, td, 2, &isnull);
+		pfree(status);
+		d = COL(COL_REQUEST_HASH);
 		if (!isnull)
 		{
 			bytea	   *h = DatumGetByteaPP(d);
@@ -233,7 +267,7 @@ keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 				memcpy(out->request_hash, VARDATA_ANY(h), FINGERPRINT_LEN);
 			}
 		}
-		d = SPI_getbinval(tup, td, 3, &isnull);
+		d = COL(COL_RESPONSE);
 		if (!isnull)
 		{
 			MemoryContext old = MemoryContextSwitchTo(outcxt);
@@ -241,36 +275,61 @@ keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 			out->response = DatumGetJsonbPCopy(d);
 			MemoryContextSwitchTo(old);
 		}
-		d = SPI_getbinval(tup, td, 4, &isnull);
+		d = COL(COL_RETRYABLE);
 		out->retryable = isnull ? false : DatumGetBool(d);
-		out->attempts = DatumGetInt32(SPI_getbinval(tup, td, 5, &isnull));
-		out->created_at = DatumGetTimestampTz(SPI_getbinval(tup, td, 6, &isnull));
-		out->expires_at = DatumGetTimestampTz(SPI_getbinval(tup, td, 7, &isnull));
-		xmin = DatumGetTransactionId(SPI_getbinval(tup, td, 8, &isnull));
-		d = SPI_getbinval(tup, td, 9, &isnull);
+		out->attempts = DatumGetInt32(COL(COL_ATTEMPTS));
+		out->created_at = DatumGetTimestampTz(COL(COL_CREATED_AT));
+		out->expires_at = DatumGetTimestampTz(COL(COL_EXPIRES_AT));
+		d = COL(COL_LOCKED_UNTIL);
 		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
+#undef COL
 	}
+	if (found)
+	{
+		bool		isnull;
+
+		*xmin = DatumGetTransactionId(slot_getsysattr(slot, MinTransactionIdAttributeNumber,
+													  &isnull));
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(heap, NoLock);
+	return found;
+}
+
+/*
+ * Read the stored row of key id (expired or not) into *out; the response
+ * is copied into outcxt.
+ *
+ * A direct probe of the primary key, with the snapshot rules of an SPI
+ * statement: the command counter is advanced (so this transaction's own
+ * earlier writes are seen) and the transaction snapshot is taken (fresh
+ * under READ COMMITTED).  Under REPEATABLE READ and SERIALIZABLE the latest
+ * committed version is compared too (see the file comment).
+ *
+ * No privileges are checked: like the rest of this file, the probe acts as
+ * the table's owner, for the caller's own role only.
+ */
+void
+keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+{
+	TransactionId xmin = InvalidTransactionId;
+
+	store_resolve();
+	memset(out, 0, sizeof(StoredKey));
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	(void) probe(id, GetActiveSnapshot(), out, outcxt, &xmin);
+	PopActiveSnapshot();
 
 	if (IsolationUsesXactSnapshot())
 	{
-		bool		same;
+		TransactionId latest_xmin = InvalidTransactionId;
+		bool		latest = probe(id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
 
-		rc = SPI_execute_snapshot(plan_lookup, values, NULL, GetLatestSnapshot(),
-								  InvalidSnapshot, true, false, 1);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "idempotency key lookup failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 0)
-			same = !out->found;
-		else
-		{
-			bool		isnull;
-
-			same = out->found &&
-				DatumGetTransactionId(SPI_getbinval(SPI_tuptable->vals[0],
-													SPI_tuptable->tupdesc, 8,
-													&isnull)) == xmin;
-		}
-		if (!same)
+		if (latest != out->found || (latest && latest_xmin != xmin))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent use of %s",
@@ -278,7 +337,6 @@ keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 					 errdetail("Another transaction stored a result for this key after this transaction took its snapshot."),
 					 errhint("Retry the transaction; it will see the stored result.")));
 	}
-	keystore_as_caller(&saved);
 }
 
 /*
