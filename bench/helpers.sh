@@ -22,11 +22,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 . test/cluster.sh
 SECS=${1:-10} CLIENTS=${2:-4} ROUNDS=${3:-2}
-ensure_packages || exit 2
-make -s >/dev/null && make -s install >/dev/null || exit 2
-WORK=$(mktemp -d /tmp/idempotency-bench.XXXXXX)
-trap 'cluster_stop; rm -rf "$WORK"' EXIT
-cluster_start "shared_buffers = '512MB'" >/dev/null || exit 2
+bench_start "shared_buffers = '512MB'"
 
 psql -qX <<'SQL'
 CREATE EXTENSION idempotency;

@@ -12,12 +12,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 . test/cluster.sh
 N=${1:-1000000} CLIENTS=${2:-4} BATCH=${3:-10000}
-ensure_packages || exit 2
-make -s >/dev/null && make -s install >/dev/null || exit 2
-WORK=$(mktemp -d /tmp/idempotency-bench.XXXXXX)
-chmod 777 "$WORK"
-trap 'cluster_stop; rm -rf "$WORK"' EXIT
-cluster_start "shared_buffers = '1GB'" "max_wal_size = '4GB'" >/dev/null || exit 2
+bench_start "shared_buffers = '1GB'" "max_wal_size = '4GB'"
 
 psql -qX -c "CREATE EXTENSION idempotency" -c "CREATE TABLE payment (key text, amount int)"
 echo "loading $N expired keys and 100000 live ones ..."

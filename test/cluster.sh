@@ -73,3 +73,15 @@ ensure_packages() {
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null && apt-get install -y -qq "${pkgs[@]}" >/dev/null
 }
+
+# bench_start [postgresql.conf lines...]: for the benchmarks: install what is
+# missing, build and install the extension, make a work directory $WORK and
+# start a cluster; the cluster and $WORK go away when the script exits.
+bench_start() {
+	ensure_packages || exit 2
+	make -s >/dev/null && make -s install >/dev/null || { echo "build failed" >&2; exit 2; }
+	WORK=$(mktemp -d /tmp/idempotency-bench.XXXXXX)
+	chmod 777 "$WORK"
+	trap 'cluster_stop; rm -rf "$WORK"' EXIT
+	cluster_start "$@" >/dev/null || exit 2
+}
