@@ -19,8 +19,11 @@
  * An error inside the statement is cleaned up by (sub)transaction abort,
  * which restores the user id.
  *
- * Locking: the caller holds the key lock (keylock.c), so no other
- * begin()/complete()/fail() works on the same key concurrently.
+ * Locking: writers hold the key lock (keylock.c), so no other
+ * begin()/complete()/fail() writes the same key concurrently.  begin()'s
+ * first lookup runs without it: it only acts on a live finished key, which
+ * changes only by expiring.  The probe checks no privileges (it reads as
+ * the table's owner would, for the caller's own role only).
  *
  * Isolation: under READ COMMITTED every statement sees the latest committed
  * state.  Under REPEATABLE READ and SERIALIZABLE the row may have changed
