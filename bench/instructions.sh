@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bench/instructions.sh — instructions per request, counted by callgrind in a
+# single-user backend: deterministic, so hot-path changes can be judged on a
+# noisy machine where tps moves by ±10%.
+#
+#   bash bench/instructions.sh [requests=2000]
+#
+# Runs N requests of each kind (bare insert, guarded new key, replay, plain
+# SELECT) in `postgres --single` under valgrind --tool=callgrind, and prints
+# the instructions per request of each, and guarded minus bare, replay minus
+# SELECT: what the guard itself costs the server, without the network.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+. test/cluster.sh
+N=${1:-2000}
+command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+bench_start
+psql -qX -v ON_ERROR_STOP=1 -f bench/scripts/setup.sql >/dev/null || exit 2
+# BENCH_EXTRA_SQL: run after the setup, to measure a variant
+[ -n "${BENCH_EXTRA_SQL:-}" ] && { psql -qX -v ON_ERROR_STOP=1 -c "$BENCH_EXTRA_SQL" >/dev/null || exit 2; }
+DATA=$CLUSTER_DIR/data
+as_pg "$PG_BINDIR/pg_ctl" -D "$DATA" -w stop >/dev/null
+
+# the statements are prepared once, as pgbench -M prepared does
+PREPARES="PREPARE ins(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10);
+PREPARE beg(text) AS SELECT outcome FROM idempotency.begin(\$1);
+PREPARE fin(text) AS SELECT idempotency.complete(\$1, '{\"ok\": true}');
+PREPARE sel(text) AS SELECT status, response FROM idempotency.idempotency_key WHERE owner = 'postgres'::regrole AND scope = '' AND key = \$1;
+PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);"
+
+gen() {	# kind -> the prepares, then N requests (one transaction each)
+	echo "$PREPARES"
+	[ "$1" = empty ] && return
+	for i in $(seq 1 "$N"); do
+		case $1 in
+			bare) echo "BEGIN; EXECUTE ins('b$i'); COMMIT;" ;;
+			guarded) echo "BEGIN; EXECUTE beg('g$i'); EXECUTE ins('g$i'); EXECUTE fin('g$i'); COMMIT;" ;;
+			select) echo "EXECUTE sel('replay-$((i % 100000 + 1))');" ;;
+			replay) echo "EXECUTE rep('replay-$((i % 100000 + 1))');" ;;
+		esac
+	done
+}
+count() {	# kind -> instructions of the whole session
+	local f="$WORK/$1.sql" out="$WORK/cg.$1"
+	gen "$1" >"$f"
+	chmod 644 "$f"
+	as_pg valgrind --tool=callgrind --callgrind-out-file="$out" \
+		"$PG_BINDIR/postgres" --single -D "$DATA" postgres <"$f" >/dev/null 2>&1
+	[ -n "${KEEP:-}" ] && cp "$out" "$KEEP.$1"
+	awk '/^summary:|^totals:/ { print $2; exit }' "$out"
+}
+empty=$(count empty)
+for k in bare guarded select replay; do
+	eval "ins_$k=\$(( ( \$(count $k) - empty ) / N ))"
+done
+printf '%-10s %14s\n' request "instructions"
+for k in bare guarded select replay; do eval "printf '%-10s %14d\n' $k \$ins_$k"; done
+echo "guarded - bare:   $((ins_guarded - ins_bare)) instructions per request"
+echo "replay - select:  $((ins_replay - ins_select)) instructions per request"
+echo "($N requests each, postgres --single under callgrind, $(psql --version | awk '{ print $3 }'))"
