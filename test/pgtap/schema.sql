@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(79);
+SELECT plan(78);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -31,11 +31,9 @@ SELECT col_is_pk('idempotency', 'idempotency_key', ARRAY['owner', 'scope', 'key'
 SELECT is((SELECT collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
             WHERE attrelid = 'idempotency.idempotency_key'::regclass AND attname = 'key'),
           'C', 'key compares bytewise (COLLATE "C")');
-SELECT col_has_check('idempotency', 'idempotency_key', 'status', 'status is checked');
-SELECT throws_ok(
-  $$INSERT INTO idempotency.idempotency_key (owner, key, status, expires_at)
-    VALUES ('postgres', 'x', 'bogus', now())$$,
-  '23514', NULL, 'an unknown status is refused');
+SELECT is((SELECT count(*)::int FROM pg_constraint
+             WHERE conrelid = 'idempotency.idempotency_key'::regclass AND contype = 'c'),
+          0, 'no CHECK constraints on the key table (re-read on every insert; the functions guarantee them)');
 
 -- the other tables
 SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine']);
