@@ -134,3 +134,33 @@ SELECT count(idempotency.complete('batch-' || i, pg_catalog.to_jsonb(i)))
 SELECT outcome, response FROM idempotency.begin('batch-42');
 COMMIT;
 SELECT count(*) FROM idempotency.idempotency_key WHERE key LIKE 'batch-%';
+
+-- complete() inserts key rows directly into the table and its indexes; when
+-- a DBA has added something a direct insert would not honour (a trigger, an
+-- expression index), it inserts through SQL instead, and both are kept
+CREATE INDEX key_lower_idx ON idempotency.idempotency_key (lower(key));
+CREATE TABLE key_audit (key text);
+CREATE FUNCTION audit_key() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN INSERT INTO key_audit VALUES (NEW.key); RETURN NEW; END $$;
+BEGIN;
+SELECT outcome FROM idempotency.begin('Expr-Index');
+SELECT idempotency.complete('Expr-Index', '"indexed"');
+COMMIT;
+SET enable_seqscan = off;
+SELECT key, response FROM idempotency.idempotency_key WHERE lower(key) = 'expr-index';
+RESET enable_seqscan;
+DROP INDEX idempotency.key_lower_idx;
+CREATE TRIGGER audit AFTER INSERT ON idempotency.idempotency_key
+  FOR EACH ROW EXECUTE FUNCTION audit_key();
+BEGIN;
+SELECT outcome FROM idempotency.begin('audited');
+SELECT idempotency.complete('audited', '{}');
+COMMIT;
+DROP TRIGGER audit ON idempotency.idempotency_key;
+BEGIN;
+SELECT outcome FROM idempotency.begin('not-audited');
+SELECT idempotency.complete('not-audited', '{}');
+COMMIT;
+SELECT key FROM key_audit;
+SELECT outcome, response FROM idempotency.begin('Expr-Index');
+DELETE FROM idempotency.idempotency_key WHERE key IN ('Expr-Index', 'audited', 'not-audited');

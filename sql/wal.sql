@@ -57,8 +57,9 @@ END $$;
 SELECT min(moved) AS wal_bytes_for_200_replays FROM lsn_try;
 
 -- work on the key table per request.  Lookups are direct probes of the
--- primary key (counted in pg_stat_user_indexes), writes are SQL statements
--- (counted by pg_stat_statements with track = all).
+-- primary key (counted in pg_stat_user_indexes); a new key row goes straight
+-- into the table and its indexes (counted in pg_stat_user_tables); updates
+-- are SQL statements (counted by pg_stat_statements with track = all).
 CREATE FUNCTION key_statements(OUT statement text, OUT calls bigint)
 RETURNS SETOF record LANGUAGE sql AS $$
   SELECT split_part(ltrim(query), ' ', 1), sum(calls)::bigint
@@ -69,20 +70,25 @@ RETURNS SETOF record LANGUAGE sql AS $$
 CREATE FUNCTION pkey_probes() RETURNS bigint LANGUAGE sql AS $$
   SELECT idx_scan FROM pg_stat_user_indexes
    WHERE indexrelid = 'idempotency.idempotency_key_pkey'::regclass $$;
+CREATE FUNCTION key_rows_written() RETURNS bigint LANGUAGE sql AS $$
+  SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables
+   WHERE relid = 'idempotency.idempotency_key'::regclass $$;
 SELECT pg_stat_statements_reset() IS NOT NULL AS reset, pg_stat_force_next_flush();
-SELECT pkey_probes() AS probes \gset
+SELECT pkey_probes() AS probes, key_rows_written() AS written \gset
 BEGIN;
 SELECT outcome FROM idempotency.begin('stmt-1');
 SELECT idempotency.complete('stmt-1', '{}');
 COMMIT;
 SELECT pg_stat_force_next_flush();
-SELECT pkey_probes() - :probes AS first_time_probes;
+SELECT pkey_probes() - :probes AS first_time_probes,
+       key_rows_written() - :written AS first_time_rows_written;
 SELECT * FROM key_statements();	-- a first-time request
 SELECT pg_stat_statements_reset() IS NOT NULL AS reset, pg_stat_force_next_flush();
-SELECT pkey_probes() AS probes \gset
+SELECT pkey_probes() AS probes, key_rows_written() AS written \gset
 SELECT outcome FROM idempotency.begin('stmt-1');
 SELECT pg_stat_force_next_flush();
-SELECT pkey_probes() - :probes AS replay_probes;
+SELECT pkey_probes() - :probes AS replay_probes,
+       key_rows_written() - :written AS replay_rows_written;
 SELECT count(*) AS replay_statements FROM key_statements();	-- a replay
 SELECT pg_stat_statements_reset() IS NOT NULL AS reset;
 BEGIN;

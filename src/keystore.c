@@ -36,6 +36,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/skey.h"
@@ -44,6 +45,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -79,6 +81,14 @@ static const char *const lookup_col_names[NUM_LOOKUP_COLS] = {
 	"created_at", "expires_at", "locked_until"
 };
 static AttrNumber lookup_attnums[NUM_LOOKUP_COLS];
+
+/* attribute numbers of the columns keystore_write() writes, in $n order */
+#define NUM_WRITE_COLS 12
+static const char *const write_col_names[NUM_WRITE_COLS] = {
+	"owner", "scope", "key", "status", "request_hash", "response", "retryable",
+	"attempts", "created_at", "updated_at", "expires_at", "locked_until"
+};
+static AttrNumber write_attnums[NUM_WRITE_COLS];
 
 static SPIPlanPtr plan_insert = NULL;
 static SPIPlanPtr plan_update = NULL;
@@ -141,6 +151,13 @@ store_resolve(void)
 	store_pkey = get_relname_relid("idempotency_key_pkey", nsp);
 	if (!OidIsValid(store_pkey))
 		elog(ERROR, "index idempotency.idempotency_key_pkey does not exist");
+	for (int i = 0; i < NUM_WRITE_COLS; i++)
+	{
+		write_attnums[i] = get_attnum(rel, write_col_names[i]);
+		if (write_attnums[i] == InvalidAttrNumber)
+			elog(ERROR, "column idempotency.idempotency_key.%s does not exist",
+				 write_col_names[i]);
+	}
 	for (int i = 0; i < NUM_LOOKUP_COLS; i++)
 	{
 		lookup_attnums[i] = get_attnum(rel, lookup_col_names[i]);
@@ -343,6 +360,105 @@ keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 }
 
 /*
+ * Insert a key row without the executor, the way catalog rows are inserted:
+ * heap_insert(), then index_insert() into each index (a unique index raises
+ * 23505 as usual; heap_insert takes care of TOAST, WAL, logical decoding,
+ * serializable conflicts and statistics).  values/nulls are in $n order.
+ *
+ * Only when the table is as the extension made it: columns exactly ours,
+ * no triggers, no CHECK constraints, only plain immediate indexes.  Anything
+ * else (a DBA's trigger or expression index, say) makes this return false
+ * without doing anything, and the caller runs the SQL INSERT instead.
+ */
+#define MAX_DIRECT_INDEXES 8
+
+static bool
+direct_insert(Datum *values, const char *nulls)
+{
+	Relation	rel = table_open(store_relid, RowExclusiveLock);
+	TupleDesc	td = RelationGetDescr(rel);
+	Relation	indexes[MAX_DIRECT_INDEXES];
+	IndexInfo  *infos[MAX_DIRECT_INDEXES];
+	int			nindexes = 0;
+	int			ncols = 0;
+	bool		plain = rel->trigdesc == NULL &&
+		(td->constr == NULL || td->constr->num_check == 0);
+	List	   *indexoids;
+	ListCell   *lc;
+	Datum	   *row;
+	bool	   *rownulls;
+	HeapTuple	tup;
+	int			i;
+
+	for (i = 0; i < td->natts; i++)
+		if (!TupleDescAttr(td, i)->attisdropped)
+			ncols++;
+	plain = plain && ncols == NUM_WRITE_COLS;
+
+	indexoids = plain ? RelationGetIndexList(rel) : NIL;
+	if (list_length(indexoids) > MAX_DIRECT_INDEXES)
+		plain = false;
+	foreach(lc, indexoids)
+	{
+		Relation	index;
+		IndexInfo  *info;
+
+		if (!plain)
+			break;
+		index = index_open(lfirst_oid(lc), RowExclusiveLock);
+		info = BuildIndexInfo(index);
+		indexes[nindexes] = index;
+		infos[nindexes++] = info;
+		if (info->ii_Expressions != NIL || info->ii_Predicate != NIL ||
+			info->ii_ExclusionOps != NULL || !index->rd_index->indimmediate)
+			plain = false;
+	}
+	if (!plain)
+	{
+		for (i = 0; i < nindexes; i++)
+			index_close(indexes[i], NoLock);
+		table_close(rel, NoLock);
+		return false;
+	}
+
+	row = palloc0(sizeof(Datum) * td->natts);
+	rownulls = palloc(sizeof(bool) * td->natts);
+	memset(rownulls, true, sizeof(bool) * td->natts);
+	for (i = 0; i < NUM_WRITE_COLS; i++)
+	{
+		row[write_attnums[i] - 1] = values[i];
+		rownulls[write_attnums[i] - 1] = nulls != NULL && nulls[i] == 'n';
+	}
+	tup = heap_form_tuple(td, row, rownulls);
+	heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
+
+	for (i = 0; i < nindexes; i++)
+	{
+		Datum		ivalues[INDEX_MAX_KEYS];
+		bool		inulls[INDEX_MAX_KEYS];
+		int			k;
+
+		for (k = 0; k < infos[i]->ii_NumIndexAttrs; k++)
+		{
+			AttrNumber	a = infos[i]->ii_IndexAttrNumbers[k];
+
+			ivalues[k] = row[a - 1];
+			inulls[k] = rownulls[a - 1];
+		}
+		index_insert(indexes[i], ivalues, inulls, &tup->t_self, rel,
+					 indexes[i]->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+#if PG_VERSION_NUM >= 140000
+					 false,
+#endif
+					 infos[i]);
+		index_close(indexes[i], NoLock);
+	}
+	table_close(rel, NoLock);
+	heap_freetuple(tup);
+	return true;
+}
+
+/*
  * Store the outcome of held key h: an UPDATE when a row (perhaps expired)
  * was there at begin(), else an INSERT.  An UPDATE that finds nothing
  * (the expired row was purged meanwhile) falls back to the INSERT.
@@ -392,7 +508,7 @@ keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "idempotency key update failed: %s", SPI_result_code_string(rc));
 	}
-	if (!h->row_exists || SPI_processed == 0)
+	if ((!h->row_exists || SPI_processed == 0) && !direct_insert(values, nulls))
 	{
 		keystore_prepare(&plan_insert, sql_insert, 12, write_argtypes);
 		rc = SPI_execute_plan(plan_insert, values, nulls, false, 0);
