@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(78);
+SELECT plan(80);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -97,10 +97,15 @@ SELECT has_function('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'inte
 SELECT has_function('idempotency', 'complete', ARRAY['text', 'jsonb', 'text', 'integer']);
 SELECT has_function('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean', 'integer']);
 SELECT has_function('idempotency', 'fingerprint', ARRAY['jsonb']);
-SELECT function_returns('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval'], 'record');
+SELECT function_returns('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval'], 'idempotency.begin_result');
 SELECT is((SELECT pg_get_function_arguments('idempotency.begin(text,jsonb,text,interval,interval)'::regprocedure)),
-          'key text, request jsonb DEFAULT NULL::jsonb, scope text DEFAULT ''''::text, ttl interval DEFAULT NULL::interval, lease interval DEFAULT NULL::interval, OUT outcome text, OUT status text, OUT response jsonb, OUT attempts integer, OUT created_at timestamp with time zone',
+          'key text, request jsonb DEFAULT NULL::jsonb, scope text DEFAULT ''''::text, ttl interval DEFAULT NULL::interval, lease interval DEFAULT NULL::interval',
           'begin() arguments and defaults');
+SELECT has_composite('idempotency', 'begin_result', 'begin() returns a named row type');
+SELECT is((SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+             FROM pg_attribute WHERE attrelid = 'idempotency.begin_result'::regclass AND attnum > 0),
+          'outcome text, status text, response jsonb, attempts integer, created_at timestamp with time zone',
+          'begin() returns (outcome, status, response, attempts, created_at)');
 SELECT function_returns('idempotency', 'complete', ARRAY['text', 'jsonb', 'text', 'integer'], 'void');
 SELECT function_returns('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean', 'integer'], 'void');
 SELECT function_returns('idempotency', 'fingerprint', ARRAY['jsonb'], 'bytea');
