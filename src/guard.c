@@ -6,10 +6,11 @@
  * Design (single-transaction mode):
  *
  *	begin(key)	  1. validate the key (IK003) and fingerprint the request
- *				  2. probe the primary key (keystore.c); a live finished
- *					 key is replayed here, without any lock
- *				  3. otherwise take the key lock (keylock.c), waiting at
- *					 most idempotency.lock_wait (IK002), and probe again
+ *				  2. take the key lock (keylock.c) if it is free and probe
+ *					 the primary key (keystore.c); if another transaction
+ *					 holds the lock, probe first, replay a live finished key
+ *					 without waiting, else wait at most idempotency.lock_wait
+ *					 (IK002) for the lock and probe again
  *				  4. decide: replay (giving the lock back: a replay writes
  *					 nothing), retry a retryably failed key, or start a
  *					 new one; a different request fingerprint is IK001
@@ -22,13 +23,13 @@
  *
  *	COMMIT		  fails while a begun key is unfinished (heldkeys.c).
  *
- * So a first-time request costs two index probes, a lock and one INSERT; a
- * replay one index probe and no write at all.
+ * So a first-time request costs a lock, one index probe and one row
+ * insert; a replay a lock and one probe, and no write at all.
  *
  * Locking: the key lock is held from begin() to the end of the transaction
  * (or of the subtransaction that took it, if that one rolls back).  A
- * replay needs no lock: a live completed or permanently failed key changes
- * only by expiring.
+ * replay gives it back at once, and never waits for it: a live completed
+ * or permanently failed key changes only by expiring.
  *
  *-------------------------------------------------------------------------
  */
@@ -271,16 +272,33 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * A live finished key can only change by expiring, so it is replayed
-	 * without taking the lock.  Anything else is looked at again under the
-	 * lock: the key's holder may have committed between the two looks.
+	 * Take the key lock if it is free, and look.  If another transaction
+	 * holds it, look without it first: a live finished key can only change
+	 * by expiring, so it is replayed without queueing behind the holder (a
+	 * storm of duplicates of a finished key never waits).  Anything else
+	 * waits for the lock and looks again: the holder may commit meanwhile.
 	 */
-	keystore_lookup(&id, &stored, caller_cxt);
-	took_lock = false;
-	if (!replayable(&stored, now))
+	switch (keylock_try(&id))
 	{
-		took_lock = keylock_acquire(&id);
-		keystore_lookup(&id, &stored, caller_cxt);
+		case KEYLOCK_TAKEN:
+			took_lock = true;
+			keystore_lookup(&id, &stored, caller_cxt);
+			break;
+		case KEYLOCK_HELD:
+			took_lock = false;
+			keystore_lookup(&id, &stored, caller_cxt);
+			break;
+		case KEYLOCK_BUSY:
+		default:
+			took_lock = false;
+			keystore_lookup(&id, &stored, caller_cxt);
+			if (!replayable(&stored, now))
+			{
+				keylock_wait(&id);
+				took_lock = true;
+				keystore_lookup(&id, &stored, caller_cxt);
+			}
+			break;
 	}
 
 	/* an expired row behaves as absent, but is still there to overwrite */

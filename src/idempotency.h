@@ -90,6 +90,15 @@ extern HeldKey *held_lookup(const KeyId *id);
 extern HeldKey *held_push(const HeldKey *proto);
 
 /* keylock.c */
+typedef enum KeyLockResult
+{
+	KEYLOCK_TAKEN,				/* this call took the lock */
+	KEYLOCK_HELD,				/* this transaction held it already */
+	KEYLOCK_BUSY				/* another transaction holds it */
+} KeyLockResult;
+
+extern KeyLockResult keylock_try(const KeyId *id);
+extern void keylock_wait(const KeyId *id);
 extern bool keylock_acquire(const KeyId *id);
 extern void keylock_release(const KeyId *id);
 

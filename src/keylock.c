@@ -10,7 +10,8 @@
  * It is a transaction-level lock: released at commit or abort, and when a
  * subtransaction that took it rolls back.  A replay may release it early.
  *
- * The first attempt never waits.  When the key is busy we wait at most
+ * The first attempt never waits (keylock_try).  When the key is busy we
+ * wait (keylock_wait) at most
  * idempotency.lock_wait by running the ordinary lock wait with the
  * backend's LockTimeout set to that value for the duration of the wait;
  * the resulting lock timeout is turned into IK002.  Deadlocks between keys
@@ -82,26 +83,42 @@ report_in_progress(const KeyId *id, const LOCKTAG *tag)
 }
 
 /*
- * Take the lock of key id for this transaction, waiting at most
- * idempotency.lock_wait.  Returns true when this call took the lock, false
- * when this transaction held it already.  Raises IK002 on timeout.
+ * Try to take the lock of key id for this transaction without waiting:
+ * KEYLOCK_TAKEN (this call took it), KEYLOCK_HELD (this transaction held it
+ * already) or KEYLOCK_BUSY (another transaction holds it).
  */
-bool
-keylock_acquire(const KeyId *id)
+KeyLockResult
+keylock_try(const KeyId *id)
 {
 	LOCKTAG		tag;
 	LockAcquireResult res;
+
+	set_tag(&tag, id);
+	res = LockAcquire(&tag, ExclusiveLock, false, true);
+	if (res == LOCKACQUIRE_NOT_AVAIL)
+		return KEYLOCK_BUSY;
+	return res == LOCKACQUIRE_OK ? KEYLOCK_TAKEN : KEYLOCK_HELD;
+}
+
+/*
+ * Wait for the lock of key id, at most idempotency.lock_wait, and take it.
+ * Raises IK002 on timeout (at once when lock_wait is 0).
+ */
+void
+keylock_wait(const KeyId *id)
+{
+	LOCKTAG		tag;
 	volatile bool timed_out = false;
 	int			save_timeout;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	set_tag(&tag, id);
-	res = LockAcquire(&tag, ExclusiveLock, false, true);
-	if (res != LOCKACQUIRE_NOT_AVAIL)
-		return res == LOCKACQUIRE_OK;	/* else ALREADY_HELD or _CLEAR */
-
 	if (idem_lock_wait_ms <= 0)
+	{
+		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+			return;
 		report_in_progress(id, &tag);
+	}
 
 	save_timeout = LockTimeout;
 	LockTimeout = idem_lock_wait_ms;
@@ -130,7 +147,24 @@ keylock_acquire(const KeyId *id)
 
 	if (timed_out)
 		report_in_progress(id, &tag);
-	return true;
+}
+
+/*
+ * Take the lock of key id, waiting at most idempotency.lock_wait (IK002).
+ * Returns true when this call took the lock, false when this transaction
+ * held it already.
+ */
+bool
+keylock_acquire(const KeyId *id)
+{
+	KeyLockResult res = keylock_try(id);
+
+	if (res == KEYLOCK_BUSY)
+	{
+		keylock_wait(id);
+		return true;
+	}
+	return res == KEYLOCK_TAKEN;
 }
 
 /* Give back a lock that keylock_acquire() took (a replay needs it no longer). */
