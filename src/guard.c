@@ -239,6 +239,7 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	bool		lease_mode = !PG_ARGISNULL(4);
 	TimestampTz clock = 0;
 	TimestampTz lease_end = 0;
+	KeyLockResult lock;
 	bool		took_lock;
 	bool		row_there;
 	bool		live;
@@ -278,14 +279,12 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	 * storm of duplicates of a finished key never waits).  Anything else
 	 * waits for the lock and looks again: the holder may commit meanwhile.
 	 */
-	switch (keylock_try(&id))
+	lock = keylock_try(&id);
+	switch (lock)
 	{
 		case KEYLOCK_TAKEN:
-			took_lock = true;
-			keystore_lookup(&id, &stored, caller_cxt);
-			break;
 		case KEYLOCK_HELD:
-			took_lock = false;
+			took_lock = (lock == KEYLOCK_TAKEN);
 			keystore_lookup(&id, &stored, caller_cxt);
 			break;
 		case KEYLOCK_BUSY:
@@ -380,9 +379,7 @@ idempotency_begin(PG_FUNCTION_ARGS)
 		proto.locked_until = lease_end;
 		if (proto.expires_at < lease_end)
 			proto.expires_at = lease_end;
-		SPI_connect();
 		keystore_write(&proto, "in_progress", NULL, true, false);
-		SPI_finish();
 		proto.row_exists = true;
 	}
 	held_push(&proto);
@@ -483,10 +480,8 @@ finish_key(FunctionCallInfo fcinfo, HeldState newstate, Jsonb *payload,
 				 errhint("A begin() in a savepoint that was rolled back no longer holds its key. For a key begun with a lease in another transaction, pass attempt => the attempts value that begin() returned.")));
 
 	next.locked_until = 0;
-	SPI_connect();
 	keystore_write(&next, newstate == HELD_COMPLETED ? "completed" : "failed",
 				   payload, newstate == HELD_COMPLETED, retryable);
-	SPI_finish();
 
 	next.state = newstate;
 	next.row_exists = true;

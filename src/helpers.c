@@ -173,17 +173,6 @@ run_plan(SPIPlanPtr plan, Datum *values, const char *nulls)
 	return rc;
 }
 
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	return plan;
-}
 
 /* ---------------------------------------------------------------------
  * Catalog helpers
@@ -570,8 +559,8 @@ idempotency_transition(PG_FUNCTION_ARGS)
 							"      AND e.value OPERATOR(pg_catalog.?) $2))",
 							t.qualname, state.quoted, type_sql(state.type), where,
 							state.quoted, state.quoted);
-		p->work = prepare_kept(work, 3, argtypes);
-		p->probe = prepare_kept(psprintf("SELECT t.%s::pg_catalog.text FROM %s AS t WHERE %s",
+		keystore_prepare(&p->work, work, 3, argtypes);
+		keystore_prepare(&p->probe, psprintf("SELECT t.%s::pg_catalog.text FROM %s AS t WHERE %s",
 										 state.quoted, t.qualname, where),
 								1, argtypes);
 		p->valid = true;
@@ -759,14 +748,14 @@ idempotency_update_versioned(PG_FUNCTION_ARGS)
 			appendStringInfo(&targets, "%s, ", c->quoted);
 			appendStringInfo(&sources, "r.%s, ", c->quoted);
 		}
-		p->work = prepare_kept(psprintf("UPDATE %s AS t SET (%s%s) = (SELECT %st.%s OPERATOR(pg_catalog.+) 1"
+		keystore_prepare(&p->work, psprintf("UPDATE %s AS t SET (%s%s) = (SELECT %st.%s OPERATOR(pg_catalog.+) 1"
 										"  FROM pg_catalog.jsonb_populate_record(NULL::%s, $3) AS r)"
 										" WHERE %s AND t.%s OPERATOR(pg_catalog.=) $2"
 										" RETURNING t.%s",
 										t.qualname, targets.data, ver.quoted, sources.data,
 										ver.quoted, t.qualname, where, ver.quoted, ver.quoted),
 							   3, argtypes);
-		p->probe = prepare_kept(psprintf("SELECT t.%s FROM %s AS t WHERE %s",
+		keystore_prepare(&p->probe, psprintf("SELECT t.%s FROM %s AS t WHERE %s",
 										 ver.quoted, t.qualname, where),
 								1, argtypes);
 		p->valid = true;
@@ -944,14 +933,14 @@ idempotency_insert_once(PG_FUNCTION_ARGS)
 			appendStringInfo(&match, "%st.%s %s r.%s", match.len ? " AND " : "",
 							 c->quoted, operator_sql(c->type, TYPECACHE_EQ_OPR), c->quoted);
 		}
-		p->work = prepare_kept(psprintf("INSERT INTO %s AS t (%s)"
+		keystore_prepare(&p->work, psprintf("INSERT INTO %s AS t (%s)"
 										" SELECT %s FROM pg_catalog.jsonb_populate_record(NULL::%s, $1) AS r"
 										" ON CONFLICT (%s) DO NOTHING"
 										" RETURNING pg_catalog.to_jsonb(t.*)",
 										t.qualname, targets.data, sources.data, t.qualname,
 										conflict.data),
 							   1, argtypes);
-		p->probe = prepare_kept(psprintf("SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t,"
+		keystore_prepare(&p->probe, psprintf("SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t,"
 										 " pg_catalog.jsonb_populate_record(NULL::%s, $1) AS r"
 										 " WHERE %s",
 										 t.qualname, t.qualname, match.data),

@@ -8,7 +8,8 @@
  * two statements (INSERT, UPDATE), each prepared once per backend with SPI
  * and kept (generic plans, parameters for every value).  Every name in them
  * is schema-qualified and every operator is OPERATOR(pg_catalog.=), so no
- * search_path can redirect them.  Writers are inside SPI_connect().
+ * search_path can redirect them.  keystore_write() connects to SPI only
+ * when it runs SQL; keystore_run()'s callers are inside SPI_connect().
  *
  * The table belongs to the extension and plain roles may only SELECT their
  * own rows from it (row-level security).  The SQL functions are SECURITY
@@ -469,9 +470,9 @@ keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 {
 	Datum		values[12];
 	char		nulls[12];
-	SavedUser	saved;
 	bytea	   *hash = NULL;
-	int			rc;
+	bool		connected = false;
+	bool		done = false;
 
 	memset(nulls, ' ', sizeof(nulls));
 	keystore_key_values(&h->id, values);
@@ -500,22 +501,24 @@ keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	if (h->locked_until == 0)
 		nulls[11] = 'n';
 
-	keystore_as_owner(&saved);
+	/* SQL (and so SPI) only for an UPDATE, or an INSERT direct_insert declines */
 	if (h->row_exists)
 	{
-		keystore_prepare(&plan_update, sql_update, 12, write_argtypes);
-		rc = SPI_execute_plan(plan_update, values, nulls, false, 0);
-		if (rc != SPI_OK_UPDATE)
-			elog(ERROR, "idempotency key update failed: %s", SPI_result_code_string(rc));
+		SPI_connect();
+		connected = true;
+		done = keystore_run(&plan_update, sql_update, 12, write_argtypes,
+							values, nulls, SPI_OK_UPDATE) > 0;
 	}
-	if ((!h->row_exists || SPI_processed == 0) && !direct_insert(values, nulls))
+	if (!done && !direct_insert(values, nulls))
 	{
-		keystore_prepare(&plan_insert, sql_insert, 12, write_argtypes);
-		rc = SPI_execute_plan(plan_insert, values, nulls, false, 0);
-		if (rc != SPI_OK_INSERT)
-			elog(ERROR, "idempotency key insert failed: %s", SPI_result_code_string(rc));
+		if (!connected)
+			SPI_connect();
+		connected = true;
+		keystore_run(&plan_insert, sql_insert, 12, write_argtypes,
+					 values, nulls, SPI_OK_INSERT);
 	}
-	keystore_as_caller(&saved);
+	if (connected)
+		SPI_finish();
 }
 
 void
