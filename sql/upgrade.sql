@@ -51,9 +51,23 @@ COMMIT;
 
 ALTER EXTENSION idempotency UPDATE TO '0.2.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+-- 0.2.0's primary key is (owner, scope, key); the library reads the order
+BEGIN;
+SELECT outcome FROM idempotency.begin('kept-3', lease => '1 hour');
+SELECT idempotency.complete('kept-3', '"on 0.2.0"', attempt => 1);
+COMMIT;
+SELECT outcome, response FROM idempotency.begin('kept');
+SELECT idempotency.first_seen('s', 'before 0.3.0') AS first_seen_works;
+
+-- 0.3.0 rebuilds the primary keys with the key first, in this session: the
+-- library must notice the new index (its cached order would be wrong)
+ALTER EXTENSION idempotency UPDATE TO '0.3.0';
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+SELECT pg_get_indexdef('idempotency.idempotency_key_pkey'::regclass) AS key_pkey;
+SELECT pg_get_indexdef('idempotency.seen_message_pkey'::regclass) AS seen_pkey;
 INSERT INTO objects SELECT 'updated', o FROM extension_objects() o;
 
--- the update changed nothing a fresh install would not have
+-- the updates changed nothing a fresh install would not have
 SELECT how, object FROM (
   (SELECT 'only fresh' AS how, object FROM objects WHERE how = 'fresh'
    EXCEPT ALL SELECT 'only fresh', object FROM objects WHERE how = 'updated')
@@ -63,14 +77,18 @@ SELECT how, object FROM (
 ) d ORDER BY 1, 2;
 SELECT count(*) > 40 AS compared_enough FROM objects WHERE how = 'fresh';
 
--- keys stored by 0.1.0 still replay, and 0.2.0 works on them
+-- keys stored by 0.1.0 and 0.2.0 still replay, and 0.3.0 works on them
 SELECT outcome, response FROM idempotency.begin('kept', '{"v": 1}');
 SELECT outcome, response FROM idempotency.begin('kept-2');
+SELECT outcome, response FROM idempotency.begin('kept-3');
 SELECT * FROM idempotency.begin('kept', '{"v": 2}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT outcome FROM idempotency.begin('after-update', lease => '1 hour');
 SELECT idempotency.complete('after-update', '"lease"', attempt => 1);
-SELECT idempotency.first_seen('s', 'm') AS first_seen_works;
+-- one row per key, whatever the order it was stored under
+SELECT key, count(*) FROM idempotency.idempotency_key GROUP BY key ORDER BY key;
+SELECT idempotency.first_seen('s', 'before 0.3.0') AS first_seen_again;
+SELECT idempotency.first_seen('s', 'after 0.3.0') AS first_seen_new;
 
 -- leave a fresh newest version for the files after this one
 DROP EXTENSION idempotency;

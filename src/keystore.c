@@ -49,6 +49,7 @@
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -68,7 +69,11 @@
  */
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static Oid	store_owner = InvalidOid;	/* its owner */
-static Oid	store_pkey = InvalidOid;	/* its primary key (owner, scope, key) */
+static Oid	store_pkey = InvalidOid;	/* its primary key: key, scope, owner
+										 * since 0.3.0, owner, scope, key before */
+
+/* which key column (0 owner, 1 scope, 2 key) each primary key column holds */
+static int	pkey_cols[3];
 
 /* attribute numbers of the columns the lookup reads, found by name */
 typedef enum
@@ -152,6 +157,29 @@ store_resolve(void)
 	store_pkey = get_relname_relid("idempotency_key_pkey", nsp);
 	if (!OidIsValid(store_pkey))
 		elog(ERROR, "index idempotency.idempotency_key_pkey does not exist");
+	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(store_pkey));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for index %u", store_pkey);
+	{
+		Form_pg_index ix = (Form_pg_index) GETSTRUCT(tup);
+		AttrNumber	keyatts[3];
+
+		keyatts[0] = get_attnum(rel, "owner");
+		keyatts[1] = get_attnum(rel, "scope");
+		keyatts[2] = get_attnum(rel, "key");
+		if (ix->indnkeyatts != 3)
+			elog(ERROR, "index idempotency.idempotency_key_pkey is not on (owner, scope, key)");
+		for (int i = 0; i < 3; i++)
+		{
+			pkey_cols[i] = -1;
+			for (int c = 0; c < 3; c++)
+				if (ix->indkey.values[i] == keyatts[c])
+					pkey_cols[i] = c;
+			if (pkey_cols[i] < 0)
+				elog(ERROR, "index idempotency.idempotency_key_pkey is not on (owner, scope, key)");
+		}
+	}
+	ReleaseSysCache(tup);
 	for (int i = 0; i < NUM_WRITE_COLS; i++)
 	{
 		write_attnums[i] = get_attnum(rel, write_col_names[i]);
@@ -248,20 +276,40 @@ probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	  TransactionId *xmin)
 {
 	Relation	heap = table_open(store_relid, AccessShareLock);
-	Relation	index = index_open(store_pkey, AccessShareLock);
-	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	Relation	index;
+	TupleTableSlot *slot;
 	ScanKeyData skey[3];
 	IndexScanDesc scan;
 	bool		found;
 
-	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(id->owner));
-	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ,
-						   PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len)));
-	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ,
-						   PointerGetDatum(cstring_to_text_with_len(id->key, id->key_len)));
+	/*
+	 * Taking the lock may have processed an invalidation of the table (ALTER
+	 * EXTENSION UPDATE rebuilding the primary key, say): find the index again.
+	 */
+	store_resolve();
+	index = index_open(store_pkey, AccessShareLock);
+	slot = table_slot_create(heap, NULL);
+
+	for (int i = 0; i < 3; i++)
+	{
+		switch (pkey_cols[i])
+		{
+			case 0:
+				ScanKeyInit(&skey[i], i + 1, BTEqualStrategyNumber, F_OIDEQ,
+							ObjectIdGetDatum(id->owner));
+				break;
+			case 1:
+				ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
+									   InvalidOid, C_COLLATION_OID, F_TEXTEQ,
+									   PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len)));
+				break;
+			default:
+				ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
+									   InvalidOid, C_COLLATION_OID, F_TEXTEQ,
+									   PointerGetDatum(cstring_to_text_with_len(id->key, id->key_len)));
+				break;
+		}
+	}
 	scan = index_beginscan(heap, index, snap, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);

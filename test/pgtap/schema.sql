@@ -5,7 +5,7 @@ SELECT plan(80);
 -- schema and extension
 SELECT has_schema('idempotency');
 SELECT has_extension('idempotency', 'idempotency');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '0.2.0', 'version 0.2.0');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '0.3.0', 'version 0.3.0');
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false, 'not relocatable');
 
 -- the key table
@@ -27,7 +27,7 @@ SELECT col_not_null('idempotency', 'idempotency_key', 'key', 'key is NOT NULL');
 SELECT col_not_null('idempotency', 'idempotency_key', 'expires_at', 'expires_at is NOT NULL');
 SELECT col_default_is('idempotency', 'idempotency_key', 'scope', '', 'scope defaults to empty');
 SELECT has_pk('idempotency', 'idempotency_key', 'key table has a primary key');
-SELECT col_is_pk('idempotency', 'idempotency_key', ARRAY['owner', 'scope', 'key'], 'primary key is (owner, scope, key)');
+SELECT col_is_pk('idempotency', 'idempotency_key', ARRAY['key', 'scope', 'owner'], 'primary key is (key, scope, owner): the column that differs first');
 SELECT is((SELECT collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
             WHERE attrelid = 'idempotency.idempotency_key'::regclass AND attname = 'key'),
           'C', 'key compares bytewise (COLLATE "C")');
@@ -44,8 +44,8 @@ SELECT columns_are('idempotency', 'token', ARRAY['token', 'owner', 'scope', 'cre
 SELECT col_is_pk('idempotency', 'token', 'token', 'token is the primary key of token');
 SELECT columns_are('idempotency', 'seen_message',
                    ARRAY['owner', 'scope', 'message_id', 'first_seen_at', 'expires_at']);
-SELECT col_is_pk('idempotency', 'seen_message', ARRAY['owner', 'scope', 'message_id'],
-                 'seen_message is keyed by (owner, scope, message_id)');
+SELECT col_is_pk('idempotency', 'seen_message', ARRAY['message_id', 'scope', 'owner'],
+                 'seen_message is keyed by (message_id, scope, owner)');
 SELECT indexes_are('idempotency', 'idempotency_key', ARRAY['idempotency_key_pkey', 'idempotency_key_expires_at_idx']);
 SELECT has_index('idempotency', 'token', 'token_expires_at_idx', 'expires_at', 'tokens are purged by expires_at');
 SELECT has_index('idempotency', 'seen_message', 'seen_message_expires_at_idx', 'expires_at',
