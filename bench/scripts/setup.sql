@@ -28,6 +28,16 @@ BEGIN
     PERFORM idempotency.complete(k, '{"ok": true}');
   END IF;
 END $$;
+-- what storing a key costs with no guard logic: the same row, a plain table
+-- with the key table's columns and indexes
+CREATE TABLE keyrow (LIKE idempotency.idempotency_key INCLUDING DEFAULTS INCLUDING INDEXES);
+CREATE INDEX ON keyrow (expires_at);
+CREATE PROCEDURE pay_keyrow(k text, amount int) LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO payment (key, amount) VALUES (k, amount);
+  INSERT INTO keyrow (owner, scope, key, status, response, expires_at)
+  VALUES (current_user::regrole, '', k, 'completed', '{"ok": true}', now() + interval '1 day');
+END $$;
 INSERT INTO idempotency.idempotency_key (owner, scope, key, status, response, attempts,
                                          created_at, updated_at, expires_at)
 SELECT 'postgres', '', 'replay-' || i, 'completed', '{"payment_id": 1, "status": "paid"}', 1,
