@@ -5,10 +5,12 @@
 #
 #   bash bench/instructions.sh [requests=2000]
 #
-# Runs N requests of each kind (bare insert, guarded new key, replay, plain
-# SELECT) in `postgres --single` under valgrind --tool=callgrind, and prints
-# the instructions per request of each, and guarded minus bare, replay minus
-# SELECT: what the guard itself costs the server, without the network.
+# Runs N requests of each kind (bare insert, guarded new key, floor: bare plus
+# two SELECT 1, replay, plain SELECT) in `postgres --single` under valgrind
+# --tool=callgrind, and prints the instructions per request of each, and
+# guarded minus bare, guarded minus floor (the guard's own work, beyond the
+# cost of any two statements), replay minus SELECT: what the guard itself
+# costs the server, without the network.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . test/cluster.sh
@@ -26,7 +28,8 @@ PREPARES="PREPARE ins(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10
 PREPARE beg(text) AS SELECT outcome FROM idempotency.begin(\$1);
 PREPARE fin(text) AS SELECT idempotency.complete(\$1, '{\"ok\": true}');
 PREPARE sel(text) AS SELECT status, response FROM idempotency.idempotency_key WHERE owner = 'postgres'::regrole AND scope = '' AND key = \$1;
-PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);"
+PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);
+PREPARE one AS SELECT 1;"
 
 gen() {	# kind -> the prepares, then N requests (one transaction each)
 	echo "$PREPARES"
@@ -35,6 +38,7 @@ gen() {	# kind -> the prepares, then N requests (one transaction each)
 		case $1 in
 			bare) echo "BEGIN; EXECUTE ins('b$i'); COMMIT;" ;;
 			guarded) echo "BEGIN; EXECUTE beg('g$i'); EXECUTE ins('g$i'); EXECUTE fin('g$i'); COMMIT;" ;;
+			floor) echo "BEGIN; EXECUTE one; EXECUTE ins('f$i'); EXECUTE one; COMMIT;" ;;
 			select) echo "EXECUTE sel('replay-$((i % 100000 + 1))');" ;;
 			replay) echo "EXECUTE rep('replay-$((i % 100000 + 1))');" ;;
 		esac
@@ -50,11 +54,12 @@ count() {	# kind -> instructions of the whole session
 	awk '/^summary:|^totals:/ { print $2; exit }' "$out"
 }
 empty=$(count empty)
-for k in bare guarded select replay; do
+for k in bare guarded floor select replay; do
 	eval "ins_$k=\$(( ( \$(count $k) - empty ) / N ))"
 done
 printf '%-10s %14s\n' request "instructions"
-for k in bare guarded select replay; do eval "printf '%-10s %14d\n' $k \$ins_$k"; done
+for k in bare guarded floor select replay; do eval "printf '%-10s %14d\n' $k \$ins_$k"; done
 echo "guarded - bare:   $((ins_guarded - ins_bare)) instructions per request"
+echo "guarded - floor:  $((ins_guarded - ins_floor)) instructions per request (beyond two statements that do nothing)"
 echo "replay - select:  $((ins_replay - ins_select)) instructions per request"
 echo "($N requests each, postgres --single under callgrind, $(psql --version | awk '{ print $3 }'))"
