@@ -168,7 +168,7 @@ store_resolve(void)
 		keyatts[1] = get_attnum(rel, "scope");
 		keyatts[2] = get_attnum(rel, "key");
 		if (ix->indnkeyatts != 3)
-			elog(ERROR, "index idempotency.idempotency_key_pkey is not on (owner, scope, key)");
+			elog(ERROR, "index idempotency.idempotency_key_pkey is not on the columns owner, scope and key");
 		for (int i = 0; i < 3; i++)
 		{
 			pkey_cols[i] = -1;
@@ -176,7 +176,7 @@ store_resolve(void)
 				if (ix->indkey.values[i] == keyatts[c])
 					pkey_cols[i] = c;
 			if (pkey_cols[i] < 0)
-				elog(ERROR, "index idempotency.idempotency_key_pkey is not on (owner, scope, key)");
+				elog(ERROR, "index idempotency.idempotency_key_pkey is not on the columns owner, scope and key");
 		}
 	}
 	ReleaseSysCache(tup);
