@@ -69,11 +69,6 @@
  */
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static Oid	store_owner = InvalidOid;	/* its owner */
-static Oid	store_pkey = InvalidOid;	/* its primary key: key, scope, owner
-										 * since 0.3.0, owner, scope, key before */
-
-/* which key column (0 owner, 1 scope, 2 key) each primary key column holds */
-static int	pkey_cols[3];
 
 /* attribute numbers of the columns the lookup reads, found by name */
 typedef enum
@@ -153,32 +148,6 @@ store_resolve(void)
 	if (!HeapTupleIsValid(tup))
 		elog(ERROR, "cache lookup failed for relation %u", rel);
 	store_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-	ReleaseSysCache(tup);
-	store_pkey = get_relname_relid("idempotency_key_pkey", nsp);
-	if (!OidIsValid(store_pkey))
-		elog(ERROR, "index idempotency.idempotency_key_pkey does not exist");
-	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(store_pkey));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for index %u", store_pkey);
-	{
-		Form_pg_index ix = (Form_pg_index) GETSTRUCT(tup);
-		AttrNumber	keyatts[3];
-
-		keyatts[0] = get_attnum(rel, "owner");
-		keyatts[1] = get_attnum(rel, "scope");
-		keyatts[2] = get_attnum(rel, "key");
-		if (ix->indnkeyatts != 3)
-			elog(ERROR, "index idempotency.idempotency_key_pkey is not on the columns owner, scope and key");
-		for (int i = 0; i < 3; i++)
-		{
-			pkey_cols[i] = -1;
-			for (int c = 0; c < 3; c++)
-				if (ix->indkey.values[i] == keyatts[c])
-					pkey_cols[i] = c;
-			if (pkey_cols[i] < 0)
-				elog(ERROR, "index idempotency.idempotency_key_pkey is not on the columns owner, scope and key");
-		}
-	}
 	ReleaseSysCache(tup);
 	for (int i = 0; i < NUM_WRITE_COLS; i++)
 	{
@@ -283,32 +252,47 @@ probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	bool		found;
 
 	/*
-	 * Taking the lock may have processed an invalidation of the table (ALTER
-	 * EXTENSION UPDATE rebuilding the primary key, say): find the index again.
+	 * The primary key as the relcache knows it now that the table is locked:
+	 * (key, scope, owner) since 0.3.0, (owner, scope, key) before; an ALTER
+	 * EXTENSION UPDATE in another session rebuilds it under our feet.
 	 */
-	store_resolve();
-	index = index_open(store_pkey, AccessShareLock);
+	if (!heap->rd_indexvalid)
+		list_free(RelationGetIndexList(heap));
+	if (!OidIsValid(heap->rd_pkindex))
+		elog(ERROR, "table idempotency.idempotency_key has no primary key");
+	index = index_open(heap->rd_pkindex, AccessShareLock);
+	if (index->rd_index->indnkeyatts != 3)
+		elog(ERROR, "the primary key of idempotency.idempotency_key is not on owner, scope and key");
 	slot = table_slot_create(heap, NULL);
 
 	for (int i = 0; i < 3; i++)
 	{
-		switch (pkey_cols[i])
+		AttrNumber	att = index->rd_index->indkey.values[i];
+		const char *val;
+		int			len;
+
+		/* write_attnums[0..2] are owner, scope, key */
+		if (att == write_attnums[0])
 		{
-			case 0:
-				ScanKeyInit(&skey[i], i + 1, BTEqualStrategyNumber, F_OIDEQ,
-							ObjectIdGetDatum(id->owner));
-				break;
-			case 1:
-				ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
-									   InvalidOid, C_COLLATION_OID, F_TEXTEQ,
-									   PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len)));
-				break;
-			default:
-				ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
-									   InvalidOid, C_COLLATION_OID, F_TEXTEQ,
-									   PointerGetDatum(cstring_to_text_with_len(id->key, id->key_len)));
-				break;
+			ScanKeyInit(&skey[i], i + 1, BTEqualStrategyNumber, F_OIDEQ,
+						ObjectIdGetDatum(id->owner));
+			continue;
 		}
+		if (att == write_attnums[1])
+		{
+			val = id->scope;
+			len = id->scope_len;
+		}
+		else if (att == write_attnums[2])
+		{
+			val = id->key;
+			len = id->key_len;
+		}
+		else
+			elog(ERROR, "the primary key of idempotency.idempotency_key is not on owner, scope and key");
+		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
+							   InvalidOid, C_COLLATION_OID, F_TEXTEQ,
+							   PointerGetDatum(cstring_to_text_with_len(val, len)));
 	}
 	scan = index_beginscan(heap, index, snap, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
