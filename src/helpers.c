@@ -286,6 +286,26 @@ id_text(FunctionCallInfo fcinfo, int argno)
 	return OidOutputFunctionCall(out, PG_GETARG_DATUM(argno));
 }
 
+/*
+ * Run the probe of p (the row with the given id), after the write found
+ * nothing to change: the row is there (SPI_tuptable holds it) or the id
+ * names no row (P0002).  what names the helper in internal errors.
+ */
+static void
+probe_row(HelperPlan *p, Datum *values, FunctionCallInfo fcinfo,
+		  const Target *t, const Column *idc, const char *what)
+{
+	int			rc = run_plan(p->probe, values, NULL);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "%s probe failed: %s", what, SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("no row with %s = %s in table \"%s\"",
+						idc->name, id_text(fcinfo, 1), t->relname)));
+}
+
 /* the type of the id argument (anyelement); NULL ids are refused */
 static Oid
 id_arg_type(FunctionCallInfo fcinfo, int argno)
@@ -591,14 +611,7 @@ idempotency_transition(PG_FUNCTION_ARGS)
 			PG_RETURN_TEXT_P(cstring_to_text("applied"));
 		}
 
-		rc = run_plan(p->probe, values, NULL);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "transition probe failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_NO_DATA_FOUND),
-					 errmsg("no row with %s = %s in table \"%s\"",
-							idc.name, id_text(fcinfo, 1), t.relname)));
+		probe_row(p, values, fcinfo, &t, &idc, "transition");
 		current = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		if (current != NULL && strcmp(current, to_state) == 0)
 		{
@@ -775,14 +788,7 @@ idempotency_update_versioned(PG_FUNCTION_ARGS)
 		PG_RETURN_INT64(result);
 	}
 
-	rc = run_plan(p->probe, values, NULL);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "versioned probe failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("no row with %s = %s in table \"%s\"",
-						idc.name, id_text(fcinfo, 1), t.relname)));
+	probe_row(p, values, fcinfo, &t, &idc, "versioned");
 	{
 		char	   *current = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 
