@@ -1,4 +1,4 @@
-/* idempotency--0.3.0.sql: install script of version 0.3.0 */
+/* idempotency--0.4.0.sql: install script of version 0.4.0 */
 
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
