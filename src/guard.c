@@ -222,21 +222,25 @@ make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
  * ---------------------------------------------------------------------
  */
 
-/* begin(key, request, scope, ttl, lease) -> (outcome, status, response, attempts, created_at) */
-PG_FUNCTION_INFO_V1(idempotency_begin);
-
-Datum
-idempotency_begin(PG_FUNCTION_ARGS)
+/*
+ * The guard's begin, for SQL's begin() and for once(): look up key id and
+ * decide its outcome (see the file comment); on new or retry, this
+ * transaction holds the key until it completes or fails it.  request is
+ * the request to fingerprint (NULL: none); lease NULL outside lease mode.
+ * The response in *out is allocated in the caller's memory context.
+ */
+void
+idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
+				 const Interval *lease, GuardBegin *out)
 {
-	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+	KeyId		id = *idp;
 	HeldKey    *held;
 	HeldKey		proto;
 	StoredKey	stored;
 	bool		has_hash = false;
 	uint8		hash[FINGERPRINT_LEN];
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz expires_at;
-	bool		lease_mode = !PG_ARGISNULL(4);
+	bool		lease_mode = lease != NULL;
 	TimestampTz clock = 0;
 	TimestampTz lease_end = 0;
 	KeyLockResult lock;
@@ -245,13 +249,13 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	bool		live;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
-	expires_at = idem_expiry(fcinfo, 3, now);
+	memset(out, 0, sizeof(GuardBegin));
 	if (lease_mode)
 	{
 		clock = GetCurrentTimestamp();
 		lease_end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 															 TimestampTzGetDatum(clock),
-															 PG_GETARG_DATUM(4)));
+															 IntervalPGetDatum(lease)));
 		if (lease_end <= clock)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -266,9 +270,9 @@ idempotency_begin(PG_FUNCTION_ARGS)
 				 errdetail("This transaction began it and has not completed or failed it yet."),
 				 errhint("Call idempotency.complete() or idempotency.fail() before beginning it again.")));
 
-	if (!PG_ARGISNULL(1))
+	if (request != NULL)
 	{
-		idem_fingerprint(PG_GETARG_JSONB_P(1), hash);
+		idem_fingerprint(request, hash);
 		has_hash = true;
 	}
 
@@ -318,10 +322,12 @@ idempotency_begin(PG_FUNCTION_ARGS)
 		/* replay: nothing to write, so nothing to keep others out of */
 		if (took_lock)
 			keylock_release(&id);
-		PG_RETURN_DATUM(make_result(fcinfo, "replay",
-									stored.status == 'c' ? "completed" : "failed",
-									stored.response, stored.attempts,
-									stored.created_at));
+		out->outcome = GUARD_REPLAY;
+		out->status = stored.status;
+		out->response = stored.response;
+		out->attempts = stored.attempts;
+		out->created_at = stored.created_at;
+		return;
 	}
 
 	/* a live lease keeps everybody else out; a lapsed one is taken over */
@@ -384,11 +390,31 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	}
 	held_push(&proto);
 
-	if (live)
-		PG_RETURN_DATUM(make_result(fcinfo, "retry", "in_progress",
-									stored.response, proto.attempts,
-									proto.created_at));
-	PG_RETURN_DATUM(make_result(fcinfo, "new", "in_progress", NULL, 1, now));
+	out->outcome = live ? GUARD_RETRY : GUARD_NEW;
+	out->status = 'i';
+	out->response = live ? stored.response : NULL;
+	out->attempts = proto.attempts;
+	out->created_at = proto.created_at;
+}
+
+/* begin(key, request, scope, ttl, lease) -> (outcome, status, response, attempts, created_at) */
+PG_FUNCTION_INFO_V1(idempotency_begin);
+
+Datum
+idempotency_begin(PG_FUNCTION_ARGS)
+{
+	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+	TimestampTz expires_at = idem_expiry(fcinfo, 3, GetCurrentTransactionStartTimestamp());
+	GuardBegin	res;
+	static const char *const outcomes[] = {"new", "retry", "replay"};
+
+	idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
+					 expires_at, PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
+					 &res);
+	PG_RETURN_DATUM(make_result(fcinfo, outcomes[res.outcome],
+								res.status == 'c' ? "completed" :
+								res.status == 'f' ? "failed" : "in_progress",
+								res.response, res.attempts, res.created_at));
 }
 
 /*
@@ -440,16 +466,16 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 }
 
 /*
- * Shared body of complete() and fail().  attemptarg is the position of the
- * attempt argument; a 0.1.0 SQL definition does not pass it (PG_NARGS).
+ * The guard's complete and fail, for SQL's complete()/fail() and for
+ * once(): store payload as the outcome (newstate HELD_COMPLETED or
+ * HELD_FAILED) of key id, which this transaction began or, with
+ * has_attempt, whose lease attempt `attempt` holds.  Raises IK004.
  */
-static void
-finish_key(FunctionCallInfo fcinfo, HeldState newstate, Jsonb *payload,
-		   bool retryable, int attemptarg)
+void
+idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
+				  bool retryable, bool has_attempt, int32 attempt)
 {
-	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
-	bool		has_attempt = PG_NARGS() > attemptarg && !PG_ARGISNULL(attemptarg);
-	int32		attempt = has_attempt ? PG_GETARG_INT32(attemptarg) : 0;
+	KeyId		id = *idp;
 	HeldKey    *held = held_lookup(&id);
 	HeldKey		next;
 	const char *fn = newstate == HELD_COMPLETED ? "complete" : "fail";
@@ -494,8 +520,13 @@ PG_FUNCTION_INFO_V1(idempotency_complete);
 Datum
 idempotency_complete(PG_FUNCTION_ARGS)
 {
-	finish_key(fcinfo, HELD_COMPLETED,
-			   PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1), false, 3);
+	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+
+	/* a 0.1.0 SQL definition does not pass attempt (PG_NARGS) */
+	idem_guard_finish(&id, HELD_COMPLETED,
+					  PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1), false,
+					  PG_NARGS() > 3 && !PG_ARGISNULL(3),
+					  PG_NARGS() > 3 && !PG_ARGISNULL(3) ? PG_GETARG_INT32(3) : 0);
 	PG_RETURN_VOID();
 }
 
@@ -505,12 +536,17 @@ PG_FUNCTION_INFO_V1(idempotency_fail);
 Datum
 idempotency_fail(PG_FUNCTION_ARGS)
 {
+	KeyId		id;
+
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("retryable must not be null")));
-	finish_key(fcinfo, HELD_FAILED,
-			   PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
-			   PG_GETARG_BOOL(3), 4);
+	id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+	idem_guard_finish(&id, HELD_FAILED,
+					  PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
+					  PG_GETARG_BOOL(3),
+					  PG_NARGS() > 4 && !PG_ARGISNULL(4),
+					  PG_NARGS() > 4 && !PG_ARGISNULL(4) ? PG_GETARG_INT32(4) : 0);
 	PG_RETURN_VOID();
 }

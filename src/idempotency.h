@@ -147,6 +147,28 @@ extern int64 purge_expired(Oid owner, int batch_size, TimestampTz now,
 extern void PurgeWorkerRegister(void);
 
 /* guard.c */
+typedef enum GuardOutcome
+{
+	GUARD_NEW,					/* first time: do the work */
+	GUARD_RETRY,				/* an earlier attempt failed retryably or lapsed */
+	GUARD_REPLAY				/* finished: return the stored response */
+} GuardOutcome;
+
+typedef struct GuardBegin
+{
+	GuardOutcome outcome;
+	char		status;			/* 'i'n_progress, 'c'ompleted, 'f'ailed */
+	Jsonb	   *response;		/* stored response (replay, retry), or NULL */
+	int32		attempts;
+	TimestampTz created_at;
+} GuardBegin;
+
+extern void idem_guard_begin(const KeyId *id, Jsonb *request,
+							 TimestampTz expires_at, const Interval *lease,
+							 GuardBegin *out);
+extern void idem_guard_finish(const KeyId *id, HeldState newstate,
+							  Jsonb *payload, bool retryable,
+							  bool has_attempt, int32 attempt);
 extern char *describe_key(const KeyId *id);
 extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
 						const char *what);
