@@ -13,7 +13,8 @@ OBJS = \
 	src/guard.o \
 	src/lifecycle.o \
 	src/worker.o \
-	src/helpers.o
+	src/helpers.o \
+	src/once.o
 
 EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)

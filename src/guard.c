@@ -181,6 +181,25 @@ replayable(const StoredKey *stored, TimestampTz now)
 		(stored->status == 'c' || (stored->status == 'f' && !stored->retryable));
 }
 
+/*
+ * ts as ISO 8601 in UTC, whole seconds rounded up ("2026-11-23T10:00:00Z"),
+ * whatever DateStyle and TimeZone say: IK002's DETAIL is read by programs
+ * (One round trip).
+ */
+static char *
+iso8601_utc(TimestampTz ts)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+
+	if (ts % USECS_PER_SEC != 0)
+		ts += USECS_PER_SEC - ((ts % USECS_PER_SEC) + USECS_PER_SEC) % USECS_PER_SEC;
+	if (timestamp2tm(ts, NULL, &tm, &fsec, NULL, NULL) != 0)
+		return pstrdup("infinity");
+	return psprintf("%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year, tm.tm_mon,
+					tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
 static char *
 hex_prefix(const uint8 *h)
 {
@@ -339,8 +358,9 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 					 errmsg("%s is in progress under a lease", describe_key(&id)),
-					 errdetail("Attempt %d holds it until %s.", stored.attempts,
-							   timestamptz_to_str(stored.locked_until)),
+					 errdetail("Attempt %d holds it until %s; retry after %d seconds.",
+							   stored.attempts, iso8601_utc(stored.locked_until),
+							   (int) ((stored.locked_until - clock + USECS_PER_SEC - 1) / USECS_PER_SEC)),
 					 errhint("Retry after the lease ends (HTTP 409 with Retry-After); the first begin() after that takes the key over.")));
 	}
 

@@ -11,6 +11,7 @@
  *	  keylock.c		 the heavyweight lock that serialises one key
  *	  keystore.c	 SPI access to idempotency.idempotency_key
  *	  guard.c		 SQL-callable begin(), complete(), fail()
+ *	  once.c		 once(), lookup(), http_response(): one round trip
  *
  *-------------------------------------------------------------------------
  */
@@ -175,5 +176,8 @@ extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
 extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
 							   TimestampTz now);
+
+/* once.c */
+extern bool idem_keylock_busy(const KeyId *id);	/* in keylock.c */
 
 #endif							/* IDEMPOTENCY_H */

@@ -66,6 +66,11 @@ holder_pid(const LOCKTAG *tag)
 	return 0;
 }
 
+/*
+ * IK002 for a key another transaction holds.  The client's DETAIL names no
+ * process: behind a connection pooler a backend pid means nothing to the
+ * client (One round trip: the pid goes to the server log only).
+ */
 static void
 report_in_progress(const KeyId *id, const LOCKTAG *tag)
 {
@@ -74,11 +79,11 @@ report_in_progress(const KeyId *id, const LOCKTAG *tag)
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 			 errmsg("%s is in progress in another transaction", describe_key(id)),
-			 pid != 0 ?
-			 errdetail("The transaction of process %d holds it; this request waited %d ms (idempotency.lock_wait).",
-					   pid, idem_lock_wait_ms) :
 			 errdetail("Another transaction holds it; this request waited %d ms (idempotency.lock_wait).",
 					   idem_lock_wait_ms),
+			 pid != 0 ?
+			 errdetail_log("The transaction of process %d holds it; this request waited %d ms (idempotency.lock_wait).",
+						   pid, idem_lock_wait_ms) : 0,
 			 errhint("Retry after the first request has finished (HTTP 409 with Retry-After).")));
 }
 
@@ -175,4 +180,23 @@ keylock_release(const KeyId *id)
 
 	set_tag(&tag, id);
 	LockRelease(&tag, ExclusiveLock, false);
+}
+
+/* ---------------------------------------------------------------------
+ * One round trip (once.c)
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Does another transaction hold the lock of key id now?  Looks at the lock
+ * table without taking or queueing for the lock (for lookup()).
+ */
+bool
+idem_keylock_busy(const KeyId *id)
+{
+	LOCKTAG		tag;
+
+	set_tag(&tag, id);
+	/* a prepared transaction counts too (its holder has no process) */
+	return VirtualTransactionIdIsValid(*GetLockConflicts(&tag, ExclusiveLock, NULL));
 }

@@ -1,0 +1,862 @@
+/*-------------------------------------------------------------------------
+ *
+ * once.c
+ *	  One round trip: idempotency.once(), lookup() and http_response().
+ *
+ * once(key, request, sql, VARIADIC args) is begin() -> the work ->
+ * complete() in one statement, so a client sends a guarded request as
+ * one statement in autocommit:
+ *
+ *	1. validate the key (IK003) and find the work's plan (below); a
+ *	   statement that is not one SELECT/INSERT/UPDATE/DELETE/MERGE is
+ *	   refused here, before anything else happens
+ *	2. idem_guard_begin() (guard.c): wait/IK002, IK001, replay, new, retry
+ *	3. replay: return the stored response; the work does not run and
+ *	   nothing is written
+ *	4. new/retry: run the work with SPI as the caller (this function is
+ *	   SECURITY INVOKER and never switches user: the caller's privileges,
+ *	   row-level security and search_path apply), turn its rows into the
+ *	   response, idem_guard_finish() stores it.  An error in the work
+ *	   aborts the statement, so nothing is stored and the key stays free.
+ *
+ * The response: a row's value is its only column when that column is json
+ * or jsonb (so the work can return an http_response() as it is), else the
+ * row as a jsonb object; one row gives its value, several rows an array of
+ * their values, no row (or a statement without RETURNING) null.
+ *
+ * Arguments.  A driver sends most bind parameters untyped (node-postgres
+ * all of them, psycopg strings, JDBC setString as varchar).  Untyped
+ * parameters cannot be passed to VARIADIC "any" (PostgreSQL cannot decide
+ * their type), so once() has two forms: VARIADIC text[] for untyped and
+ * text arguments, VARIADIC "any" for typed ones.  In both, an argument of
+ * type text, varchar or unknown is a string whose type the statement
+ * decides, the way the server decides the type of an untyped bind
+ * parameter: the statement is parse-analysed with variable parameter
+ * types (the typed arguments keep theirs), $n left undecided become text,
+ * and the string goes through the decided type's input function.
+ *
+ * Plans: each (statement text, argument types) is prepared once per
+ * backend with SPI and kept, in a cache of at most ONCE_PLAN_CACHE_SIZE
+ * plans (least recently used goes first, with SPI_freeplan).  A plan that
+ * SPI_plan_is_valid() says is stale (say, a column changed type) is freed
+ * and prepared again, so the parameter types are decided afresh.  The
+ * plan cache re-analyses a kept plan when search_path or the role changes.
+ *
+ * lookup(key, scope) reads the caller's own key row with SPI, as the
+ * caller (row-level security), without taking the key lock and without
+ * writing; works on a hot standby.  A key that another transaction is
+ * working on in single-transaction mode has no row yet: it is reported
+ * from the lock table (keylock.c: idem_keylock_busy()).
+ *
+ * Locking: once() holds the key lock from begin to the end of the
+ * transaction, like begin(); lookup() takes none.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "common/base64.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/ilist.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/analyze.h"
+#include "tcop/tcopprot.h"
+#include "tcop/utility.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+#define ONCE_PLAN_CACHE_SIZE 64
+
+/* ---------------------------------------------------------------------
+ * Local state
+ * ---------------------------------------------------------------------
+ */
+
+/* One kept plan of the work, per (statement text, argument types). */
+typedef struct OncePlan
+{
+	uint64		hash;			/* hash key: statement text and argument types */
+	dlist_node	lru;			/* in plan_lru, most recently used first */
+	char	   *sql;			/* the rest lives in plan_cxt */
+	int			nargs;
+	Oid		   *argtypes;		/* as given */
+	Oid		   *paramtypes;		/* as the statement decided them */
+	bool	   *untyped;		/* string argument converted to paramtypes[i] */
+	FmgrInfo   *infuncs;		/* input functions of untyped arguments */
+	Oid		   *ioparams;
+	SPIPlanPtr	plan;
+} OncePlan;
+
+static HTAB *plan_cache = NULL;
+static dlist_head plan_lru = DLIST_STATIC_INIT(plan_lru);
+static int	plan_count = 0;
+static MemoryContext plan_cxt = NULL;
+
+/* to_jsonb(record), called with a FuncExpr that tells it the argument type */
+static FmgrInfo to_jsonb_finfo;
+static bool to_jsonb_ready = false;
+
+/* lookup()'s statement, kept */
+static SPIPlanPtr lookup_plan = NULL;
+
+static const char *const outcome_names[] = {"new", "retry", "replay"};
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The identity of key argument keyarg with scope scope, validated by the
+ * guard's own rules (IK003): idem_keyid() reads its arguments from an
+ * fcinfo, so it gets one holding the key and the scope.
+ */
+static KeyId
+keyid_of(FunctionCallInfo fcinfo, int keyarg, const char *scope)
+{
+	LOCAL_FCINFO(kfc, 2);
+
+	InitFunctionCallInfoData(*kfc, NULL, 2, InvalidOid, NULL, NULL);
+	kfc->args[0] = fcinfo->args[keyarg];
+	kfc->args[1].value = CStringGetTextDatum(scope);
+	kfc->args[1].isnull = false;
+	return idem_keyid(kfc, 0, 1, "idempotency key");
+}
+
+/* a row descriptor of the function's named result type, kept in fn_extra */
+static TupleDesc
+result_desc(FunctionCallInfo fcinfo)
+{
+	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
+
+	if (tupdesc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		TupleDesc	td;
+
+		if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		tupdesc = BlessTupleDesc(CreateTupleDescCopy(td));
+		fcinfo->flinfo->fn_extra = tupdesc;
+		MemoryContextSwitchTo(old);
+	}
+	return tupdesc;
+}
+
+/* a string argument: its type is decided by the statement */
+static bool
+is_string_type(Oid type)
+{
+	return type == TEXTOID || type == VARCHAROID || type == UNKNOWNOID;
+}
+
+static uint64
+plan_hash(const char *sql, int nargs, const Oid *argtypes)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) sql, strlen(sql),
+										(uint64) nargs);
+
+	if (nargs > 0)
+		h = hash_bytes_extended((const unsigned char *) argtypes,
+								nargs * sizeof(Oid), h);
+	return h;
+}
+
+static void
+plan_free(OncePlan *p)
+{
+	bool		found;
+
+	dlist_delete(&p->lru);
+	if (p->plan)
+		SPI_freeplan(p->plan);
+	pfree(p->sql);
+	if (p->nargs > 0)
+	{
+		pfree(p->argtypes);
+		pfree(p->paramtypes);
+		pfree(p->untyped);
+		pfree(p->infuncs);
+		pfree(p->ioparams);
+	}
+	plan_count--;
+	hash_search(plan_cache, &p->hash, HASH_REMOVE, &found);
+}
+
+/*
+ * Refuse anything but one SELECT, INSERT, UPDATE, DELETE or MERGE (42601
+ * for several statements, 0A000 for another kind), and decide the types
+ * of the string arguments: *paramtypes gets nargs types.
+ */
+static void
+analyse_work(const char *sql, int nargs, const Oid *argtypes, Oid *paramtypes)
+{
+	List	   *raw = pg_parse_query(sql);
+	RawStmt    *rs;
+	Oid		   *types;
+	int			ntypes = nargs;
+	Query	   *query;
+	NodeTag		tag;
+
+	if (list_length(raw) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("idempotency.once() runs exactly one SQL statement"),
+				 errdetail("The statement text holds %d statements.", list_length(raw)),
+				 errhint("Put several writes into one statement with a WITH clause, or call a function.")));
+	rs = linitial_node(RawStmt, raw);
+	tag = nodeTag(rs->stmt);
+	if (tag != T_SelectStmt && tag != T_InsertStmt && tag != T_UpdateStmt &&
+		tag != T_DeleteStmt
+#if PG_VERSION_NUM >= 150000
+		&& tag != T_MergeStmt
+#endif
+		)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idempotency.once() cannot run %s", CreateCommandName(rs->stmt)),
+				 errdetail("The work must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement."),
+				 errhint("Call a function or procedure from a SELECT for other work.")));
+
+	types = palloc0(sizeof(Oid) * Max(nargs, 1));
+	for (int i = 0; i < nargs; i++)
+		types[i] = is_string_type(argtypes[i]) ? InvalidOid : argtypes[i];
+	query = parse_analyze_varparams(rs, sql, &types, &ntypes, NULL);
+	if (query->utilityStmt != NULL || query->commandType == CMD_UTILITY)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idempotency.once() cannot run %s", CreateCommandName(rs->stmt)),
+				 errdetail("The work must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement.")));
+	if (ntypes > nargs)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_PARAMETER),
+				 errmsg("the statement of idempotency.once() uses $%d, but %d argument%s given",
+						ntypes, nargs, nargs == 1 ? " was" : "s were")));
+	for (int i = 0; i < nargs; i++)
+		paramtypes[i] = (types[i] == InvalidOid || types[i] == UNKNOWNOID) ?
+			TEXTOID : types[i];
+}
+
+/*
+ * The kept plan of sql with these argument types: from the cache, or
+ * analysed and prepared now (connecting to SPI for it).
+ */
+static OncePlan *
+plan_for(const char *sql, int nargs, const Oid *argtypes)
+{
+	uint64		hash = plan_hash(sql, nargs, argtypes);
+	OncePlan   *p;
+	bool		found;
+	Oid		   *paramtypes;
+	SPIPlanPtr	plan;
+	MemoryContext old;
+
+	if (plan_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		plan_cxt = AllocSetContextCreate(CacheMemoryContext,
+										 "idempotency once() plans",
+										 ALLOCSET_SMALL_SIZES);
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(OncePlan);
+		ctl.hcxt = plan_cxt;
+		plan_cache = hash_create("idempotency once() plans", ONCE_PLAN_CACHE_SIZE,
+								 &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+
+	p = hash_search(plan_cache, &hash, HASH_FIND, NULL);
+	if (p != NULL)
+	{
+		if (p->nargs == nargs && strcmp(p->sql, sql) == 0 &&
+			(nargs == 0 || memcmp(p->argtypes, argtypes, sizeof(Oid) * nargs) == 0) &&
+			SPI_plan_is_valid(p->plan))
+		{
+			dlist_move_head(&plan_lru, &p->lru);
+			return p;
+		}
+		plan_free(p);			/* stale, or another text with the same hash */
+	}
+
+	/* decide the types and prepare: errors here leave the cache as it was */
+	paramtypes = palloc(sizeof(Oid) * Max(nargs, 1));
+	analyse_work(sql, nargs, argtypes, paramtypes);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(sql, nargs, paramtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	SPI_finish();
+
+	/* evict the least recently used plan when full */
+	if (plan_count >= ONCE_PLAN_CACHE_SIZE)
+		plan_free(dlist_container(OncePlan, lru, dlist_tail_node(&plan_lru)));
+
+	p = hash_search(plan_cache, &hash, HASH_ENTER, &found);
+	old = MemoryContextSwitchTo(plan_cxt);
+	p->hash = hash;
+	p->sql = pstrdup(sql);
+	p->nargs = nargs;
+	p->plan = plan;
+	if (nargs > 0)
+	{
+		p->argtypes = palloc(sizeof(Oid) * nargs);
+		memcpy(p->argtypes, argtypes, sizeof(Oid) * nargs);
+		p->paramtypes = palloc(sizeof(Oid) * nargs);
+		memcpy(p->paramtypes, paramtypes, sizeof(Oid) * nargs);
+		p->untyped = palloc0(sizeof(bool) * nargs);
+		p->infuncs = palloc0(sizeof(FmgrInfo) * nargs);
+		p->ioparams = palloc0(sizeof(Oid) * nargs);
+		for (int i = 0; i < nargs; i++)
+		{
+			Oid			infunc;
+
+			if (!is_string_type(argtypes[i]))
+				continue;
+			p->untyped[i] = true;
+			getTypeInputInfo(paramtypes[i], &infunc, &p->ioparams[i]);
+			fmgr_info_cxt(infunc, &p->infuncs[i], plan_cxt);
+		}
+	}
+	MemoryContextSwitchTo(old);
+	dlist_push_head(&plan_lru, &p->lru);
+	plan_count++;
+	pfree(paramtypes);
+	return p;
+}
+
+/* the jsonb value of row `row` of SPI's result (see the file comment) */
+static Jsonb *
+row_value(SPITupleTable *tt, uint64 row)
+{
+	TupleDesc	td = tt->tupdesc;
+	HeapTuple	tup = tt->vals[row];
+	int			only = -1;
+	int			live = 0;
+
+	for (int i = 0; i < td->natts; i++)
+		if (!TupleDescAttr(td, i)->attisdropped)
+		{
+			only = i;
+			live++;
+		}
+	if (live == 1)
+	{
+		Oid			type = TupleDescAttr(td, only)->atttypid;
+		bool		isnull;
+		Datum		d;
+
+		if (type == JSONBOID || type == JSONOID)
+		{
+			d = heap_getattr(tup, only + 1, td, &isnull);
+			if (isnull)
+				return NULL;
+			if (type == JSONBOID)
+				return DatumGetJsonbPCopy(d);
+			return DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+													  CStringGetDatum(TextDatumGetCString(d))));
+		}
+	}
+
+	if (!to_jsonb_ready)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		fmgr_info(F_TO_JSONB, &to_jsonb_finfo);
+		to_jsonb_finfo.fn_expr = (Node *)
+			makeFuncExpr(F_TO_JSONB, JSONBOID,
+						 list_make1(makeNullConst(RECORDOID, -1, InvalidOid)),
+						 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+		MemoryContextSwitchTo(old);
+		to_jsonb_ready = true;
+	}
+	return DatumGetJsonbP(FunctionCall1(&to_jsonb_finfo,
+										heap_copy_tuple_as_datum(tup, td)));
+}
+
+/* the response of the work's result (see the file comment), or NULL */
+static Jsonb *
+result_response(SPITupleTable *tt, uint64 nrows)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue *res = NULL;
+
+	if (tt == NULL || nrows == 0)
+		return NULL;
+	BlessTupleDesc(tt->tupdesc);
+	if (nrows == 1)
+		return row_value(tt, 0);
+
+	pushJsonbValue(&state, WJB_BEGIN_ARRAY, NULL);
+	for (uint64 r = 0; r < nrows; r++)
+	{
+		Jsonb	   *v = row_value(tt, r);
+		JsonbValue	jv;
+
+		if (v == NULL)
+		{
+			jv.type = jbvNull;
+			pushJsonbValue(&state, WJB_ELEM, &jv);
+			continue;
+		}
+		jv.type = jbvBinary;
+		jv.val.binary.data = &v->root;
+		jv.val.binary.len = VARSIZE(v) - VARHDRSZ;
+		pushJsonbValue(&state, WJB_ELEM, &jv);
+	}
+	res = pushJsonbValue(&state, WJB_END_ARRAY, NULL);
+	return JsonbValueToJsonb(res);
+}
+
+/*
+ * The common part of both once() forms: arguments 0..2 are key, request
+ * and sql; the work's nargs arguments are in values/nulls/types.
+ */
+static Datum
+once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
+		 Oid *types)
+{
+	KeyId		id;
+	char	   *sql;
+	OncePlan   *p;
+	GuardBegin	g;
+	Datum		result[2];
+	bool		rnulls[2] = {false, false};
+	Jsonb	   *response;
+	TimestampTz expires_at;
+	MemoryContext caller_cxt = CurrentMemoryContext;
+
+	id = keyid_of(fcinfo, 0, "");
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("the statement of idempotency.once() must not be null")));
+	sql = text_to_cstring(PG_GETARG_TEXT_PP(2));
+
+	/* the work is checked and prepared before anything else happens */
+	p = plan_for(sql, nargs, types);
+
+	expires_at = GetCurrentTransactionStartTimestamp() +
+		(TimestampTz) idem_default_ttl_s * USECS_PER_SEC;
+	idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
+					 expires_at, NULL, &g);
+
+	if (g.outcome == GUARD_REPLAY)
+		response = g.response;
+	else
+	{
+		Datum	   *pvalues = palloc(sizeof(Datum) * Max(nargs, 1));
+		char	   *pnulls = palloc(Max(nargs, 1));
+		int			rc;
+
+		for (int i = 0; i < nargs; i++)
+		{
+			pnulls[i] = nulls[i] ? 'n' : ' ';
+			if (nulls[i])
+				pvalues[i] = (Datum) 0;
+			else if (p->untyped[i])
+			{
+				char	   *s = types[i] == UNKNOWNOID ? DatumGetCString(values[i]) :
+					TextDatumGetCString(values[i]);
+
+				pvalues[i] = InputFunctionCall(&p->infuncs[i], s, p->ioparams[i], -1);
+			}
+			else
+				pvalues[i] = values[i];
+		}
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		rc = SPI_execute_plan(p->plan, pvalues, pnulls, false, 0);
+		if (rc < 0)
+			elog(ERROR, "the statement of idempotency.once() failed: %s",
+				 SPI_result_code_string(rc));
+		{
+			MemoryContext spi_cxt = MemoryContextSwitchTo(caller_cxt);
+
+			response = result_response(SPI_tuptable, SPI_processed);
+			MemoryContextSwitchTo(spi_cxt);
+		}
+		SPI_finish();
+		idem_guard_finish(&id, HELD_COMPLETED, response, false, false, 0);
+	}
+
+	result[0] = CStringGetTextDatum(outcome_names[g.outcome]);
+	if (response)
+		result[1] = JsonbPGetDatum(response);
+	else
+		rnulls[1] = true;
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(result_desc(fcinfo),
+													  result, rnulls)));
+}
+
+/* ceil of (until - now) in whole seconds, at least 0 */
+static int32
+seconds_until(TimestampTz until, TimestampTz now)
+{
+	int64		us = until - now;
+
+	if (us <= 0)
+		return 0;
+	return (int32) Min((us + USECS_PER_SEC - 1) / USECS_PER_SEC, PG_INT32_MAX);
+}
+
+/* ---------------------------------------------------------------------
+ * SQL-callable functions
+ * ---------------------------------------------------------------------
+ */
+
+/* once(key, request, sql, VARIADIC args text[]) -> (outcome, response) */
+PG_FUNCTION_INFO_V1(idempotency_once_text);
+
+Datum
+idempotency_once_text(PG_FUNCTION_ARGS)
+{
+	int			nargs = 0;
+	Datum	   *values = NULL;
+	bool	   *nulls = NULL;
+	Oid		   *types;
+
+	if (!PG_ARGISNULL(3))
+	{
+		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(3);
+
+		if (ARR_NDIM(arr) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("the arguments of idempotency.once() must be a one-dimensional array")));
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT,
+						  &values, &nulls, &nargs);
+	}
+	types = palloc(sizeof(Oid) * Max(nargs, 1));
+	for (int i = 0; i < nargs; i++)
+		types[i] = TEXTOID;
+	return once_run(fcinfo, nargs, values, nulls, types);
+}
+
+/* once(key, request, sql, VARIADIC args "any") -> (outcome, response) */
+PG_FUNCTION_INFO_V1(idempotency_once_any);
+
+Datum
+idempotency_once_any(PG_FUNCTION_ARGS)
+{
+	int			nargs;
+	Datum	   *values;
+	bool	   *nulls;
+	Oid		   *types;
+
+	if (get_fn_expr_variadic(fcinfo->flinfo))
+	{
+		/* once(..., VARIADIC array): the elements are the arguments */
+		Oid			elemtype;
+		int16		typlen;
+		bool		typbyval;
+		char		typalign;
+
+		nargs = 0;
+		values = NULL;
+		nulls = NULL;
+		if (PG_ARGISNULL(3))
+			elemtype = TEXTOID;
+		else
+		{
+			ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(3);
+
+			elemtype = ARR_ELEMTYPE(arr);
+			if (ARR_NDIM(arr) > 1)
+				ereport(ERROR,
+						(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+						 errmsg("the arguments of idempotency.once() must be a one-dimensional array")));
+			get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+			deconstruct_array(arr, elemtype, typlen, typbyval, typalign,
+							  &values, &nulls, &nargs);
+		}
+		types = palloc(sizeof(Oid) * Max(nargs, 1));
+		for (int i = 0; i < nargs; i++)
+			types[i] = elemtype;
+	}
+	else
+	{
+		nargs = PG_NARGS() - 3;
+		values = palloc(sizeof(Datum) * Max(nargs, 1));
+		nulls = palloc(sizeof(bool) * Max(nargs, 1));
+		types = palloc(sizeof(Oid) * Max(nargs, 1));
+		for (int i = 0; i < nargs; i++)
+		{
+			types[i] = get_fn_expr_argtype(fcinfo->flinfo, i + 3);
+			if (!OidIsValid(types[i]))
+				elog(ERROR, "could not determine the type of argument %d", i + 4);
+			values[i] = PG_GETARG_DATUM(i + 3);
+			nulls[i] = PG_ARGISNULL(i + 3);
+		}
+	}
+	return once_run(fcinfo, nargs, values, nulls, types);
+}
+
+/*
+ * lookup(key, scope) -> at most one row (status, attempts, created_at,
+ * updated_at, expires_at, locked_until, retry_after) of the caller's key
+ */
+PG_FUNCTION_INFO_V1(idempotency_lookup);
+
+Datum
+idempotency_lookup(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	KeyId		id;
+	Datum		args[3];
+	Datum		out[7];
+	bool		onulls[7] = {false, false, false, false, false, false, false};
+	bool		have_row = false;
+	bool		finished = false;
+	TimestampTz now = GetCurrentTimestamp();
+	int			rc;
+	static Oid	argtypes[3] = {TEXTOID, TEXTOID, REGROLEOID};
+
+	InitMaterializedSRF(fcinfo, 0);
+	{
+		char	   *scope;
+
+		if (PG_ARGISNULL(1))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+					 errmsg("idempotency scope must not be null"),
+					 errhint("Use '' (the default) for no scope.")));
+		scope = text_to_cstring(PG_GETARG_TEXT_PP(1));
+		id = keyid_of(fcinfo, 0, scope);
+	}
+
+	args[0] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
+	args[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
+	args[2] = ObjectIdGetDatum(id.owner);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (lookup_plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(
+									   "SELECT k.status, k.attempts, k.created_at, k.updated_at,"
+									   "       k.expires_at, k.locked_until, k.retryable"
+									   "  FROM idempotency.idempotency_key AS k"
+									   " WHERE k.key OPERATOR(pg_catalog.=) $1"
+									   "   AND k.scope OPERATOR(pg_catalog.=) $2"
+									   "   AND k.owner OPERATOR(pg_catalog.=) $3"
+									   "   AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()",
+									   3, argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		lookup_plan = plan;
+	}
+	rc = SPI_execute_plan(lookup_plan, args, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "idempotency lookup failed: %s", SPI_result_code_string(rc));
+
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		MemoryContext spi_cxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+		bool		isnull;
+		char	   *status;
+		bool		retryable;
+
+		have_row = true;
+		for (int i = 0; i < 6; i++)
+		{
+			out[i] = SPI_getbinval(tup, td, i + 1, &onulls[i]);
+			if (!onulls[i] && i == 0)
+				out[i] = PointerGetDatum(DatumGetTextPCopy(out[i]));
+		}
+		status = TextDatumGetCString(out[0]);
+		retryable = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull)) && !isnull;
+		MemoryContextSwitchTo(spi_cxt);
+
+		if (strcmp(status, "completed") == 0 ||
+			(strcmp(status, "failed") == 0 && !retryable))
+		{
+			finished = true;
+			onulls[6] = true;
+		}
+		else if (strcmp(status, "in_progress") == 0 && !onulls[5])
+			out[6] = Int32GetDatum(seconds_until(DatumGetTimestampTz(out[5]), now));
+		else
+			out[6] = Int32GetDatum(0);
+	}
+	SPI_finish();
+
+	/*
+	 * Not finished: is another transaction working on it now?  In single-
+	 * transaction mode that is the only trace of it (no row until commit).
+	 */
+	if (!finished && idem_keylock_busy(&id))
+	{
+		if (!have_row)
+			for (int i = 1; i < 6; i++)
+				onulls[i] = true;
+		have_row = true;
+		out[0] = CStringGetTextDatum("in_progress");
+		out[6] = Int32GetDatum(Max(1, onulls[5] ? 1 :
+								   seconds_until(DatumGetTimestampTz(out[5]), now)));
+		onulls[6] = false;
+	}
+
+	if (have_row)
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, onulls);
+	return (Datum) 0;
+}
+
+/*
+ * http_response(status, body, headers) -> {"status": ..., "headers": {...},
+ * "body": "..."}, the convention for replaying an HTTP response byte for
+ * byte; the bytea form writes "body_base64" when the body is not valid in
+ * the database encoding or holds a NUL byte.
+ */
+static Datum
+http_response(FunctionCallInfo fcinfo, bool body_is_bytea)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue	k,
+				v;
+	JsonbValue *res;
+	int32		status;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("HTTP status must not be null")));
+	status = PG_GETARG_INT32(0);
+	if (status < 100 || status > 599)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("HTTP status %d is out of range", status),
+				 errdetail("An HTTP status is between 100 and 599.")));
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+
+	k.type = jbvString;
+	k.val.string.val = "status";
+	k.val.string.len = 6;
+	pushJsonbValue(&state, WJB_KEY, &k);
+	v.type = jbvNumeric;
+	v.val.numeric = DatumGetNumeric(DirectFunctionCall1(int4_numeric, Int32GetDatum(status)));
+	pushJsonbValue(&state, WJB_VALUE, &v);
+
+	k.val.string.val = "headers";
+	k.val.string.len = 7;
+	pushJsonbValue(&state, WJB_KEY, &k);
+	if (PG_ARGISNULL(2))
+	{
+		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	}
+	else
+	{
+		Jsonb	   *headers = PG_GETARG_JSONB_P(2);
+		JsonbIterator *it;
+		JsonbIteratorToken tok;
+		JsonbValue	hv;
+
+		if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("HTTP headers must be a JSON object"),
+					 errdetail("Give them as {\"Header-Name\": \"value\", ...}.")));
+		it = JsonbIteratorInit(&headers->root);
+		while ((tok = JsonbIteratorNext(&it, &hv, true)) != WJB_DONE)
+		{
+			if (tok == WJB_VALUE && hv.type != jbvString)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("HTTP header values must be JSON strings"),
+						 errdetail("A value of type %s was given.",
+								   hv.type == jbvNumeric ? "number" :
+								   hv.type == jbvBool ? "boolean" :
+								   hv.type == jbvNull ? "null" : "object or array")));
+			pushJsonbValue(&state, tok, tok < WJB_BEGIN_ARRAY ? &hv : NULL);
+		}
+	}
+
+	if (!PG_ARGISNULL(1))
+	{
+		bool		as_text = true;
+		const char *data;
+		int			len;
+
+		if (body_is_bytea)
+		{
+			bytea	   *b = PG_GETARG_BYTEA_PP(1);
+
+			data = VARDATA_ANY(b);
+			len = VARSIZE_ANY_EXHDR(b);
+			as_text = memchr(data, '\0', len) == NULL &&
+				pg_verifymbstr(data, len, true);
+		}
+		else
+		{
+			text	   *t = PG_GETARG_TEXT_PP(1);
+
+			data = VARDATA_ANY(t);
+			len = VARSIZE_ANY_EXHDR(t);
+		}
+		k.val.string.val = as_text ? "body" : "body_base64";
+		k.val.string.len = strlen(k.val.string.val);
+		pushJsonbValue(&state, WJB_KEY, &k);
+		v.type = jbvString;
+		if (as_text)
+		{
+			v.val.string.val = (char *) data;
+			v.val.string.len = len;
+		}
+		else
+		{
+			int			enclen = pg_b64_enc_len(len);
+			char	   *enc = palloc(enclen + 1);
+
+			enclen = pg_b64_encode(data, len, enc, enclen);
+			if (enclen < 0)
+				elog(ERROR, "base64 encoding failed");
+			v.val.string.val = enc;
+			v.val.string.len = enclen;
+		}
+		pushJsonbValue(&state, WJB_VALUE, &v);
+	}
+	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	PG_RETURN_JSONB_P(JsonbValueToJsonb(res));
+}
+
+/* http_response(status int, body text, headers jsonb) -> jsonb */
+PG_FUNCTION_INFO_V1(idempotency_http_response);
+
+Datum
+idempotency_http_response(PG_FUNCTION_ARGS)
+{
+	return http_response(fcinfo, false);
+}
+
+/* http_response(status int, body bytea, headers jsonb) -> jsonb */
+PG_FUNCTION_INFO_V1(idempotency_http_response_bytea);
+
+Datum
+idempotency_http_response_bytea(PG_FUNCTION_ARGS)
+{
+	return http_response(fcinfo, true);
+}
