@@ -198,6 +198,22 @@ plan_free(OncePlan *p)
 	hash_search(plan_cache, &p->hash, HASH_REMOVE, &found);
 }
 
+/* errors in the work's text point into that text, as SPI's do */
+static void
+work_error_callback(void *arg)
+{
+	int			pos = geterrposition();
+
+	if (pos > 0)
+	{
+		errposition(0);
+		internalerrposition(pos);
+		internalerrquery((const char *) arg);
+	}
+	else
+		errcontext("statement of idempotency.once(): \"%s\"", (const char *) arg);
+}
+
 /*
  * Refuse anything but one SELECT, INSERT, UPDATE, DELETE or MERGE (42601
  * for several statements, 0A000 for another kind), and decide the types
@@ -206,12 +222,20 @@ plan_free(OncePlan *p)
 static void
 analyse_work(const char *sql, int nargs, const Oid *argtypes, Oid *paramtypes)
 {
-	List	   *raw = pg_parse_query(sql);
+	List	   *raw;
 	RawStmt    *rs;
 	Oid		   *types;
 	int			ntypes = nargs;
 	Query	   *query;
 	NodeTag		tag;
+	ErrorContextCallback errcb;
+
+	errcb.callback = work_error_callback;
+	errcb.arg = (void *) sql;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	raw = pg_parse_query(sql);
 
 	if (list_length(raw) != 1)
 		ereport(ERROR,
@@ -240,7 +264,8 @@ analyse_work(const char *sql, int nargs, const Oid *argtypes, Oid *paramtypes)
 	if (query->utilityStmt != NULL || query->commandType == CMD_UTILITY)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("idempotency.once() cannot run %s", CreateCommandName(rs->stmt)),
+				 errmsg("idempotency.once() cannot run %s",
+						CreateCommandName(query->utilityStmt ? query->utilityStmt : rs->stmt)),
 				 errdetail("The work must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement.")));
 	if (ntypes > nargs)
 		ereport(ERROR,
@@ -250,6 +275,7 @@ analyse_work(const char *sql, int nargs, const Oid *argtypes, Oid *paramtypes)
 	for (int i = 0; i < nargs; i++)
 		paramtypes[i] = (types[i] == InvalidOid || types[i] == UNKNOWNOID) ?
 			TEXTOID : types[i];
+	error_context_stack = errcb.previous;
 }
 
 /*

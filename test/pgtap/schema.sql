@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(80);
+SELECT plan(91);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -79,7 +79,8 @@ SELECT schema_privs_are('idempotency', 'public', ARRAY['USAGE'], 'PUBLIC may use
 -- functions and their signatures
 SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerprint', 'purge',
                                         'issue_token', 'consume_token', 'first_seen',
-                                        'create_machine', 'transition', 'update_versioned', 'insert_once']);
+                                        'create_machine', 'transition', 'update_versioned', 'insert_once',
+                                        'once', 'lookup', 'http_response']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');
@@ -131,7 +132,7 @@ SELECT is_strict('idempotency', 'purge', ARRAY['integer']);
 SELECT isnt_strict('idempotency', 'consume_token', ARRAY['uuid', 'text'],
                    'consume_token() is not strict: a NULL scope is an error');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace
-             AND proname <> 'fingerprint' AND proparallel <> 'u'),
+             AND proname NOT IN ('fingerprint', 'http_response') AND proparallel <> 'u'),
           0, 'functions that lock and write are PARALLEL UNSAFE');
 SELECT is((SELECT count(*)::int FROM pg_proc p
              WHERE pronamespace = 'idempotency'::regnamespace
@@ -141,6 +142,23 @@ SELECT function_privs_are('idempotency', 'begin', ARRAY['text', 'jsonb', 'text',
                           'public', ARRAY['EXECUTE'], 'PUBLIC may call begin()');
 SELECT function_privs_are('idempotency', 'fingerprint', ARRAY['jsonb'], 'public', ARRAY['EXECUTE'],
                           'PUBLIC may call fingerprint()');
+
+-- one round trip
+SELECT has_function('idempotency', 'once', ARRAY['text', 'jsonb', 'text', 'text[]']);
+SELECT has_function('idempotency', 'once', ARRAY['text', 'jsonb', 'text', '"any"']);
+SELECT function_returns('idempotency', 'once', ARRAY['text', 'jsonb', 'text', 'text[]'], 'idempotency.once_result');
+SELECT is((SELECT pg_get_function_arguments('idempotency.once(text,jsonb,text,text[])'::regprocedure)),
+          'key text, request jsonb, sql text, VARIADIC args text[] DEFAULT ''{}''::text[]',
+          'once() arguments: untyped arguments go to VARIADIC text[], which may be empty');
+SELECT has_composite('idempotency', 'once_result', 'once() returns (outcome, response)');
+SELECT function_returns('idempotency', 'lookup', ARRAY['text', 'text'], 'setof idempotency.lookup_result');
+SELECT is((SELECT prorows FROM pg_proc WHERE oid = 'idempotency.lookup(text,text)'::regprocedure),
+          1::real, 'lookup() returns at most one row');
+SELECT function_returns('idempotency', 'http_response', ARRAY['integer', 'text', 'jsonb'], 'jsonb');
+SELECT function_returns('idempotency', 'http_response', ARRAY['integer', 'bytea', 'jsonb'], 'jsonb');
+SELECT volatility_is('idempotency', 'http_response', ARRAY['integer', 'text', 'jsonb'], 'immutable');
+SELECT isnt_strict('idempotency', 'once', ARRAY['text', 'jsonb', 'text', 'text[]'],
+                   'once() is not strict: a NULL key is IK003');
 
 SELECT * FROM finish();
 ROLLBACK;
