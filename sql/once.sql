@@ -221,8 +221,7 @@ SELECT response FROM idempotency.once('once-74', NULL,
 SELECT once_plans('INSERT INTO once_item VALUES (1, $1) RETURNING size') AS plans;
 
 -- a replay writes nothing: no WAL, no transaction id
-CREATE EXTENSION pg_stat_statements;
-CREATE FUNCTION stmt_wal(q text, OUT wal_records bigint, OUT wal_bytes bigint)
+CREATE FUNCTION once_stmt_wal(q text, OUT wal_records bigint, OUT wal_bytes bigint)
 LANGUAGE plpgsql AS $$
 DECLARE plan jsonb;
 BEGIN
@@ -235,10 +234,10 @@ SELECT outcome FROM idempotency.once('once-80', NULL,
 SELECT outcome FROM idempotency.once('once-80', NULL,
   'INSERT INTO once_payment (amount) VALUES ($1) RETURNING id', '80');  -- hint bits
 CHECKPOINT;
-SELECT * FROM stmt_wal($$SELECT * FROM idempotency.once('once-80', NULL,
+SELECT * FROM once_stmt_wal($$SELECT * FROM idempotency.once('once-80', NULL,
   'INSERT INTO once_payment (amount) VALUES ($1) RETURNING id', '80')$$);
 -- the check can fail: a new key writes
-SELECT wal_records > 0 AS new_key_writes_wal FROM stmt_wal($$SELECT * FROM idempotency.once('once-81', NULL,
+SELECT wal_records > 0 AS new_key_writes_wal FROM once_stmt_wal($$SELECT * FROM idempotency.once('once-81', NULL,
   'INSERT INTO once_payment (amount) VALUES ($1) RETURNING id', '81')$$);
 BEGIN;
 SELECT outcome FROM idempotency.once('once-80', NULL,
@@ -261,4 +260,3 @@ BEGIN
 END $$;
 SELECT min(moved) AS wal_bytes_for_200_replays FROM lsn_try;
 SELECT count(*) AS payments_80 FROM once_payment WHERE amount = 80;
-DROP EXTENSION pg_stat_statements;
