@@ -11,6 +11,10 @@
 # guarded minus bare, guarded minus floor (the guard's own work, beyond the
 # cost of any two statements), replay minus SELECT: what the guard itself
 # costs the server, without the network.
+# One round trip (autocommit, one statement each): bare1 (the insert alone),
+# once (idempotency.once() around it), keyrow1 (the insert plus a plain insert
+# of a key row in one writable CTE), plpgsql1 (the seed pattern as one PL/pgSQL
+# call) and replay1 (once() of a completed key, against select).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . test/cluster.sh
@@ -29,7 +33,11 @@ PREPARE beg(text) AS SELECT outcome FROM idempotency.begin(\$1);
 PREPARE fin(text) AS SELECT idempotency.complete(\$1, '{\"ok\": true}');
 PREPARE sel(text) AS SELECT status, response FROM idempotency.idempotency_key WHERE owner = 'postgres'::regrole AND scope = '' AND key = \$1;
 PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);
-PREPARE one AS SELECT 1;"
+PREPARE one AS SELECT 1;
+PREPARE onc(text) AS SELECT outcome, response FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, 10);
+PREPARE ins1(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10) RETURNING id;
+PREPARE kr1(text) AS WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, 10) RETURNING id) INSERT INTO keyrow (owner, scope, key, status, response, expires_at) SELECT current_user::regrole, '', \$1, 'completed', jsonb_build_object('id', p.id), now() + interval '1 day' FROM p;
+PREPARE pl1(text) AS SELECT pl_once(\$1, 10);"
 
 gen() {	# kind -> the prepares, then N requests (one transaction each)
 	echo "$PREPARES"
@@ -41,6 +49,11 @@ gen() {	# kind -> the prepares, then N requests (one transaction each)
 			floor) echo "BEGIN; EXECUTE one; EXECUTE ins('f$i'); EXECUTE one; COMMIT;" ;;
 			select) echo "EXECUTE sel('replay-$((i % 100000 + 1))');" ;;
 			replay) echo "EXECUTE rep('replay-$((i % 100000 + 1))');" ;;
+			bare1) echo "EXECUTE ins1('b1-$i');" ;;
+			once) echo "EXECUTE onc('o-$i');" ;;
+			keyrow1) echo "EXECUTE kr1('r1-$i');" ;;
+			plpgsql1) echo "EXECUTE pl1('l1-$i');" ;;
+			replay1) echo "EXECUTE onc('replay-$((i % 100000 + 1))');" ;;
 		esac
 	done
 }
@@ -54,12 +67,17 @@ count() {	# kind -> instructions of the whole session
 	awk '/^summary:|^totals:/ { print $2; exit }' "$out"
 }
 empty=$(count empty)
-for k in bare guarded floor select replay; do
+KINDS="bare guarded floor select replay bare1 once keyrow1 plpgsql1 replay1"
+for k in $KINDS; do
 	eval "ins_$k=\$(( ( \$(count $k) - empty ) / N ))"
 done
 printf '%-10s %14s\n' request "instructions"
-for k in bare guarded floor select replay; do eval "printf '%-10s %14d\n' $k \$ins_$k"; done
+for k in $KINDS; do eval "printf '%-10s %14d\n' $k \$ins_$k"; done
 echo "guarded - bare:   $((ins_guarded - ins_bare)) instructions per request"
 echo "guarded - floor:  $((ins_guarded - ins_floor)) instructions per request (beyond two statements that do nothing)"
 echo "replay - select:  $((ins_replay - ins_select)) instructions per request"
+echo "once - bare1:     $((ins_once - ins_bare1)) instructions per request (one statement each)"
+echo "once - keyrow1:   $((ins_once - ins_keyrow1)) instructions per request (beyond storing a key row)"
+echo "plpgsql1 - once:  $((ins_plpgsql1 - ins_once)) instructions per request"
+echo "replay1 - select: $((ins_replay1 - ins_select)) instructions per request"
 echo "($N requests each, postgres --single under callgrind, $(psql --version | awk '{ print $3 }'))"

@@ -44,3 +44,19 @@ SELECT 'postgres', '', 'replay-' || i, 'completed', '{"payment_id": 1, "status":
        now(), now(), now() + interval '7 days'
   FROM generate_series(1, 100000) i;
 VACUUM ANALYZE;
+-- plpgsql1: the seed designs' pattern as one PL/pgSQL call, the best a
+-- careful team writes by hand in one round trip: insert the key ON CONFLICT
+-- DO NOTHING, lock it, do the work unless finished, store the response
+CREATE FUNCTION pl_once(k text, amount int) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE s text; r jsonb; pid bigint;
+BEGIN
+  INSERT INTO naive_key (key, status) VALUES (k, 'in_progress') ON CONFLICT DO NOTHING;
+  SELECT status, response INTO s, r FROM naive_key WHERE key = k FOR UPDATE;
+  IF s = 'completed' THEN
+    RETURN r;
+  END IF;
+  INSERT INTO payment (key, amount) VALUES (k, amount) RETURNING id INTO pid;
+  r := jsonb_build_object('id', pid);
+  UPDATE naive_key SET status = 'completed', response = r WHERE key = k;
+  RETURN r;
+END $$;
