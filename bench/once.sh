@@ -151,7 +151,7 @@ for s in replay1 select once; do
 	(cd "$WORK" && pgbench -n -M prepared -c 4 -j 2 -T "$SECS" -f "$OLDPWD/bench/scripts/$s.sql" >/dev/null 2>&1)
 	psql -qXAt -F ' ' -c "SELECT calls, wal_bytes, wal_records, round(wal_bytes / calls, 2)
 	    FROM pg_stat_statements
-	   WHERE query LIKE '%idempotency.once(%' OR query LIKE '%FROM idempotency.idempotency_key WH%'" >"$WORK/wal.$s"
+	   WHERE query LIKE '%idempotency.once(%' OR query LIKE '%FROM idempotency.idempotency_key%WHERE owner%'" >"$WORK/wal.$s"
 done
 psql -qX -c "ALTER SYSTEM RESET pg_stat_statements.track" -c "SELECT pg_reload_conf()" >/dev/null
 
@@ -213,7 +213,7 @@ SECTION=${ONCE_SECTION:-$WORK/section.md}
 		r=$(med replay1 select "$c")
 		echo "| replay1 ≥ 0.90 × plain SELECT, $(plural "$c") | $r | $(range replay1 select "$c") | $(met "$r" 0.90) |"
 	done
-	echo "| replay1 writes 0 WAL | ${replay_wal:-?} bytes in all over ${replay_calls:-?} calls (plain SELECT: ${select_wal:-?} over ${select_calls:-?}) | | $(awk -v w="${replay_wal:-1}" 'BEGIN { print (w + 0 == 0) ? "met" : "**not met**" }') |"
+	echo "| replay1 writes 0 WAL | ${replay_wal:-?} bytes in ${replay_rec:-?} records over ${replay_calls:-?} calls (plain SELECT: ${select_wal:-?} bytes over ${select_calls:-?}) | | $(awk -v w="${replay_wal:-1}" 'BEGIN { print (w + 0 == 0) ? "met" : "**not met**" }') |"
 	r=$(awk -v a="$(lat "$last_delay" once 3)" -v b="$(lat "$last_delay" bare1 3)" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
 	echo "| once median latency ≤ 1.1 × bare1 at $last_delay ms each way | $r ($(lat "$last_delay" once 3) vs $(lat "$last_delay" bare1 3) ms) | | $(awk -v r="$r" 'BEGIN { print (r == "-") ? "?" : (r + 0 <= 1.1) ? "met" : "**not met**" }') |"
 	echo

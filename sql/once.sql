@@ -210,6 +210,18 @@ SELECT count(*) FROM (SELECT idempotency.once('once-72-' || i, NULL,
 SELECT count(*) AS kept_plans FROM pg_backend_memory_contexts
  WHERE name = 'CachedPlanSource' AND ident ~ '^SELECT \d+ AS n$';
 SELECT once_plans('SELECT 1 AS n') AS oldest_evicted, once_plans('SELECT 70 AS n') AS newest_kept;
+-- a work statement that calls once() with 70 other statements: the cache
+-- evicts others, never the plan that is running
+CREATE FUNCTION once_many() RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..70 LOOP
+    PERFORM idempotency.once('once-75-' || i, NULL, 'SELECT ' || i || ' AS inner_n');
+  END LOOP;
+  RETURN 70;
+END $$;
+SELECT * FROM idempotency.once('once-75', NULL, 'SELECT once_many() AS n');
+SELECT once_plans('SELECT once_many() AS n') AS outer_plan_kept;
+SELECT count(*) AS inner_keys FROM keys() WHERE key LIKE 'once-75-%';
 -- a kept plan follows the table: the column changes type, the string
 -- argument now converts to the new type
 CREATE TABLE once_item (id int, size numeric);

@@ -100,6 +100,8 @@ typedef struct OncePlan
 	FmgrInfo   *infuncs;		/* input functions of untyped arguments */
 	Oid		   *ioparams;
 	SPIPlanPtr	plan;
+	int			busy;			/* executions under way (a work statement
+								 * may call once() again): never freed then */
 } OncePlan;
 
 static HTAB *plan_cache = NULL;
@@ -289,6 +291,8 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 	OncePlan   *p;
 	bool		found;
 	Oid		   *paramtypes;
+	Oid		   *infuncs;
+	Oid		   *ioparams;
 	SPIPlanPtr	plan;
 	MemoryContext old;
 
@@ -309,19 +313,37 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 	p = hash_search(plan_cache, &hash, HASH_FIND, NULL);
 	if (p != NULL)
 	{
-		if (p->nargs == nargs && strcmp(p->sql, sql) == 0 &&
-			(nargs == 0 || memcmp(p->argtypes, argtypes, sizeof(Oid) * nargs) == 0) &&
-			SPI_plan_is_valid(p->plan))
+		bool		same = p->nargs == nargs && strcmp(p->sql, sql) == 0 &&
+			(nargs == 0 || memcmp(p->argtypes, argtypes, sizeof(Oid) * nargs) == 0);
+
+		/*
+		 * A plan in use by an outer once() is used as it is (SPI revalidates
+		 * it); one with another text under the same hash is not cached.
+		 */
+		if (same && (p->busy > 0 || SPI_plan_is_valid(p->plan)))
 		{
 			dlist_move_head(&plan_lru, &p->lru);
 			return p;
 		}
+		if (p->busy > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("idempotency.once() cannot run this statement inside a statement with the same plan cache slot"),
+					 errhint("Call once() with this statement outside the work of the other one.")));
 		plan_free(p);			/* stale, or another text with the same hash */
 	}
 
-	/* decide the types and prepare: errors here leave the cache as it was */
+	/*
+	 * Decide the types, look up their input functions and prepare; errors
+	 * here leave the cache as it was.
+	 */
 	paramtypes = palloc(sizeof(Oid) * Max(nargs, 1));
+	infuncs = palloc0(sizeof(Oid) * Max(nargs, 1));
+	ioparams = palloc0(sizeof(Oid) * Max(nargs, 1));
 	analyse_work(sql, nargs, argtypes, paramtypes);
+	for (int i = 0; i < nargs; i++)
+		if (is_string_type(argtypes[i]))
+			getTypeInputInfo(paramtypes[i], &infuncs[i], &ioparams[i]);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	plan = SPI_prepare(sql, nargs, paramtypes);
@@ -331,9 +353,22 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 		elog(ERROR, "SPI_keepplan failed");
 	SPI_finish();
 
-	/* evict the least recently used plan when full */
+	/* evict the least recently used plan not in use, when full */
 	if (plan_count >= ONCE_PLAN_CACHE_SIZE)
-		plan_free(dlist_container(OncePlan, lru, dlist_tail_node(&plan_lru)));
+	{
+		dlist_iter	it;
+
+		dlist_reverse_foreach(it, &plan_lru)
+		{
+			OncePlan   *old_p = dlist_container(OncePlan, lru, it.cur);
+
+			if (old_p->busy == 0)
+			{
+				plan_free(old_p);
+				break;
+			}
+		}
+	}
 
 	p = hash_search(plan_cache, &hash, HASH_ENTER, &found);
 	old = MemoryContextSwitchTo(plan_cxt);
@@ -341,6 +376,7 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 	p->sql = pstrdup(sql);
 	p->nargs = nargs;
 	p->plan = plan;
+	p->busy = 0;
 	if (nargs > 0)
 	{
 		p->argtypes = palloc(sizeof(Oid) * nargs);
@@ -352,19 +388,19 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 		p->ioparams = palloc0(sizeof(Oid) * nargs);
 		for (int i = 0; i < nargs; i++)
 		{
-			Oid			infunc;
-
 			if (!is_string_type(argtypes[i]))
 				continue;
 			p->untyped[i] = true;
-			getTypeInputInfo(paramtypes[i], &infunc, &p->ioparams[i]);
-			fmgr_info_cxt(infunc, &p->infuncs[i], plan_cxt);
+			p->ioparams[i] = ioparams[i];
+			fmgr_info_cxt(infuncs[i], &p->infuncs[i], plan_cxt);
 		}
 	}
 	MemoryContextSwitchTo(old);
 	dlist_push_head(&plan_lru, &p->lru);
 	plan_count++;
 	pfree(paramtypes);
+	pfree(infuncs);
+	pfree(ioparams);
 	return p;
 }
 
@@ -490,7 +526,8 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	{
 		Datum	   *pvalues = palloc(sizeof(Datum) * Max(nargs, 1));
 		char	   *pnulls = palloc(Max(nargs, 1));
-		int			rc;
+		volatile int rc = 0;
+		OncePlan   *volatile running;
 
 		for (int i = 0; i < nargs; i++)
 		{
@@ -509,7 +546,17 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 		}
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		rc = SPI_execute_plan(p->plan, pvalues, pnulls, false, 0);
+		running = p;
+		running->busy++;
+		PG_TRY();
+		{
+			rc = SPI_execute_plan(running->plan, pvalues, pnulls, false, 0);
+		}
+		PG_FINALLY();
+		{
+			running->busy--;
+		}
+		PG_END_TRY();
 		if (rc < 0)
 			elog(ERROR, "the statement of idempotency.once() failed: %s",
 				 SPI_result_code_string(rc));
