@@ -6,7 +6,9 @@ PG_CONFIG ?= pg_config
 MODULE_big = idempotency
 OBJS = \
 	src/idempotency.o \
+	src/runas.o \
 	src/fingerprint.o \
+	src/keyid.o \
 	src/heldkeys.o \
 	src/keylock.o \
 	src/keystore.o \
@@ -41,7 +43,7 @@ all install installcheck:
 	@echo "PGXS not found: install postgresql-server-dev-15, or run make test / make demo" >&2; exit 1
 endif
 
-$(OBJS): src/idempotency.h
+$(OBJS): src/idempotency.h src/compat.h
 
 .PHONY: test demo
 test:

@@ -452,7 +452,7 @@ idempotency_create_machine(PG_FUNCTION_ARGS)
 	values[3] = BoolGetDatum(superuser());
 
 	SPI_connect();
-	n = keystore_run(&plan_machine_upsert,
+	n = idem_run_as_owner(&plan_machine_upsert,
 					 "INSERT INTO idempotency.state_machine AS m (machine, transitions, owner, updated_at)"
 					 " VALUES ($1, $2, $3, pg_catalog.now())"
 					 " ON CONFLICT (machine) DO UPDATE"
@@ -477,7 +477,7 @@ machine_transitions(const char *machine)
 	bool		isnull;
 
 	values[0] = CStringGetTextDatum(machine);
-	if (keystore_run(&plan_machine_get,
+	if (idem_run_as_owner(&plan_machine_get,
 					 "SELECT m.transitions FROM idempotency.state_machine AS m"
 					 " WHERE m.machine OPERATOR(pg_catalog.=) $1",
 					 1, argtypes, values, NULL, SPI_OK_SELECT) == 0)
@@ -579,8 +579,8 @@ idempotency_transition(PG_FUNCTION_ARGS)
 							"      AND e.value OPERATOR(pg_catalog.?) $2))",
 							t.qualname, state.quoted, type_sql(state.type), where,
 							state.quoted, state.quoted);
-		keystore_prepare(&p->work, work, 3, argtypes);
-		keystore_prepare(&p->probe, psprintf("SELECT t.%s::pg_catalog.text FROM %s AS t WHERE %s",
+		idem_prepare(&p->work, work, 3, argtypes);
+		idem_prepare(&p->probe, psprintf("SELECT t.%s::pg_catalog.text FROM %s AS t WHERE %s",
 										 state.quoted, t.qualname, where),
 								1, argtypes);
 		p->valid = true;
@@ -761,14 +761,14 @@ idempotency_update_versioned(PG_FUNCTION_ARGS)
 			appendStringInfo(&targets, "%s, ", c->quoted);
 			appendStringInfo(&sources, "r.%s, ", c->quoted);
 		}
-		keystore_prepare(&p->work, psprintf("UPDATE %s AS t SET (%s%s) = (SELECT %st.%s OPERATOR(pg_catalog.+) 1"
+		idem_prepare(&p->work, psprintf("UPDATE %s AS t SET (%s%s) = (SELECT %st.%s OPERATOR(pg_catalog.+) 1"
 										"  FROM pg_catalog.jsonb_populate_record(NULL::%s, $3) AS r)"
 										" WHERE %s AND t.%s OPERATOR(pg_catalog.=) $2"
 										" RETURNING t.%s",
 										t.qualname, targets.data, ver.quoted, sources.data,
 										ver.quoted, t.qualname, where, ver.quoted, ver.quoted),
 							   3, argtypes);
-		keystore_prepare(&p->probe, psprintf("SELECT t.%s FROM %s AS t WHERE %s",
+		idem_prepare(&p->probe, psprintf("SELECT t.%s FROM %s AS t WHERE %s",
 										 ver.quoted, t.qualname, where),
 								1, argtypes);
 		p->valid = true;
@@ -939,14 +939,14 @@ idempotency_insert_once(PG_FUNCTION_ARGS)
 			appendStringInfo(&match, "%st.%s %s r.%s", match.len ? " AND " : "",
 							 c->quoted, operator_sql(c->type, TYPECACHE_EQ_OPR), c->quoted);
 		}
-		keystore_prepare(&p->work, psprintf("INSERT INTO %s AS t (%s)"
+		idem_prepare(&p->work, psprintf("INSERT INTO %s AS t (%s)"
 										" SELECT %s FROM pg_catalog.jsonb_populate_record(NULL::%s, $1) AS r"
 										" ON CONFLICT (%s) DO NOTHING"
 										" RETURNING pg_catalog.to_jsonb(t.*)",
 										t.qualname, targets.data, sources.data, t.qualname,
 										conflict.data),
 							   1, argtypes);
-		keystore_prepare(&p->probe, psprintf("SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t,"
+		idem_prepare(&p->probe, psprintf("SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t,"
 										 " pg_catalog.jsonb_populate_record(NULL::%s, $1) AS r"
 										 " WHERE %s",
 										 t.qualname, t.qualname, match.data),

@@ -18,6 +18,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "compat.h"
 #include "idempotency.h"
 
 PG_MODULE_MAGIC;
@@ -86,15 +87,13 @@ _PG_init(void)
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 
-#if PG_VERSION_NUM >= 150000
-	MarkGUCPrefixReserved("idempotency");
-#else
-	EmitWarningsOnPlaceholders("idempotency");
-#endif
+	IDEM_RESERVE_GUC_PREFIX("idempotency");
 
-	HeldKeysInit();
-	KeystoreInit();
+	idem_runas_init();
+	idem_keyid_init();
+	idem_heldkeys_init();
+	idem_keystore_init();
 
 	if (process_shared_preload_libraries_in_progress)
-		PurgeWorkerRegister();
+		idem_purge_worker_register();
 }

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(80);
+SELECT plan(83);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -36,7 +36,14 @@ SELECT is((SELECT count(*)::int FROM pg_constraint
           0, 'no CHECK constraints on the key table (re-read on every insert; the functions guarantee them)');
 
 -- the other tables
-SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine']);
+SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine', 'lock_secret']);
+-- the lock secret: one 16-byte row, nobody but the owner may read it, not dumped
+SELECT is((SELECT count(*)::int FROM idempotency.lock_secret WHERE length(secret) = 16), 1,
+          'lock_secret holds one 16-byte secret');
+SELECT table_privs_are('idempotency', 'lock_secret', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on lock_secret');
+SELECT throws_ok($$INSERT INTO idempotency.lock_secret VALUES ('\x00112233445566778899aabbccddeeff')$$,
+                 '23505', NULL, 'lock_secret holds one row only');
 SELECT columns_are('idempotency', 'state_machine', ARRAY['machine', 'transitions', 'owner', 'updated_at']);
 SELECT table_privs_are('idempotency', 'state_machine', 'public', ARRAY['SELECT'],
                        'PUBLIC may only SELECT state machines');
