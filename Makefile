@@ -24,7 +24,7 @@ DATA = $(wildcard idempotency--*.sql)
 REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle helpers upgrade
+ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 
 PG_CFLAGS = -Wall -Wextra -Werror
