@@ -21,10 +21,10 @@ EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers upgrade
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers hardening partitioned upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace
+ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 
 PG_CFLAGS = -Wall -Wextra -Werror

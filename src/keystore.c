@@ -666,8 +666,13 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 			if (!connected)
 				SPI_connect();
 			connected = true;
-			idem_run_as_owner(&plan_insert, sql_insert, NUM_COLS, col_types,
-							  values, nulls, SPI_OK_INSERT);
+			if (idem_run_as_owner(&plan_insert, sql_insert, NUM_COLS, col_types,
+								  values, nulls, SPI_OK_INSERT) != 1)
+				ereport(ERROR,
+						(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+						 errmsg("%s was not stored in table idempotency.idempotency_key",
+								idem_describe_key(&h->id)),
+						 errdetail("A trigger or rule on the table skipped the row, so a duplicate could not find it.")));
 		}
 	}
 	if (connected)
