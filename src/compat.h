@@ -110,6 +110,18 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
 	ExecInitRangeTable((estate), (rtable))
 #endif
 
+/* the executor's simple-relation insert takes the ResultRelInfo since 14 */
+#if PG_VERSION_NUM >= 140000
+#define IDEM_SIMPLE_INSERT(rri, estate, slot) \
+	ExecSimpleRelationInsert((rri), (estate), (slot))
+#else
+#define IDEM_SIMPLE_INSERT(rri, estate, slot) \
+	do { \
+		(estate)->es_result_relation_info = (rri); \
+		ExecSimpleRelationInsert((estate), (slot)); \
+	} while (0)
+#endif
+
 /* ---------------------------------------------------------------------
  * GUCs: MarkGUCPrefixReserved since 15
  * ---------------------------------------------------------------------

@@ -443,7 +443,7 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 		slot->tts_isnull[store_attnums[i] - 1] = nulls[i] == 'n';
 	}
 	ExecStoreVirtualTuple(slot);
-	ExecSimpleRelationInsert(rri, estate, slot);
+	IDEM_SIMPLE_INSERT(rri, estate, slot);
 
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
