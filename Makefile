@@ -9,11 +9,13 @@ OBJS = \
 	src/runas.o \
 	src/fingerprint.o \
 	src/keyid.o \
+	src/stats.o \
 	src/heldkeys.o \
 	src/keylock.o \
 	src/keystore.o \
 	src/guard.o \
 	src/lifecycle.o \
+	src/ops.o \
 	src/worker.o \
 	src/helpers.o
 
@@ -21,10 +23,10 @@ EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers hardening partitioned upgrade
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers hardening partitioned upgrade stats
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic
+ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 
 PG_CFLAGS = -Wall -Wextra -Werror

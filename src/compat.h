@@ -132,4 +132,43 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
 #define IDEM_RESERVE_GUC_PREFIX(prefix) EmitWarningsOnPlaceholders(prefix)
 #endif
 
+/* ---------------------------------------------------------------------
+ * shared memory of a preloaded library: requested from shmem_request_hook
+ * since 15 (which refuses requests made elsewhere), from _PG_init before.
+ * idem_request_shmem(fn), called from _PG_init, makes fn request it
+ * (RequestAddinShmemSpace, RequestNamedLWLockTranche) at the right time,
+ * chaining any previous hook.
+ * ---------------------------------------------------------------------
+ */
+typedef void (*IdemShmemRequestFn) (void);
+
+#if PG_VERSION_NUM >= 150000
+#include "miscadmin.h"
+
+static IdemShmemRequestFn idem_shmem_request_fn pg_attribute_unused() = NULL;
+static shmem_request_hook_type idem_prev_shmem_request_hook pg_attribute_unused() = NULL;
+
+static inline void
+idem_shmem_request_chain(void)
+{
+	if (idem_prev_shmem_request_hook)
+		idem_prev_shmem_request_hook();
+	idem_shmem_request_fn();
+}
+
+static inline void
+idem_request_shmem(IdemShmemRequestFn fn)
+{
+	idem_shmem_request_fn = fn;
+	idem_prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = idem_shmem_request_chain;
+}
+#else
+static inline void
+idem_request_shmem(IdemShmemRequestFn fn)
+{
+	fn();
+}
+#endif
+
 #endif							/* IDEMPOTENCY_COMPAT_H */

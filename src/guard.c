@@ -164,6 +164,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 
 	held = idem_held_lookup(&id);
 	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
+		idem_stats_count(&id, IDEM_STAT_IK002);
+	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 				 errmsg("%s is already in progress in this transaction", idem_describe_key(&id)),
@@ -210,6 +212,9 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 
 	if (live && has_hash && stored.has_hash &&
 		memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
+		idem_stats_count(&id, IDEM_STAT_IK001);
+	if (live && has_hash && stored.has_hash &&
+		memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_REUSED),
 				 errmsg("%s was already used with a different request", idem_describe_key(&id)),
@@ -222,6 +227,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 		/* replay: nothing to write, so nothing to keep others out of */
 		if (took_lock)
 			idem_keylock_release(&id);
+		idem_stats_count(&id, IDEM_STAT_REPLAY);
 		out->outcome = GUARD_REPLAY;
 		out->status = stored.status;
 		out->response = stored.response;
@@ -235,6 +241,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	{
 		if (clock == 0)
 			clock = GetCurrentTimestamp();
+		if (stored.locked_until > clock)
+			idem_stats_count(&id, IDEM_STAT_IK002);
 		if (stored.locked_until > clock)
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
@@ -306,6 +314,9 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	}
 	idem_held_push(&proto);
 
+	idem_stats_count(&id, live ? IDEM_STAT_RETRY : IDEM_STAT_NEW);
+	if (live && stored.status == 'i' && stored.locked_until != 0)
+		idem_stats_count(&id, IDEM_STAT_TAKEOVER);
 	out->outcome = live ? GUARD_RETRY : GUARD_NEW;
 	out->status = 'i';
 	out->response = live ? stored.response : NULL;
@@ -346,6 +357,12 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 
 	(void) idem_keylock_acquire(id);
 	idem_keystore_lookup(id, &stored, CurrentMemoryContext);
+	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp() ||
+		stored.status != 'i' || stored.attempts != attempt)	/* IK004 below */
+		idem_stats_count(id, IDEM_STAT_IK004);
+	if (stored.found && stored.expires_at > GetCurrentTransactionStartTimestamp() &&
+		stored.attempts > attempt)	/* a zombie: taken over */
+		idem_stats_count(id, IDEM_STAT_ZOMBIE);
 
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
 		ereport(ERROR,
@@ -413,6 +430,9 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 
 	check_not_parallel(&id);
 	held = idem_held_lookup(&id);
+	if ((held && (held->state == HELD_BEGUN || held->state == HELD_LEASED)) ?
+		has_attempt && attempt != held->attempts : !has_attempt)	/* IK004 below */
+		idem_stats_count(&id, IDEM_STAT_IK004);
 
 	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 	{
@@ -446,6 +466,15 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 	next.state = newstate;
 	next.row_exists = true;
 	idem_held_push(&next);
+	idem_stats_count(&id, newstate == HELD_COMPLETED ? IDEM_STAT_COMPLETE :
+					 retryable ? IDEM_STAT_FAIL_RETRYABLE : IDEM_STAT_FAIL_FINAL);
+}
+
+/* lease_holder(), for renew() (ops.c) */
+void
+idem_guard_lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
+{
+	lease_holder(id, attempt, h);
 }
 
 /* complete(key, response, scope, attempt): store the result of a held key */

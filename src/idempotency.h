@@ -10,11 +10,13 @@
  *	  worker.c        the purge background worker
  *	  guard.c         begin(), complete(), fail()      (features)
  *	  lifecycle.c     purge(), tokens, first_seen()
+ *	  ops.c           forget(), renew()
  *	  (the write helpers: see their own header)
  *	  heldkeys.c      what this transaction did with which key; commit check
  *	  keylock.c       the heavyweight lock that serialises one key  (stores)
  *	  keystore.c      rows of idempotency.idempotency_key
  *	  keyid.c         a key's identity: validate, hash, describe   (ground)
+ *	  stats.c         idempotency.stats: counters in shared memory
  *	  fingerprint.c   sha256 of a canonical jsonb encoding
  *	  runas.c         prepared SQL as the extension's owner
  *	  compat.h        every PostgreSQL version difference
@@ -55,6 +57,8 @@ extern int	idem_max_key_length;
 extern int	idem_purge_interval_s;
 extern int	idem_purge_batch;
 extern char *idem_database;
+extern int	idem_stats_max;
+extern int	idem_log_waits_ms;
 
 /*
  * The identity of one key: (owner role, scope, key).  hash is a keyed 64-bit
@@ -106,6 +110,41 @@ extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
 							   TimestampTz now);
+
+/* stats.c: what the counters count (the columns of idempotency.stats) */
+typedef enum IdemStat
+{
+	IDEM_STAT_NEW,				/* begin() outcomes */
+	IDEM_STAT_RETRY,
+	IDEM_STAT_REPLAY,
+	IDEM_STAT_COMPLETE,			/* complete() stored a response */
+	IDEM_STAT_FAIL_RETRYABLE,	/* fail(retryable => true) */
+	IDEM_STAT_FAIL_FINAL,		/* fail(retryable => false) */
+	IDEM_STAT_IK001,			/* errors raised */
+	IDEM_STAT_IK002,
+	IDEM_STAT_IK004,
+	IDEM_STAT_WAITS,			/* waits for a key lock (idem_stats_wait) */
+	IDEM_STAT_TAKEOVER,			/* begin() took over a lapsed lease */
+	IDEM_STAT_ZOMBIE,			/* a taken-over attempt was refused */
+	IDEM_STAT_PURGED,			/* rows purge() or the worker deleted */
+	IDEM_STAT_FORGET,			/* keys forget() deleted */
+	IDEM_STAT_RENEW,			/* leases renew() extended */
+	IDEM_STAT_NCOUNTERS
+} IdemStat;
+
+extern bool idem_stats_on;		/* preloaded: the counters are in shared memory */
+extern void idem_stats_init(void);
+extern void idem_stats_add(Oid owner, const char *scope, int scope_len,
+						   IdemStat what, int64 n);
+extern void idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired);
+
+/* count one event of key id; a test and nothing else unless preloaded */
+static inline void
+idem_stats_count(const KeyId *id, IdemStat what)
+{
+	if (idem_stats_on)
+		idem_stats_add(id->owner, id->scope, id->scope_len, what, 1);
+}
 
 /* ---- stores ---- */
 
@@ -203,6 +242,8 @@ extern void idem_guard_begin(const KeyId *id, Jsonb *request,
 extern void idem_guard_finish(const KeyId *id, HeldState newstate,
 							  Jsonb *payload, bool retryable,
 							  bool has_attempt, int32 attempt);
+extern void idem_guard_lease_holder(const KeyId *id, int32 attempt,
+									HeldKey *h);
 
 /* ---- top ---- */
 

@@ -27,6 +27,7 @@
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "utils/timestamp.h"
 #include "compat.h"
 #include "idempotency.h"
 
@@ -62,6 +63,7 @@ report_in_progress(const KeyId *id, const LOCKTAG *tag)
 {
 	int			pid = holder_pid(tag);
 
+	idem_stats_count(id, IDEM_STAT_IK002);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 			 errmsg("%s is in progress in another transaction", idem_describe_key(id)),
@@ -102,6 +104,7 @@ idem_keylock_wait(const KeyId *id)
 	volatile bool timed_out = false;
 	int			save_timeout;
 	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz start;
 
 	set_tag(&tag, id);
 	if (idem_lock_wait_ms <= 0)
@@ -111,6 +114,7 @@ idem_keylock_wait(const KeyId *id)
 		report_in_progress(id, &tag);
 	}
 
+	start = GetCurrentTimestamp();	/* for idempotency.stats, log_waits */
 	save_timeout = LockTimeout;
 	LockTimeout = idem_lock_wait_ms;
 	PG_TRY();
@@ -135,6 +139,7 @@ idem_keylock_wait(const KeyId *id)
 	}
 	PG_END_TRY();
 	LockTimeout = save_timeout;
+	idem_stats_wait(id, start, !timed_out);
 
 	if (timed_out)
 		report_in_progress(id, &tag);

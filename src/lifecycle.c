@@ -100,6 +100,7 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		pfree(sql);
 		total += counts[i];
 	}
+	idem_stats_add(GetUserId(), "", 0, IDEM_STAT_PURGED, total);	/* the purger's */
 	return total;
 }
 
