@@ -89,13 +89,15 @@ _PG_init(void)
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 
-	DefineCustomIntVariable("idempotency.stats_max",
-							"Most (database, role, scope) entries idempotency.stats keeps.",
-							"The least-used entries are evicted; needs the library in shared_preload_libraries.",
-							&idem_stats_max,
-							1000, 10, INT_MAX / 2,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
+	/* a PGC_POSTMASTER setting can only be defined while preloading */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("idempotency.stats_max",
+								"Most (database, role, scope) entries idempotency.stats keeps.",
+								"The least-used entries are evicted.",
+								&idem_stats_max,
+								1000, 10, INT_MAX / 2,
+								PGC_POSTMASTER, 0,
+								NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idempotency.log_waits",
 							"Logs a wait for a key lock that took at least this long.",
