@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(83);
+SELECT plan(92);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -86,7 +86,8 @@ SELECT schema_privs_are('idempotency', 'public', ARRAY['USAGE'], 'PUBLIC may use
 -- functions and their signatures
 SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerprint', 'purge',
                                         'issue_token', 'consume_token', 'first_seen',
-                                        'create_machine', 'transition', 'update_versioned', 'insert_once']);
+                                        'create_machine', 'transition', 'update_versioned', 'insert_once',
+                                        'forget', 'renew', 'stats', 'stats_reset']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');
@@ -138,7 +139,7 @@ SELECT is_strict('idempotency', 'purge', ARRAY['integer']);
 SELECT isnt_strict('idempotency', 'consume_token', ARRAY['uuid', 'text'],
                    'consume_token() is not strict: a NULL scope is an error');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace
-             AND proname <> 'fingerprint' AND proparallel <> 'u'),
+             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset') AND proparallel <> 'u'),
           0, 'functions that lock and write are PARALLEL UNSAFE');
 SELECT is((SELECT count(*)::int FROM pg_proc p
              WHERE pronamespace = 'idempotency'::regnamespace
@@ -148,6 +149,28 @@ SELECT function_privs_are('idempotency', 'begin', ARRAY['text', 'jsonb', 'text',
                           'public', ARRAY['EXECUTE'], 'PUBLIC may call begin()');
 SELECT function_privs_are('idempotency', 'fingerprint', ARRAY['jsonb'], 'public', ARRAY['EXECUTE'],
                           'PUBLIC may call fingerprint()');
+
+-- observability and operations
+SELECT has_view('idempotency', 'stats', 'the statistics view exists');
+SELECT columns_are('idempotency', 'stats', ARRAY[
+  'dbid', 'database', 'userid', 'role', 'scope', 'begin_new', 'begin_retry', 'begin_replay',
+  'completed', 'failed_retryable', 'failed_final', 'ik001_reused', 'ik002_in_progress',
+  'ik004_not_held', 'waits', 'wait_total_ms', 'wait_max_ms', 'lease_takeovers',
+  'zombies_refused', 'purged', 'forgotten', 'renewed', 'stats_since']);
+SELECT table_privs_are('idempotency', 'stats', 'public', ARRAY['SELECT'],
+                       'PUBLIC may read the statistics view (it shows each role its own rows)');
+SELECT function_privs_are('idempotency', 'stats_reset', ARRAY[]::text[], 'public', ARRAY[]::text[],
+                          'PUBLIC may not reset the statistics');
+SELECT function_returns('idempotency', 'forget', ARRAY['text', 'text'], 'boolean');
+SELECT function_returns('idempotency', 'renew', ARRAY['text', 'interval', 'integer', 'text'],
+                        'timestamp with time zone');
+SELECT is((SELECT pg_get_function_arguments('idempotency.renew(text,interval,integer,text)'::regprocedure)),
+          'key text, lease interval, attempt integer, scope text DEFAULT ''''::text',
+          'renew() arguments and defaults');
+SELECT is((SELECT pg_get_function_arguments('idempotency.forget(text,text)'::regprocedure)),
+          'key text, scope text DEFAULT ''''::text', 'forget() arguments and defaults');
+SELECT isnt_strict('idempotency', 'forget', ARRAY['text', 'text'],
+                   'forget() is not strict: a NULL key is an error');
 
 SELECT * FROM finish();
 ROLLBACK;

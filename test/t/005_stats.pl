@@ -7,6 +7,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use CPAN::Meta::YAML;
 
 my $node = PostgreSQL::Test::Cluster->new('stats');
 $node->init;
@@ -114,6 +115,26 @@ is( $node->safe_psql('postgres', q{
 	'1 20 1', 'the most used entry is kept, its counters whole');
 is( $node->safe_psql('postgres', q{SELECT ik004_not_held FROM idempotency.stats WHERE scope = 'cold-30'}),
 	'1', 'the newest entry is there');
+
+# --- the postgres_exporter recipe: every query runs for a pg_monitor role -------
+# (prove runs in the repository's top directory)
+my $yaml = CPAN::Meta::YAML->read_string(slurp_file('contrib/postgres_exporter/queries.yaml'))
+  or die CPAN::Meta::YAML->errstr;
+$node->safe_psql('postgres', q{CREATE ROLE exporter LOGIN IN ROLE pg_monitor});
+my %queries = %{ $yaml->[0] };
+ok(scalar(keys %queries) >= 4, 'queries.yaml has the stats, waiting, worker and table queries');
+for my $name (sort keys %queries)
+{
+	my @declared = map { keys %$_ } @{ $queries{$name}{metrics} };
+	my $csv = $node->safe_psql('postgres',
+		"COPY ($queries{$name}{query}) TO STDOUT WITH (FORMAT csv, HEADER)",
+		extra_params => [ '-U', 'exporter' ]);
+	my ($header, @rows) = split /\n/, $csv;
+	is($header, join(',', @declared), "$name: the columns are the declared metrics");
+	ok(@rows >= 1, "$name: returns rows");
+}
+is( $node->safe_psql('postgres', $queries{idempotency_purge_worker}{query}), '1',
+	'the worker query sees the purge worker');
 
 # --- a clean restart keeps the counters; a crash loses them -------------------
 my $snapshot = q{SELECT string_agg(concat_ws(' ', role, scope, begin_new, begin_replay, completed,
