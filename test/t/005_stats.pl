@@ -136,6 +136,17 @@ for my $name (sort keys %queries)
 is( $node->safe_psql('postgres', $queries{idempotency_purge_worker}{query}), '1',
 	'the worker query sees the purge worker');
 
+# the SQL of the README's "Operations" section runs (blocks and alert table)
+my $readme = slurp_file('README.md');
+my ($ops) = $readme =~ /^## Operations\n(.*?)^## /ms;
+my @ops_sql = ($ops =~ /```sql\n(.*?)```/gs, map { "$_;" } $ops =~ /\| `(SELECT [^`]*)`/g);
+ok(@ops_sql >= 10, 'the Operations section has its queries');
+for my $sql (@ops_sql)
+{
+	my ($rc, $stdout, $stderr) = $node->psql('postgres', $sql, on_error_stop => 1);
+	is($stderr, '', 'Operations query runs: ' . substr($sql =~ s/\s+/ /gr, 0, 60));
+}
+
 # --- a clean restart keeps the counters; a crash loses them -------------------
 my $snapshot = q{SELECT string_agg(concat_ws(' ', role, scope, begin_new, begin_replay, completed,
 	ik004_not_held, stats_since), ',' ORDER BY scope) FROM idempotency.stats};
