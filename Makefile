@@ -24,6 +24,10 @@ REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
 ISOLATION = same_key lock_wait lease lifecycle helpers upgrade
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
+# TAP scripts (PostgreSQL::Test::Cluster, own clusters): PGXS prove_installcheck;
+# PROVE_TESTS=test/t/003_purge_worker.pl runs one, PROVE_FLAGS=-v shows each test
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
 
 PG_CFLAGS = -Wall -Wextra -Werror
 # server headers as system headers: -Wextra then judges our code, not theirs
