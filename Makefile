@@ -29,7 +29,9 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempo
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
-PG_CFLAGS = -Wall -Wextra -Werror
+# warnings, not errors: a newer compiler must not stop `make install`;
+# CI builds with COPT=-Werror (.ci/run)
+PG_CFLAGS = -Wall -Wextra
 # server headers as system headers: -Wextra then judges our code, not theirs
 PG_CPPFLAGS = -I$(srcdir)/src -isystem $(shell $(PG_CONFIG) --includedir-server)
 
