@@ -109,6 +109,10 @@ SET statement_timeout = '5s';
 SELECT idempotency.create_machine('big', ok) FROM big_def;
 SELECT idempotency.create_machine('big-dup', dup) FROM big_def;
 \echo :LAST_ERROR_SQLSTATE
+-- and a statement_timeout far below what the whole call takes stops it
+SET statement_timeout = '5ms';
+SELECT idempotency.create_machine('big-timeout', ok) FROM big_def;
+\echo :LAST_ERROR_SQLSTATE
 RESET statement_timeout;
 SELECT machine, jsonb_array_length(transitions -> 's') AS targets
   FROM idempotency.state_machine WHERE machine LIKE 'big%';
