@@ -469,15 +469,13 @@ drop_entry(PlanEntry *e)
 	hash_search(plan_cache, &e->key, HASH_REMOVE, NULL);
 }
 
-static PlanKey
-plan_key(Oid relid, const char *sig)
+/* the hash key (HASH_BLOBS: padding bytes too must be set) */
+static void
+plan_key(Oid relid, const char *sig, PlanKey *key)
 {
-	PlanKey		key;
-
-	memset(&key, 0, sizeof(key));
-	key.relid = relid;
-	key.sighash = hash_bytes_extended((const unsigned char *) sig, strlen(sig), 0);
-	return key;
+	memset(key, 0, sizeof(*key));
+	key->relid = relid;
+	key->sighash = hash_bytes_extended((const unsigned char *) sig, strlen(sig), 0);
 }
 
 /*
@@ -510,7 +508,7 @@ idem_plans_fetch(Oid relid, const char *sig, IdemPlans *out)
 		plan_graveyard = NIL;
 	}
 
-	key = plan_key(relid, sig);
+	plan_key(relid, sig, &key);
 	e = hash_search(plan_cache, &key, HASH_FIND, NULL);
 	if (e == NULL)
 		return false;
@@ -544,10 +542,11 @@ idem_prepare(const char *sql, int nargs, Oid *argtypes)
 void
 idem_plans_store(Oid relid, const char *sig, IdemPlans *plans)
 {
-	PlanKey		key = plan_key(relid, sig);
+	PlanKey		key;
 	PlanEntry  *e;
 	bool		found;
 
+	plan_key(relid, sig, &key);
 	if (SPI_keepplan(plans->work) != 0 || SPI_keepplan(plans->probe) != 0)
 		elog(ERROR, "SPI_keepplan failed");
 
