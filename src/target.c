@@ -536,8 +536,9 @@ idem_prepare(const char *sql, int nargs, Oid *argtypes)
 }
 
 /*
- * Keep plans (from idem_prepare) under (relid, sig); plans is updated to
- * the kept copies.  Evicts the least recently used pair when full.
+ * Keep plans (from idem_prepare(); SPI_keepplan() moves them out of the
+ * SPI call's memory) under (relid, sig).  Evicts the least recently used
+ * pair when the cache is full.
  */
 void
 idem_plans_store(Oid relid, const char *sig, IdemPlans *plans)
