@@ -15,7 +15,8 @@
  * converted exactly by target.c) moves to to_state if the machine lists its
  * current state as a predecessor, or, without a machine, if to_state is
  * greater (integer states only).  Only when it changed nothing does a probe
- * find out why, and it reads the row and the machine in the same statement:
+ * find out why, and it reads the row and the machine in the same statement
+ * (a join, the transitions detoasted only when a move is refused):
  * already there (applied by an earlier call), no such row (P0002), no such
  * machine (42704), a broken machine row (55000) or a move the machine does
  * not allow (IK005).  to_state is read by the state column type's input
@@ -229,32 +230,23 @@ idempotency_create_machine(PG_FUNCTION_ARGS)
 }
 
 /*
- * The transitions of machine from the probe's second column: a one-element
- * array holding them, or NULL when there is no such machine.  Raises 42704
- * for none, 55000 for a row a DBA broke (NULL or not an object).
+ * The transitions of machine from the probe's third column; 55000 for a
+ * row a DBA broke (NULL, or not an object).
  */
-static JsonbContainer *
-probe_machine(const char *machine, bool isnull, Datum d)
+static Jsonb *
+probe_transitions(const char *machine, bool isnull, Datum d)
 {
-	Jsonb	   *wrapped;
-	JsonbValue *v;
+	Jsonb	   *jb = isnull ? NULL : DatumGetJsonbP(d);
 
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("state machine \"%s\" does not exist", machine),
-				 errhint("Define it with idempotency.create_machine().")));
-	wrapped = DatumGetJsonbP(d);
-	v = getIthJsonbValueFromContainer(&wrapped->root, 0);
-	if (v == NULL || v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data))
+	if (jb == NULL || !JB_ROOT_IS_OBJECT(jb))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("state machine \"%s\" in table idempotency.state_machine is broken", machine),
 				 errdetail("Its transitions are %s, not a JSON object.",
-						   v == NULL || v->type == jbvNull ? "NULL" :
-						   psprintf("a JSON %s", JsonbTypeName(v))),
+						   jb == NULL ? "NULL" :
+						   JB_ROOT_IS_ARRAY(jb) && !JB_ROOT_IS_SCALAR(jb) ? "a JSON array" : "a JSON scalar"),
 				 errhint("Define it again with idempotency.create_machine().")));
-	return v->val.binary.data;
+	return jb;
 }
 
 /*
@@ -262,11 +254,11 @@ probe_machine(const char *machine, bool isnull, Datum d)
  * "\"a\", \"b\"" for messages; *allowed tells whether current is one of them.
  */
 static char *
-predecessors(JsonbContainer *transitions, const char *to_state, const char *current,
+predecessors(Jsonb *transitions, const char *to_state, const char *current,
 			 bool *allowed)
 {
 	StringInfoData buf;
-	JsonbIterator *it = JsonbIteratorInit(transitions);
+	JsonbIterator *it = JsonbIteratorInit(&transitions->root);
 	JsonbValue	v;
 	JsonbIteratorToken tok;
 	char	   *from = NULL;
@@ -392,11 +384,10 @@ transition_body(FunctionCallInfo fcinfo)
 											   state.quoted, state.quoted),
 									  3, argtypes);
 			/* the row's state and, in the same snapshot, the machine */
-			plans.probe = idem_prepare(psprintf("SELECT t.%s::pg_catalog.text,"
-												" (SELECT pg_catalog.jsonb_build_array(m.transitions)"
-												"    FROM idempotency.state_machine AS m"
-												"   WHERE m.machine OPERATOR(pg_catalog.=) $3)"
-												" FROM %s AS t WHERE %s",
+			plans.probe = idem_prepare(psprintf("SELECT t.%s::pg_catalog.text, m.machine IS NOT NULL, m.transitions"
+												" FROM %s AS t LEFT JOIN idempotency.state_machine AS m"
+												"   ON m.machine OPERATOR(pg_catalog.=) $3"
+												" WHERE %s",
 												state.quoted, t.qualname, where),
 									   3, argtypes);
 		}
@@ -411,7 +402,7 @@ transition_body(FunctionCallInfo fcinfo)
 	{
 		int			rc;
 		char	   *current;
-		JsonbContainer *transitions;
+		Jsonb	   *transitions;
 		char	   *from;
 		bool		allowed;
 		bool		isnull;
@@ -449,13 +440,18 @@ transition_body(FunctionCallInfo fcinfo)
 							   current ? current : "NULL")));
 		}
 
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-		transitions = probe_machine(machine, isnull, d);
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("state machine \"%s\" does not exist", machine),
+					 errhint("Define it with idempotency.create_machine().")));
 		if (current != NULL && strcmp(current, to_state) == 0)
 		{
 			SPI_finish();
 			PG_RETURN_TEXT_P(cstring_to_text("already"));
 		}
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+		transitions = probe_transitions(machine, isnull, d);
 		from = predecessors(transitions, to_state, current, &allowed);
 		if (tries < 3 && allowed)
 			continue;			/* the state moved under us: try again */
