@@ -27,7 +27,14 @@ END $$;
 CREATE FUNCTION backend_bytes() RETURNS bigint LANGUAGE sql AS
   $$ SELECT sum(total_bytes)::bigint FROM pg_backend_memory_contexts $$;
 
-SELECT churn(0, 300) AS version;
+-- the same column set again and again is one kept pair, prepared once: the
+-- kept statements are the CachedPlanSource contexts named by their text
+SELECT churn(0, 1) AS version;
+SELECT idempotency.update_versioned('wide', 1, g + 1, '{"c0": 1}') FROM generate_series(1, 50) g \g /dev/null
+SELECT count(*) AS kept_statements_for_c0
+  FROM pg_backend_memory_contexts
+ WHERE name = 'CachedPlanSource' AND ident LIKE '% public.wide AS t %r.c0, t.version%';
+SELECT churn(1, 299) AS version;
 SELECT backend_bytes() AS before \gset
 SELECT churn(300, 10000) AS version;
 SELECT backend_bytes() - :before AS growth \gset
