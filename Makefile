@@ -45,6 +45,7 @@ all install installcheck:
 endif
 
 $(OBJS): src/idempotency.h
+src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
 
 .PHONY: test demo
 test:

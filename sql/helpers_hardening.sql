@@ -36,6 +36,14 @@ SELECT * FROM idempotency.insert_once('t1', '{"code": "a", "n": 1}');
 SELECT * FROM idempotency.insert_once('t1', '{"code": "a", "n": 2}');
 SELECT * FROM idempotency.insert_once('t1', '{"tenant": "other", "code": "a", "n": 3}');
 SELECT * FROM t1 ORDER BY tenant;
+-- a key column left to a volatile default (a sequence) that collides with an
+-- existing row: the row cannot be looked up, 23505 at once, not 40001
+CREATE TABLE t3 (id serial PRIMARY KEY, code text);
+SELECT inserted, "row" FROM idempotency.insert_once('t3', '{"code": "a"}');
+SELECT setval('t3_id_seq', 1, false);
+SELECT * FROM idempotency.insert_once('t3', '{"code": "b"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT id, code FROM t3;
 -- a BEFORE INSERT trigger that skips the row: a clear error, not 40001
 CREATE FUNCTION skip_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
 CREATE TABLE t2 (code text PRIMARY KEY);
@@ -119,7 +127,7 @@ SELECT machine, jsonb_array_length(transitions -> 's') AS targets
 DELETE FROM idempotency.state_machine WHERE machine LIKE 'big%';
 DROP TABLE big_def;
 
-DROP TABLE h_orders, t1, t2, h_enum, h_bytea, h_dom;
+DROP TABLE h_orders, t1, t2, t3, h_enum, h_bytea, h_dom;
 DROP FUNCTION skip_row();
 DROP TYPE h_state;
 DROP DOMAIN h_label;
