@@ -15,13 +15,16 @@ OBJS = \
 	src/guard.o \
 	src/lifecycle.o \
 	src/worker.o \
-	src/helpers.o
+	src/target.o \
+	src/machine.o \
+	src/versioned.o \
+	src/insert_once.o
 
 EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers hardening partitioned upgrade
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
 ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic
@@ -50,6 +53,7 @@ all install installcheck:
 endif
 
 $(OBJS): src/idempotency.h src/compat.h
+src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
 
 .PHONY: test demo
 test:
