@@ -11,7 +11,10 @@
  *	  guard.c         begin(), complete(), fail()      (features)
  *	  lifecycle.c     purge(), tokens, first_seen()
  *	  ops.c           forget(), renew()
- *	  (the write helpers: see their own header)
+ *	  machine.c       create_machine(), transition()   (write helpers,
+ *	  versioned.c     update_versioned()                 over target.c)
+ *	  insert_once.c   insert_once()
+ *	  target.c        the helpers' target table, columns and plan cache
  *	  heldkeys.c      what this transaction did with which key; commit check
  *	  keylock.c       the heavyweight lock that serialises one key  (stores)
  *	  keystore.c      rows of idempotency.idempotency_key
