@@ -73,6 +73,14 @@ SELECT idempotency.renew('job', '0 s', 1, 'jobs');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.renew('job', '1 hour', NULL, 'jobs');
 \echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.renew('job', NULL, 1, 'jobs');
+\echo :LAST_ERROR_SQLSTATE
+-- a read-only transaction: 25006, the lease unchanged
+BEGIN READ ONLY;
+SELECT idempotency.renew('job', '3 hours', 1, 'jobs');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT locked_until = :'new_end' AS unchanged FROM idempotency.idempotency_key WHERE key = 'job';
 -- a lapsed lease taken over; the zombie's complete() and renew() refused
 SELECT outcome FROM idempotency.begin('job2', scope => 'jobs', lease => '1 ms');
 SELECT pg_sleep(0.01);
@@ -95,6 +103,11 @@ SELECT outcome, attempts FROM idempotency.begin('k2', scope => 'pay');
 ROLLBACK;
 -- nothing there: false; a key in the wrong scope is another key
 SELECT idempotency.forget('nothing', 'pay');
+-- a NULL key or scope: IK003
+SELECT idempotency.forget(NULL, 'pay');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.forget('k1', NULL);
+\echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.forget('k1');
 -- in flight: under a live lease, or begun by this transaction: IK002
 SELECT idempotency.forget('job', 'jobs');
