@@ -14,7 +14,7 @@ $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
 idempotency.stats_max = 10
-idempotency.log_waits = '500ms'
+idempotency.log_waits = '1s'
 idempotency.purge_interval = '1s'
 restart_after_crash = on
 });
@@ -30,7 +30,7 @@ my $counters = q{SELECT begin_new, begin_replay, completed, ik002_in_progress, w
 
 # --- waits -----------------------------------------------------------------
 # a holder; a duplicate that gives up after 100 ms (below log_waits); one
-# that waits over 600 ms and then replays
+# that waits over 1.2 s and then replays
 my $holder = $node->background_psql('postgres');
 $holder->query_safe(q{BEGIN; SELECT outcome FROM idempotency.begin('w', scope => 'waits')});
 my ($ret, $out, $err) = $node->psql('postgres', q{
@@ -46,8 +46,8 @@ $waiter->query_until(qr/waiting/, q{
 });
 ok( $node->poll_query_until('postgres', q{
 		SELECT count(*) = 1 FROM pg_stat_activity
-		 WHERE wait_event = 'advisory' AND now() - query_start > interval '600 ms'}),
-	'the second duplicate has waited 600 ms for the key lock');
+		 WHERE wait_event = 'advisory' AND now() - query_start > interval '1200 ms'}),
+	'the second duplicate has waited 1.2 s for the key lock');
 $holder->query_safe(q{SELECT idempotency.complete('w', '"done"', 'waits'); COMMIT});
 ok( $node->wait_for_log(
 		qr/LOG:  process \d+ waited \d+\.\d{3} ms for idempotency key "w" in scope "waits" of role "\w+"\n.*DETAIL:  It then took the key\./
@@ -61,7 +61,7 @@ is(scalar(() = $log =~ /waited [\d.]+ ms for idempotency key/g), 1,
 is($node->safe_psql('postgres', $counters), '1|1|1|1|2',
 	'counted: new, replay, complete, IK002 and two waits');
 is( $node->safe_psql('postgres', q{
-		SELECT wait_max_ms >= 600 AND wait_max_ms < wait_total_ms AND wait_total_ms >= 700
+		SELECT wait_max_ms >= 1200 AND wait_max_ms < wait_total_ms AND wait_total_ms >= 1300
 		  FROM idempotency.stats WHERE scope = 'waits'}),
 	't', 'wait_max_ms is the long wait, wait_total_ms both');
 
