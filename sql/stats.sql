@@ -152,8 +152,10 @@ SELECT idempotency.renew('job', '1 hour', 1, 'jobs');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM counters;
 SELECT count(*) AS rows_of_other_roles FROM idempotency.stats WHERE role <> current_user;
--- stats_reset() is not for plain roles
+-- stats_reset() is not for plain roles, nor is log_waits
 SELECT idempotency.stats_reset();
+\echo :LAST_ERROR_SQLSTATE
+SET idempotency.log_waits = 0;
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT count(*) AS k1_still_there FROM idempotency.idempotency_key
@@ -175,6 +177,10 @@ ROLLBACK;
 RESET ROLE;
 SELECT length(scope), begin_new FROM idempotency.stats
  WHERE role = 'regress_stats_a' AND scope LIKE 'sss%';
+
+-- stats_max is fixed at server start
+SET idempotency.stats_max = 20;
+\echo :LAST_ERROR_SQLSTATE
 
 -- reset: no rows left
 SELECT idempotency.stats_reset();
