@@ -4,7 +4,8 @@
 
 -- No CHECK constraints on the key table: only the extension writes it, and
 -- PostgreSQL re-reads each CHECK expression on every INSERT (27% of a
--- guarded request's server time; see idempotency--0.2.0.sql).
+-- guarded request's server time, bench/instructions.sh; the current
+-- version's install script says what keeps the rows valid without them).
 ALTER TABLE idempotency.idempotency_key
     DROP CONSTRAINT idempotency_key_status_check,
     DROP CONSTRAINT idempotency_key_request_hash_check,

@@ -4,6 +4,9 @@
 # noisy machine where tps moves by ±10%.
 #
 #   bash bench/instructions.sh [requests=2000]
+#   BENCH_PRELOAD=1 bash bench/instructions.sh ...   the same with the library
+#                                 in shared_preload_libraries (idempotency.stats
+#                                 counting in shared memory)
 #
 # Runs N requests of each kind (bare insert, guarded new key, floor: bare plus
 # two SELECT 1, replay, plain SELECT) in `postgres --single` under valgrind
@@ -20,7 +23,11 @@ cd "$(dirname "$0")/.." || exit 2
 . test/cluster.sh
 N=${1:-2000}
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
-bench_start
+if [ -n "${BENCH_PRELOAD:-}" ]; then
+	bench_start "shared_preload_libraries = 'idempotency'" "idempotency.purge_interval = 0"
+else
+	bench_start
+fi
 psql -qX -v ON_ERROR_STOP=1 -f bench/scripts/setup.sql >/dev/null || exit 2
 # BENCH_EXTRA_SQL: run after the setup, to measure a variant
 [ -n "${BENCH_EXTRA_SQL:-}" ] && { psql -qX -v ON_ERROR_STOP=1 -c "$BENCH_EXTRA_SQL" >/dev/null || exit 2; }
@@ -80,4 +87,4 @@ echo "once - bare1:     $((ins_once - ins_bare1)) instructions per request (one 
 echo "once - keyrow1:   $((ins_once - ins_keyrow1)) instructions per request (beyond storing a key row)"
 echo "plpgsql1 - once:  $((ins_plpgsql1 - ins_once)) instructions per request"
 echo "replay1 - select: $((ins_replay1 - ins_select)) instructions per request"
-echo "($N requests each, postgres --single under callgrind, $(psql --version | awk '{ print $3 }'))"
+echo "($N requests each, postgres --single under callgrind, $(psql --version | awk '{ print $3 }')${BENCH_PRELOAD:+, library preloaded})"

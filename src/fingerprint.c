@@ -26,12 +26,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-#if PG_VERSION_NUM >= 140000
-#include "common/cryptohash.h"
-#else
-#include "common/sha2.h"
-#endif
-
+#include "compat.h"
 #include "idempotency.h"
 
 /* ---------------------------------------------------------------------
@@ -40,22 +35,13 @@
  */
 typedef struct FpState
 {
-#if PG_VERSION_NUM >= 140000
-	pg_cryptohash_ctx *ctx;
-#else
-	pg_sha256_ctx ctx;
-#endif
+	IdemSha256	sha;
 } FpState;
 
 static void
 fp_bytes(FpState *st, const void *data, size_t len)
 {
-#if PG_VERSION_NUM >= 140000
-	if (pg_cryptohash_update(st->ctx, (const uint8 *) data, len) < 0)
-		elog(ERROR, "could not update sha256 context");
-#else
-	pg_sha256_update(&st->ctx, (const uint8 *) data, len);
-#endif
+	idem_sha256_update(&st->sha, data, len);
 }
 
 /* a tag and a 4-byte big-endian number (a length or an element count) */
@@ -120,13 +106,7 @@ idem_fingerprint(Jsonb *jb, uint8 *out)
 	JsonbValue	v;
 	JsonbIteratorToken tok;
 
-#if PG_VERSION_NUM >= 140000
-	st.ctx = pg_cryptohash_create(PG_SHA256);
-	if (pg_cryptohash_init(st.ctx) < 0)
-		elog(ERROR, "could not initialize sha256 context");
-#else
-	pg_sha256_init(&st.ctx);
-#endif
+	idem_sha256_init(&st.sha);
 
 	it = JsonbIteratorInit(&jb->root);
 	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
@@ -158,17 +138,7 @@ idem_fingerprint(Jsonb *jb, uint8 *out)
 		}
 	}
 
-#if PG_VERSION_NUM >= 150000
-	if (pg_cryptohash_final(st.ctx, out, FINGERPRINT_LEN) < 0)
-		elog(ERROR, "could not finalize sha256 context");
-	pg_cryptohash_free(st.ctx);
-#elif PG_VERSION_NUM >= 140000
-	if (pg_cryptohash_final(st.ctx, out) < 0)
-		elog(ERROR, "could not finalize sha256 context");
-	pg_cryptohash_free(st.ctx);
-#else
-	pg_sha256_final(&st.ctx, out);
-#endif
+	idem_sha256_final(&st.sha, out);
 }
 
 /* ---------------------------------------------------------------------

@@ -5,26 +5,31 @@
  *
  * Design (single-transaction mode):
  *
- *	begin(key)	  1. validate the key (IK003) and fingerprint the request
- *				  2. take the key lock (keylock.c) if it is free and probe
- *					 the primary key (keystore.c); if another transaction
- *					 holds the lock, probe first, replay a live finished key
- *					 without waiting, else wait at most idempotency.lock_wait
- *					 (IK002) for the lock and probe again
- *				  4. decide: replay (giving the lock back: a replay writes
- *					 nothing), retry a retryably failed key, or start a
- *					 new one; a different request fingerprint is IK001
+ *	begin(key)	  validate the key (IK003) and fingerprint the request; take
+ *				  the key lock (keylock.c) if it is free and look the key up
+ *				  (keystore.c).  If another transaction holds the lock, look
+ *				  first and replay a live finished key without waiting, else
+ *				  wait at most idempotency.lock_wait (IK002) for the lock and
+ *				  look again.  Then decide: replay (giving the lock back: a
+ *				  replay writes nothing), retry a retryably failed key, or
+ *				  start a new one; a different request fingerprint is IK001.
+ *				  New work is refused (25006) where its outcome could not be
+ *				  stored: a read-only transaction, a hot standby.
  *				  Nothing is written at begin: other transactions are kept
  *				  out by the lock, not by a row, so a first-time request
  *				  writes its row once, at complete().
  *
- *	complete()/	  write the row (one SPI INSERT, or an UPDATE when a row was
+ *	complete()/	  store the row (an INSERT, or an UPDATE when a row was
  *	fail()		  there) for a key this transaction began (else IK004).
  *
  *	COMMIT		  fails while a begun key is unfinished (heldkeys.c).
  *
  * So a first-time request costs a lock, one index probe and one row
- * insert; a replay a lock and one probe, and no write at all.
+ * insert; a replay a lock and one probe, and no write at all.  None of it
+ * runs in parallel mode (a worker could escape the commit check).
+ *
+ * The guard itself is idem_guard_begin() and idem_guard_finish(); the SQL
+ * functions here and once() call them.
  *
  * Locking: the key lock is held from begin() to the end of the transaction
  * (or of the subtransaction that took it, if that one rolls back).  A
@@ -36,141 +41,35 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/parallel.h"
 #include "access/xact.h"
-#include "common/hashfn.h"
-#include "executor/spi.h"
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "lib/stringinfo.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
 
-#define DESCRIBE_MAX_BYTES 100
-
 /* ---------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------
  */
 
-/* s, clipped to DESCRIBE_MAX_BYTES at a character boundary */
-static void
-append_clipped(StringInfo buf, const char *s, int len)
-{
-	if (len <= DESCRIBE_MAX_BYTES)
-		appendBinaryStringInfo(buf, s, len);
-	else
-	{
-		appendBinaryStringInfo(buf, s, pg_mbcliplen(s, len, DESCRIBE_MAX_BYTES));
-		appendStringInfoString(buf, "...");
-	}
-}
-
-/* "idempotency key "k"" or "idempotency key "k" in scope "s"", for messages */
-char *
-describe_key(const KeyId *id)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "idempotency key \"");
-	append_clipped(&buf, id->key, id->key_len);
-	appendStringInfoChar(&buf, '"');
-	if (id->scope_len > 0)
-	{
-		appendStringInfoString(&buf, " in scope \"");
-		append_clipped(&buf, id->scope, id->scope_len);
-		appendStringInfoChar(&buf, '"');
-	}
-	return buf.data;
-}
-
-static void
-check_length(const char *what, const char *s, int len)
-{
-	int			nchars = pg_mbstrlen_with_len(s, len);
-
-	if (nchars > idem_max_key_length)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("%s is too long", what),
-				 errdetail("The %s has %d characters; idempotency.max_key_length allows %d.",
-						   what, nchars, idem_max_key_length)));
-}
-
-/* Validate scope argument scopearg (IK003) and return it as a C string. */
-char *
-idem_scope_arg(FunctionCallInfo fcinfo, int scopearg)
-{
-	char	   *scope;
-
-	if (PG_ARGISNULL(scopearg))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("idempotency scope must not be null"),
-				 errhint("Use '' (the default) for no scope.")));
-	scope = text_to_cstring(PG_GETARG_TEXT_PP(scopearg));
-	check_length("idempotency scope", scope, strlen(scope));
-	return scope;
-}
-
 /*
- * Validate arguments keyarg/scopearg and build the identity of a key (or of
- * a message id: what names it in messages).  Raises IK003.
+ * The commit check (heldkeys.c) runs in the leader; a parallel worker
+ * could begin a key and escape it, so keys are never used in parallel
+ * mode.
  */
-KeyId
-idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg, const char *what)
+static void
+check_not_parallel(const KeyId *id)
 {
-	KeyId		id;
-
-	if (PG_ARGISNULL(keyarg))
+	if (IsInParallelMode())
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("%s must not be null", what)));
-	id.key = text_to_cstring(PG_GETARG_TEXT_PP(keyarg));
-	id.key_len = strlen(id.key);
-	id.scope = idem_scope_arg(fcinfo, scopearg);
-	id.scope_len = strlen(id.scope);
-
-	if (id.key_len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("%s must not be empty", what)));
-	check_length(what, id.key, id.key_len);
-	if (id.key_len + id.scope_len > MAX_KEY_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-				 errmsg("%s is too long", what),
-				 errdetail("The %s and its scope take %d bytes together; at most %d are allowed.",
-						   what, id.key_len + id.scope_len, MAX_KEY_BYTES)));
-
-	id.owner = GetUserId();
-	id.hash = hash_bytes_extended((const unsigned char *) id.scope, id.scope_len,
-								  (uint64) id.owner);
-	id.hash = hash_bytes_extended((const unsigned char *) id.key, id.key_len,
-								  id.hash);
-	return id;
-}
-
-/* now + ttl argument ttlarg (default idempotency.default_ttl); 22023 if not positive */
-TimestampTz
-idem_expiry(FunctionCallInfo fcinfo, int ttlarg, TimestampTz now)
-{
-	TimestampTz expires_at;
-
-	if (PG_ARGISNULL(ttlarg))
-		return now + (TimestampTz) idem_default_ttl_s * USECS_PER_SEC;
-	expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-														 TimestampTzGetDatum(now),
-														 PG_GETARG_DATUM(ttlarg)));
-	if (expires_at <= now)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be positive")));
-	return expires_at;
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot use %s during a parallel operation", idem_describe_key(id)),
+				 errhint("Call the idempotency functions from a function marked PARALLEL UNSAFE.")));
 }
 
 /* a live key that is finished: completed, or failed for good */
@@ -269,6 +168,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
 	memset(out, 0, sizeof(GuardBegin));
+	check_not_parallel(&id);
 	if (lease_mode)
 	{
 		clock = GetCurrentTimestamp();
@@ -281,11 +181,13 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 					 errmsg("lease must be positive")));
 	}
 
-	held = held_lookup(&id);
+	held = idem_held_lookup(&id);
+	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
+		idem_stats_count(&id, IDEM_STAT_IK002);
 	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
-				 errmsg("%s is already in progress in this transaction", describe_key(&id)),
+				 errmsg("%s is already in progress in this transaction", idem_describe_key(&id)),
 				 errdetail("This transaction began it and has not completed or failed it yet."),
 				 errhint("Call idempotency.complete() or idempotency.fail() before beginning it again.")));
 
@@ -302,23 +204,23 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	 * storm of duplicates of a finished key never waits).  Anything else
 	 * waits for the lock and looks again: the holder may commit meanwhile.
 	 */
-	lock = keylock_try(&id);
+	lock = idem_keylock_try(&id);
 	switch (lock)
 	{
 		case KEYLOCK_TAKEN:
 		case KEYLOCK_HELD:
 			took_lock = (lock == KEYLOCK_TAKEN);
-			keystore_lookup(&id, &stored, caller_cxt);
+			idem_keystore_lookup(&id, &stored, caller_cxt);
 			break;
 		case KEYLOCK_BUSY:
 		default:
 			took_lock = false;
-			keystore_lookup(&id, &stored, caller_cxt);
+			idem_keystore_lookup(&id, &stored, caller_cxt);
 			if (!replayable(&stored, now))
 			{
-				keylock_wait(&id);
+				idem_keylock_wait(&id);
 				took_lock = true;
-				keystore_lookup(&id, &stored, caller_cxt);
+				idem_keystore_lookup(&id, &stored, caller_cxt);
 			}
 			break;
 	}
@@ -329,9 +231,12 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 
 	if (live && has_hash && stored.has_hash &&
 		memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
+		idem_stats_count(&id, IDEM_STAT_IK001);
+	if (live && has_hash && stored.has_hash &&
+		memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_REUSED),
-				 errmsg("%s was already used with a different request", describe_key(&id)),
+				 errmsg("%s was already used with a different request", idem_describe_key(&id)),
 				 errdetail("The stored request fingerprint starts %s, this request's starts %s.",
 						   hex_prefix(stored.request_hash), hex_prefix(hash)),
 				 errhint("Use a new idempotency key for a new request (HTTP 422).")));
@@ -340,7 +245,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	{
 		/* replay: nothing to write, so nothing to keep others out of */
 		if (took_lock)
-			keylock_release(&id);
+			idem_keylock_release(&id);
+		idem_stats_count(&id, IDEM_STAT_REPLAY);
 		out->outcome = GUARD_REPLAY;
 		out->status = stored.status;
 		out->response = stored.response;
@@ -355,9 +261,11 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 		if (clock == 0)
 			clock = GetCurrentTimestamp();
 		if (stored.locked_until > clock)
+			idem_stats_count(&id, IDEM_STAT_IK002);
+		if (stored.locked_until > clock)
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
-					 errmsg("%s is in progress under a lease", describe_key(&id)),
+					 errmsg("%s is in progress under a lease", idem_describe_key(&id)),
 					 errdetail("Attempt %d holds it until %s; retry after %d seconds.",
 							   stored.attempts, iso8601_utc(stored.locked_until),
 							   (int) ((stored.locked_until - clock + USECS_PER_SEC - 1) / USECS_PER_SEC)),
@@ -365,10 +273,26 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	}
 
 	/*
-	 * new or retry: this transaction now owns the work.  A live row that is
-	 * not finished (a retryable failure, or an in_progress row left behind)
-	 * is retried; anything else starts afresh.
+	 * new or retry: this transaction now owns the work, and must be able to
+	 * store its outcome.  A live row that is not finished (a retryable
+	 * failure, or an in_progress row left behind) is retried; anything else
+	 * starts afresh.
 	 */
+	if (RecoveryInProgress() || XactReadOnly)
+	{
+		if (took_lock)
+			idem_keylock_release(&id);
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot begin work under %s in a read-only transaction",
+						idem_describe_key(&id)),
+				 RecoveryInProgress() ?
+				 errdetail("This server is a hot standby: it replays finished keys, but the outcome of new work could not be stored here.") :
+				 errdetail("The outcome of the work could not be stored."),
+				 errhint(RecoveryInProgress() ?
+						 "Send requests that do work to the primary server." :
+						 "Begin new keys in a read-write transaction.")));
+	}
 	memset(&proto, 0, sizeof(proto));
 	proto.id = id;
 	proto.state = HELD_BEGUN;
@@ -405,11 +329,14 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 		proto.locked_until = lease_end;
 		if (proto.expires_at < lease_end)
 			proto.expires_at = lease_end;
-		keystore_write(&proto, "in_progress", NULL, true, false);
+		idem_keystore_write(&proto, "in_progress", NULL, true, false);
 		proto.row_exists = true;
 	}
-	held_push(&proto);
+	idem_held_push(&proto);
 
+	idem_stats_count(&id, live ? IDEM_STAT_RETRY : IDEM_STAT_NEW);
+	if (live && stored.status == 'i' && stored.locked_until != 0)
+		idem_stats_count(&id, IDEM_STAT_TAKEOVER);
 	out->outcome = live ? GUARD_RETRY : GUARD_NEW;
 	out->status = 'i';
 	out->response = live ? stored.response : NULL;
@@ -448,31 +375,52 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 {
 	StoredKey	stored;
 
-	(void) keylock_acquire(id);
-	keystore_lookup(id, &stored, CurrentMemoryContext);
+	(void) idem_keylock_acquire(id);
+	idem_keystore_lookup(id, &stored, CurrentMemoryContext);
+	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp() ||
+		stored.status != 'i' || stored.attempts != attempt)	/* IK004 below */
+		idem_stats_count(id, IDEM_STAT_IK004);
+	if (stored.found && stored.expires_at > GetCurrentTransactionStartTimestamp() &&
+		stored.attempts > attempt)	/* a zombie: taken over */
+		idem_stats_count(id, IDEM_STAT_ZOMBIE);
 
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
+				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
 				 errdetail("No such key exists for this role, or it expired.")));
+	if (stored.status != 'i' && stored.attempts == attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
+				 errdetail("This attempt (%d) already %s the key; the stored outcome stands.",
+						   attempt, stored.status == 'c' ? "completed" : "failed"),
+				 errhint("A second complete() or fail() of the same attempt, e.g. after a lost acknowledgement, changes nothing.")));
+	if (stored.status != 'i' && stored.attempts > attempt)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
+				 errdetail("Attempt %d took the key over after the lease of attempt %d ended, and %s it; this result is discarded.",
+						   stored.attempts, attempt,
+						   stored.status == 'c' ? "completed" : "failed"),
+				 errhint("Make leases longer than the work takes.")));
 	if (stored.status != 'i')
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
-				 errdetail("The key is already %s.",
-						   stored.status == 'c' ? "completed" : "failed")));
+				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
+				 errdetail("The key is already %s, at attempt %d.",
+						   stored.status == 'c' ? "completed" : "failed", stored.attempts)));
 	if (stored.attempts > attempt)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
+				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
 				 errdetail("Attempt %d took the key over after the lease of attempt %d ended; this result is discarded.",
 						   stored.attempts, attempt),
 				 errhint("Make leases longer than the work takes.")));
 	if (stored.attempts != attempt)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", describe_key(id), attempt),
+				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
 				 errdetail("The key is at attempt %d.", stored.attempts)));
 
 	memset(h, 0, sizeof(HeldKey));
@@ -496,9 +444,15 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 				  bool retryable, bool has_attempt, int32 attempt)
 {
 	KeyId		id = *idp;
-	HeldKey    *held = held_lookup(&id);
+	HeldKey    *held;
 	HeldKey		next;
 	const char *fn = newstate == HELD_COMPLETED ? "complete" : "fail";
+
+	check_not_parallel(&id);
+	held = idem_held_lookup(&id);
+	if ((held && (held->state == HELD_BEGUN || held->state == HELD_LEASED)) ?
+		has_attempt && attempt != held->attempts : !has_attempt)	/* IK004 below */
+		idem_stats_count(&id, IDEM_STAT_IK004);
 
 	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 	{
@@ -506,7 +460,7 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 		if (has_attempt && attempt != held->attempts)
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-					 errmsg("%s is not held by attempt %d", describe_key(&id), attempt),
+					 errmsg("%s is not held by attempt %d", idem_describe_key(&id), attempt),
 					 errdetail("This transaction began attempt %d.", held->attempts)));
 		next = *held;
 	}
@@ -515,23 +469,32 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 	else if (held)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by this transaction", describe_key(&id)),
+				 errmsg("%s is not held by this transaction", idem_describe_key(&id)),
 				 errdetail("This transaction already %s it.",
 						   held->state == HELD_COMPLETED ? "completed" : "failed")));
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by this transaction", describe_key(&id)),
+				 errmsg("%s is not held by this transaction", idem_describe_key(&id)),
 				 errdetail("%s() needs a begin() in the same transaction, by the same role, that returned new or retry.", fn),
 				 errhint("A begin() in a savepoint that was rolled back no longer holds its key. For a key begun with a lease in another transaction, pass attempt => the attempts value that begin() returned.")));
 
 	next.locked_until = 0;
-	keystore_write(&next, newstate == HELD_COMPLETED ? "completed" : "failed",
+	idem_keystore_write(&next, newstate == HELD_COMPLETED ? "completed" : "failed",
 				   payload, newstate == HELD_COMPLETED, retryable);
 
 	next.state = newstate;
 	next.row_exists = true;
-	held_push(&next);
+	idem_held_push(&next);
+	idem_stats_count(&id, newstate == HELD_COMPLETED ? IDEM_STAT_COMPLETE :
+					 retryable ? IDEM_STAT_FAIL_RETRYABLE : IDEM_STAT_FAIL_FINAL);
+}
+
+/* lease_holder(), for renew() (ops.c) */
+void
+idem_guard_lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
+{
+	lease_holder(id, attempt, h);
 }
 
 /* complete(key, response, scope, attempt): store the result of a held key */

@@ -140,7 +140,7 @@ reset_state(void)
 
 /* The current record of key id in this transaction, or NULL. */
 HeldKey *
-held_lookup(const KeyId *id)
+idem_held_lookup(const KeyId *id)
 {
 	HeldKey    *h;
 
@@ -157,10 +157,10 @@ held_lookup(const KeyId *id)
  * since rolling this subtransaction back drops it anyway.
  */
 HeldKey *
-held_push(const HeldKey *proto)
+idem_held_push(const HeldKey *proto)
 {
 	SubTransactionId subid = GetCurrentSubTransactionId();
-	HeldKey    *cur = held_lookup(&proto->id);
+	HeldKey    *cur = idem_held_lookup(&proto->id);
 	HeldKey    *h;
 	char	   *p;
 
@@ -221,7 +221,7 @@ check_unfinished(bool prepare)
 
 	for (h = held_top; h; h = h->below)
 	{
-		if (h->state != HELD_BEGUN || held_lookup(&h->id) != h)
+		if (h->state != HELD_BEGUN || idem_held_lookup(&h->id) != h)
 			continue;
 		n++;
 		if (first == NULL)
@@ -234,7 +234,7 @@ check_unfinished(bool prepare)
 			(errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
 			 errmsg("cannot %s: %s was begun but neither completed nor failed",
 					prepare ? "prepare transaction" : "commit",
-					describe_key(&first->id)),
+					idem_describe_key(&first->id)),
 			 errdetail_plural("%d key begun in this transaction is unfinished, so the transaction was rolled back and nothing it wrote was stored.",
 							  "%d keys begun in this transaction are unfinished, so the transaction was rolled back and nothing it wrote was stored.",
 							  n, n),
@@ -286,7 +286,7 @@ held_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 void
-HeldKeysInit(void)
+idem_heldkeys_init(void)
 {
 	RegisterXactCallback(held_xact_callback, NULL);
 	RegisterSubXactCallback(held_subxact_callback, NULL);

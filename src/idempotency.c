@@ -18,6 +18,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "compat.h"
 #include "idempotency.h"
 
 PG_MODULE_MAGIC;
@@ -32,6 +33,8 @@ int			idem_max_key_length = 255;
 int			idem_purge_interval_s = 60;
 int			idem_purge_batch = 10000;
 char	   *idem_database = NULL;
+int			idem_stats_max = 1000;
+int			idem_log_waits_ms = -1;
 
 void		_PG_init(void);
 
@@ -86,15 +89,32 @@ _PG_init(void)
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 
-#if PG_VERSION_NUM >= 150000
-	MarkGUCPrefixReserved("idempotency");
-#else
-	EmitWarningsOnPlaceholders("idempotency");
-#endif
+	/* a PGC_POSTMASTER setting can only be defined while preloading */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("idempotency.stats_max",
+								"Most (database, role, scope) entries idempotency.stats keeps.",
+								"The least-used entries are evicted.",
+								&idem_stats_max,
+								1000, 10, INT_MAX / 2,
+								PGC_POSTMASTER, 0,
+								NULL, NULL, NULL);
 
-	HeldKeysInit();
-	KeystoreInit();
+	DefineCustomIntVariable("idempotency.log_waits",
+							"Logs a wait for a key lock that took at least this long.",
+							"-1 (the default) logs none; 0 logs every wait.",
+							&idem_log_waits_ms,
+							-1, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	IDEM_RESERVE_GUC_PREFIX("idempotency");
+
+	idem_runas_init();
+	idem_keyid_init();
+	idem_heldkeys_init();
+	idem_keystore_init();
+	idem_stats_init();
 
 	if (process_shared_preload_libraries_in_progress)
-		PurgeWorkerRegister();
+		idem_purge_worker_register();
 }

@@ -3,15 +3,30 @@
  * idempotency.h
  *	  Declarations shared by the files of the idempotency extension.
  *
- * The extension is split by concern:
- *	  idempotency.c  module load, GUCs
- *	  fingerprint.c  sha256 of a canonical jsonb encoding
- *	  heldkeys.c	 per-transaction memory of the keys this transaction
- *					 began, completed or failed (savepoint aware; commit check)
- *	  keylock.c		 the heavyweight lock that serialises one key
- *	  keystore.c	 SPI access to idempotency.idempotency_key
- *	  guard.c		 SQL-callable begin(), complete(), fail()
- *	  once.c		 once(), lookup(), http_response(): one round trip
+ * The files form layers; a file calls only files on its own floor or
+ * below, never above:
+ *
+ *	  idempotency.c   _PG_init: GUCs, one idem_xxx_init() per file
+ *	  worker.c        the purge background worker
+ *	  once.c          once(), lookup(), http_response()  (features)
+ *	  guard.c         begin(), complete(), fail()      (features)
+ *	  lifecycle.c     purge(), tokens, first_seen()
+ *	  ops.c           forget(), renew()
+ *	  machine.c       create_machine(), transition()   (write helpers,
+ *	  versioned.c     update_versioned()                 over target.c)
+ *	  insert_once.c   insert_once()
+ *	  target.c        the helpers' target table, columns and plan cache
+ *	  heldkeys.c      what this transaction did with which key; commit check
+ *	  keylock.c       the heavyweight lock that serialises one key  (stores)
+ *	  keystore.c      rows of idempotency.idempotency_key
+ *	  keyid.c         a key's identity: validate, hash, describe   (ground)
+ *	  stats.c         idempotency.stats: counters in shared memory
+ *	  fingerprint.c   sha256 of a canonical jsonb encoding
+ *	  runas.c         prepared SQL as the extension's owner
+ *	  compat.h        every PostgreSQL version difference
+ *
+ * Every non-static symbol starts with idem_ (SQL-callable functions with
+ * idempotency_).
  *
  *-------------------------------------------------------------------------
  */
@@ -24,12 +39,15 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
+#include "utils/snapshot.h"
 
 /* Our SQLSTATEs (SPEC.md section 4) */
 #define ERRCODE_IDEMPOTENCY_KEY_REUSED		MAKE_SQLSTATE('I','K','0','0','1')
 #define ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS MAKE_SQLSTATE('I','K','0','0','2')
 #define ERRCODE_INVALID_IDEMPOTENCY_KEY		MAKE_SQLSTATE('I','K','0','0','3')
 #define ERRCODE_IDEMPOTENCY_KEY_NOT_HELD	MAKE_SQLSTATE('I','K','0','0','4')
+#define ERRCODE_INVALID_STATE_TRANSITION	MAKE_SQLSTATE('I','K','0','0','5')
+#define ERRCODE_STALE_VERSION				MAKE_SQLSTATE('I','K','0','0','6')
 
 #define FINGERPRINT_LEN 32		/* sha256 */
 
@@ -43,10 +61,13 @@ extern int	idem_max_key_length;
 extern int	idem_purge_interval_s;
 extern int	idem_purge_batch;
 extern char *idem_database;
+extern int	idem_stats_max;
+extern int	idem_log_waits_ms;
 
 /*
- * The identity of one key: (owner role, scope, key).  hash is a 64-bit hash
- * of the three, used for the key lock tag and the per-transaction table.
+ * The identity of one key: (owner role, scope, key).  hash is a keyed 64-bit
+ * hash of the three (keyid.c), used for the key lock tag and the
+ * per-transaction table.
  */
 typedef struct KeyId
 {
@@ -58,8 +79,78 @@ typedef struct KeyId
 	uint64		hash;
 } KeyId;
 
+/* ---- ground floor ---- */
+
+/* runas.c */
+typedef struct SavedUser
+{
+	Oid			userid;
+	int			sec_context;
+} SavedUser;
+
+extern void idem_runas_init(void);
+extern void idem_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
+						 Oid *argtypes);
+extern void idem_as_owner(SavedUser *saved);
+extern void idem_as_caller(const SavedUser *saved);
+extern uint64 idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs,
+								Oid *argtypes, Datum *values,
+								const char *nulls, int expect_rc);
+extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
+									 int nargs, Oid *argtypes, Datum *values,
+									 const char *nulls, int expect_rc,
+									 Snapshot snap);
+
 /* fingerprint.c */
 extern void idem_fingerprint(Jsonb *jb, uint8 *out);
+
+/* keyid.c */
+extern void idem_keyid_init(void);
+extern char *idem_describe_key(const KeyId *id);
+extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
+extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
+						const char *what);
+extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
+extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
+extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
+							   TimestampTz now);
+
+/* stats.c: what the counters count (the columns of idempotency.stats) */
+typedef enum IdemStat
+{
+	IDEM_STAT_NEW,				/* begin() outcomes */
+	IDEM_STAT_RETRY,
+	IDEM_STAT_REPLAY,
+	IDEM_STAT_COMPLETE,			/* complete() stored a response */
+	IDEM_STAT_FAIL_RETRYABLE,	/* fail(retryable => true) */
+	IDEM_STAT_FAIL_FINAL,		/* fail(retryable => false) */
+	IDEM_STAT_IK001,			/* errors raised */
+	IDEM_STAT_IK002,
+	IDEM_STAT_IK004,
+	IDEM_STAT_WAITS,			/* waits for a key lock (idem_stats_wait) */
+	IDEM_STAT_TAKEOVER,			/* begin() took over a lapsed lease */
+	IDEM_STAT_ZOMBIE,			/* a taken-over attempt was refused */
+	IDEM_STAT_PURGED,			/* rows purge() or the worker deleted */
+	IDEM_STAT_FORGET,			/* keys forget() deleted */
+	IDEM_STAT_RENEW,			/* leases renew() extended */
+	IDEM_STAT_NCOUNTERS
+} IdemStat;
+
+extern bool idem_stats_on;		/* preloaded: the counters are in shared memory */
+extern void idem_stats_init(void);
+extern void idem_stats_add(Oid owner, const char *scope, int scope_len,
+						   IdemStat what, int64 n);
+extern void idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired);
+
+/* count one event of key id; a test and nothing else unless preloaded */
+static inline void
+idem_stats_count(const KeyId *id, IdemStat what)
+{
+	if (idem_stats_on)
+		idem_stats_add(id->owner, id->scope, id->scope_len, what, 1);
+}
+
+/* ---- stores ---- */
 
 /* heldkeys.c */
 typedef enum HeldState
@@ -86,9 +177,9 @@ typedef struct HeldKey
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
 
-extern void HeldKeysInit(void);
-extern HeldKey *held_lookup(const KeyId *id);
-extern HeldKey *held_push(const HeldKey *proto);
+extern void idem_heldkeys_init(void);
+extern HeldKey *idem_held_lookup(const KeyId *id);
+extern HeldKey *idem_held_push(const HeldKey *proto);
 
 /* keylock.c */
 typedef enum KeyLockResult
@@ -98,10 +189,10 @@ typedef enum KeyLockResult
 	KEYLOCK_BUSY				/* another transaction holds it */
 } KeyLockResult;
 
-extern KeyLockResult keylock_try(const KeyId *id);
-extern void keylock_wait(const KeyId *id);
-extern bool keylock_acquire(const KeyId *id);
-extern void keylock_release(const KeyId *id);
+extern KeyLockResult idem_keylock_try(const KeyId *id);
+extern void idem_keylock_wait(const KeyId *id);
+extern bool idem_keylock_acquire(const KeyId *id);
+extern void idem_keylock_release(const KeyId *id);
 
 /* keystore.c */
 typedef struct StoredKey
@@ -118,34 +209,19 @@ typedef struct StoredKey
 	TimestampTz locked_until;	/* 0 when NULL */
 } StoredKey;
 
-typedef struct SavedUser
-{
-	Oid			userid;
-	int			sec_context;
-} SavedUser;
+extern void idem_keystore_init(void);
+extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
+								 MemoryContext outcxt);
+extern void idem_keystore_write(const HeldKey *h, const char *status,
+								Jsonb *response, bool retryable_null,
+								bool retryable);
 
-extern void KeystoreInit(void);
-extern void keystore_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
-							 Oid *argtypes);
-extern void keystore_as_owner(SavedUser *saved);
-extern void keystore_as_caller(const SavedUser *saved);
-extern void keystore_key_values(const KeyId *id, Datum *values);
-extern uint64 keystore_run(SPIPlanPtr *cache, const char *sql, int nargs,
-						   Oid *argtypes, Datum *values, const char *nulls,
-						   int expect_rc);
-extern void keystore_lookup(const KeyId *id, StoredKey *out,
-							MemoryContext outcxt);
-extern void keystore_write(const HeldKey *h, const char *status,
-						   Jsonb *response, bool retryable_null,
-						   bool retryable);
+/* ---- features ---- */
 
 /* lifecycle.c */
 #define PURGE_NTABLES 3
-extern int64 purge_expired(Oid owner, int batch_size, TimestampTz now,
-						   int64 *counts);
-
-/* worker.c */
-extern void PurgeWorkerRegister(void);
+extern int64 idem_purge_expired(Oid owner, int batch_size, TimestampTz now,
+								int64 *counts);
 
 /* guard.c */
 typedef enum GuardOutcome
@@ -170,12 +246,13 @@ extern void idem_guard_begin(const KeyId *id, Jsonb *request,
 extern void idem_guard_finish(const KeyId *id, HeldState newstate,
 							  Jsonb *payload, bool retryable,
 							  bool has_attempt, int32 attempt);
-extern char *describe_key(const KeyId *id);
-extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
-						const char *what);
-extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
-extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
-							   TimestampTz now);
+extern void idem_guard_lease_holder(const KeyId *id, int32 attempt,
+									HeldKey *h);
+
+/* ---- top ---- */
+
+/* worker.c */
+extern void idem_purge_worker_register(void);
 
 /* once.c */
 extern bool idem_keylock_busy(const KeyId *id);	/* in keylock.c */

@@ -27,12 +27,8 @@
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
-#if PG_VERSION_NUM >= 170000
-#include "storage/procnumber.h"
-#else
-#include "storage/sinvaladt.h"
-#endif
-
+#include "utils/timestamp.h"
+#include "compat.h"
 #include "idempotency.h"
 
 #define KEYLOCK_FIELD4 0x4944	/* 18756 */
@@ -55,11 +51,7 @@ holder_pid(const LOCKTAG *tag)
 	{
 		PGPROC	   *proc;
 
-#if PG_VERSION_NUM >= 170000
-		proc = ProcNumberGetProc(vxids->procNumber);
-#else
-		proc = BackendIdGetProc(vxids->backendId);
-#endif
+		proc = IDEM_VXID_PROC(*vxids);
 		if (proc != NULL && proc->pid != 0)
 			return proc->pid;
 	}
@@ -76,9 +68,10 @@ report_in_progress(const KeyId *id, const LOCKTAG *tag)
 {
 	int			pid = holder_pid(tag);
 
+	idem_stats_count(id, IDEM_STAT_IK002);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
-			 errmsg("%s is in progress in another transaction", describe_key(id)),
+			 errmsg("%s is in progress in another transaction", idem_describe_key(id)),
 			 errdetail("Another transaction holds it; this request waited %d ms (idempotency.lock_wait).",
 					   idem_lock_wait_ms),
 			 pid != 0 ?
@@ -93,7 +86,7 @@ report_in_progress(const KeyId *id, const LOCKTAG *tag)
  * already) or KEYLOCK_BUSY (another transaction holds it).
  */
 KeyLockResult
-keylock_try(const KeyId *id)
+idem_keylock_try(const KeyId *id)
 {
 	LOCKTAG		tag;
 	LockAcquireResult res;
@@ -110,12 +103,13 @@ keylock_try(const KeyId *id)
  * Raises IK002 on timeout (at once when lock_wait is 0).
  */
 void
-keylock_wait(const KeyId *id)
+idem_keylock_wait(const KeyId *id)
 {
 	LOCKTAG		tag;
 	volatile bool timed_out = false;
 	int			save_timeout;
 	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz start;
 
 	set_tag(&tag, id);
 	if (idem_lock_wait_ms <= 0)
@@ -125,6 +119,7 @@ keylock_wait(const KeyId *id)
 		report_in_progress(id, &tag);
 	}
 
+	start = GetCurrentTimestamp();	/* for idempotency.stats, log_waits */
 	save_timeout = LockTimeout;
 	LockTimeout = idem_lock_wait_ms;
 	PG_TRY();
@@ -149,6 +144,7 @@ keylock_wait(const KeyId *id)
 	}
 	PG_END_TRY();
 	LockTimeout = save_timeout;
+	idem_stats_wait(id, start, !timed_out);
 
 	if (timed_out)
 		report_in_progress(id, &tag);
@@ -160,13 +156,13 @@ keylock_wait(const KeyId *id)
  * held it already.
  */
 bool
-keylock_acquire(const KeyId *id)
+idem_keylock_acquire(const KeyId *id)
 {
-	KeyLockResult res = keylock_try(id);
+	KeyLockResult res = idem_keylock_try(id);
 
 	if (res == KEYLOCK_BUSY)
 	{
-		keylock_wait(id);
+		idem_keylock_wait(id);
 		return true;
 	}
 	return res == KEYLOCK_TAKEN;
@@ -174,7 +170,7 @@ keylock_acquire(const KeyId *id)
 
 /* Give back a lock that keylock_acquire() took (a replay needs it no longer). */
 void
-keylock_release(const KeyId *id)
+idem_keylock_release(const KeyId *id)
 {
 	LOCKTAG		tag;
 

@@ -3,30 +3,42 @@
  * keystore.c
  *	  Reading and writing rows of idempotency.idempotency_key.
  *
- * Design: lookups probe the primary key directly (index_beginscan): no
- * parser, planner or executor on the path every request takes.  Writes are
- * two statements (INSERT, UPDATE), each prepared once per backend with SPI
- * and kept (generic plans, parameters for every value).  Every name in them
- * is schema-qualified and every operator is OPERATOR(pg_catalog.=), so no
- * search_path can redirect them.  keystore_write() connects to SPI only
- * when it runs SQL; keystore_run()'s callers are inside SPI_connect().
+ * Design: the table may be as the extension made it, or changed by a DBA
+ * (a trigger, a CHECK constraint, an index built concurrently, a column
+ * type, hash partitioning).  Whatever it is, a row is written under every
+ * rule the executor enforces on an INSERT or UPDATE, and read back in the
+ * types the guard works with.  Two paths, chosen per table shape (cached
+ * until the table changes):
  *
- * The table belongs to the extension and plain roles may only SELECT their
- * own rows from it (row-level security).  The SQL functions are SECURITY
- * INVOKER, so they switch to the table's owner for the duration of each
- * statement, the way PostgreSQL's own foreign-key checks do
- * (SECURITY_LOCAL_USERID_CHANGE).  The owner column is always the caller's
- * role, taken before the switch, so a role only ever reaches its own rows.
- * An error inside the statement is cleaned up by (sub)transaction abort,
- * which restores the user id.
+ *	fast   the table is a plain heap with exactly the shipped columns and
+ *		   types, no triggers and no rules.  Lookups probe the primary key
+ *		   directly (index_beginscan): no parser, planner or executor on
+ *		   the path every request takes.  A new row goes through the
+ *		   executor's simple-relation insert, as logical replication apply
+ *		   writes rows: NOT NULL and CHECK constraints, every index that
+ *		   is ready for inserts (so CREATE INDEX CONCURRENTLY and REINDEX
+ *		   CONCURRENTLY stay consistent), expression and partial indexes,
+ *		   exclusion constraints.
+ *	SQL    anything else (a partitioned table, a changed column type or
+ *		   domain, triggers, rules, extra columns with defaults): prepared
+ *		   SELECT and INSERT statements, which PostgreSQL routes to
+ *		   partitions and whose values it coerces to the column types
+ *		   (length limits and domain constraints included); the SELECT
+ *		   casts every column back to the type the guard expects.
+ *
+ * Updates (a retry, the end of a lease) are always a prepared UPDATE.
+ * Every statement is schema-qualified, every operator OPERATOR(pg_catalog.=),
+ * every value a parameter; it runs as the extension's owner (runas.c) for
+ * the caller's own role only.  Every write refuses a read-only transaction
+ * and a hot standby (25006).  Errors raised underneath name the key and
+ * the table (an error context).
  *
  * Locking: writers hold the key lock (keylock.c), so no other
  * begin()/complete()/fail() writes the same key concurrently.  begin()'s
  * first lookup runs without it: it only acts on a live finished key, which
- * changes only by expiring.  The probe checks no privileges (it reads as
- * the table's owner would, for the caller's own role only).
+ * changes only by expiring.
  *
- * Isolation: under READ COMMITTED every statement sees the latest committed
+ * Isolation: under READ COMMITTED every lookup sees the latest committed
  * state.  Under REPEATABLE READ and SERIALIZABLE the row may have changed
  * after the transaction's snapshot; the lookup then compares with the
  * latest committed version and raises a serialization failure (40001), so
@@ -37,60 +49,61 @@
 #include "postgres.h"
 
 #include "access/genam.h"
-#include "access/heapam.h"
-#include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/skey.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_collation.h"
-#include "catalog/index.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
-#include "miscadmin.h"
 #include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "nodes/parsenodes.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 
+#include "compat.h"
 #include "idempotency.h"
 
 /* ---------------------------------------------------------------------
  * Local state
  * ---------------------------------------------------------------------
  */
-static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
-static Oid	store_owner = InvalidOid;	/* its owner */
 
-/* attribute numbers of the columns the lookup reads, found by name */
-typedef enum
+/* the columns the guard reads and writes, in $n order of the statements */
+typedef enum StoreCol
 {
-	COL_STATUS, COL_REQUEST_HASH, COL_RESPONSE, COL_RETRYABLE, COL_ATTEMPTS,
-	COL_CREATED_AT, COL_EXPIRES_AT, COL_LOCKED_UNTIL, NUM_LOOKUP_COLS
-} LookupCol;
+	COL_OWNER, COL_SCOPE, COL_KEY, COL_STATUS, COL_REQUEST_HASH, COL_RESPONSE,
+	COL_RETRYABLE, COL_ATTEMPTS, COL_CREATED_AT, COL_UPDATED_AT,
+	COL_EXPIRES_AT, COL_LOCKED_UNTIL, NUM_COLS
+} StoreCol;
 
-static const char *const lookup_col_names[NUM_LOOKUP_COLS] = {
-	"status", "request_hash", "response", "retryable", "attempts",
-	"created_at", "expires_at", "locked_until"
-};
-static AttrNumber lookup_attnums[NUM_LOOKUP_COLS];
-
-/* attribute numbers of the columns keystore_write() writes, in $n order */
-#define NUM_WRITE_COLS 12
-static const char *const write_col_names[NUM_WRITE_COLS] = {
+static const char *const col_names[NUM_COLS] = {
 	"owner", "scope", "key", "status", "request_hash", "response", "retryable",
 	"attempts", "created_at", "updated_at", "expires_at", "locked_until"
 };
-static AttrNumber write_attnums[NUM_WRITE_COLS];
 
+static Oid	col_types[NUM_COLS] = {
+	REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BOOLOID,
+	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+};
+
+static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
+static bool store_fast = false;			/* see the file comment */
+static AttrNumber store_attnums[NUM_COLS];
+
+static SPIPlanPtr plan_select = NULL;
 static SPIPlanPtr plan_insert = NULL;
 static SPIPlanPtr plan_update = NULL;
 
@@ -98,6 +111,15 @@ static SPIPlanPtr plan_update = NULL;
 	" WHERE k.owner OPERATOR(pg_catalog.=) $1" \
 	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
 	"   AND k.key OPERATOR(pg_catalog.=) $3"
+
+/* columns in StoredKey order, cast to the types the guard reads */
+static const char *const sql_select =
+"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea,"
+"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool,"
+"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz,"
+"       k.expires_at::pg_catalog.timestamptz,"
+"       k.locked_until::pg_catalog.timestamptz, k.xmin"
+"  FROM idempotency.idempotency_key AS k" KEY_WHERE;
 
 static const char *const sql_insert =
 "INSERT INTO idempotency.idempotency_key AS k"
@@ -111,9 +133,12 @@ static const char *const sql_update =
 "       attempts = $8, created_at = $9, updated_at = $10, expires_at = $11,"
 "       locked_until = $12" KEY_WHERE;
 
-static Oid	write_argtypes[12] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID,
-	JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-TIMESTAMPTZOID};
+/* what an error context callback says */
+typedef struct StoreErrorArg
+{
+	const KeyId *id;
+	const char *doing;			/* "reading", "storing" */
+} StoreErrorArg;
 
 /* ---------------------------------------------------------------------
  * Helpers
@@ -126,113 +151,155 @@ store_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
 		store_relid = InvalidOid;
 }
 
-/* find the table and its owner (cached until the table changes) */
+static void
+store_error_context(void *arg)
+{
+	StoreErrorArg *a = (StoreErrorArg *) arg;
+
+	errcontext("%s %s in table idempotency.idempotency_key",
+			   a->doing, idem_describe_key(a->id));
+}
+
+static void
+bad_table(const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table idempotency.idempotency_key cannot hold idempotency keys"),
+			 errdetail_internal("%s", detail),
+			 errhint("Restore the table as the extension's install script creates it, or see the README (\"Partitioning the key table\").")));
+}
+
+/*
+ * Find the table, check that it can hold keys, and choose the path (see
+ * the file comment).  Cached until the table changes.
+ */
 static void
 store_resolve(void)
 {
 	Oid			nsp,
-				rel = InvalidOid;
-	HeapTuple	tup;
+				relid = InvalidOid;
+	Relation	rel;
+	TupleDesc	td;
+	int			ncols = 0;
+	bool		fast;
 
 	if (OidIsValid(store_relid))
 		return;
 	nsp = get_namespace_oid("idempotency", true);
 	if (OidIsValid(nsp))
-		rel = get_relname_relid("idempotency_key", nsp);
-	if (!OidIsValid(rel))
+		relid = get_relname_relid("idempotency_key", nsp);
+	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table idempotency.idempotency_key does not exist"),
 				 errhint("Run CREATE EXTENSION idempotency in this database.")));
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(rel));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for relation %u", rel);
-	store_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-	ReleaseSysCache(tup);
-	for (int i = 0; i < NUM_WRITE_COLS; i++)
-	{
-		write_attnums[i] = get_attnum(rel, write_col_names[i]);
-		if (write_attnums[i] == InvalidAttrNumber)
-			elog(ERROR, "column idempotency.idempotency_key.%s does not exist",
-				 write_col_names[i]);
-	}
-	for (int i = 0; i < NUM_LOOKUP_COLS; i++)
-	{
-		lookup_attnums[i] = get_attnum(rel, lookup_col_names[i]);
-		if (lookup_attnums[i] == InvalidAttrNumber)
-			elog(ERROR, "column idempotency.idempotency_key.%s does not exist",
-				 lookup_col_names[i]);
-	}
-	store_relid = rel;
-}
 
-/* Prepare sql once per backend into *cache (kept, generic plan). */
-void
-keystore_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan;
+	rel = relation_open(relid, AccessShareLock);
+	td = RelationGetDescr(rel);
+	if (rel->rd_rel->relkind != RELKIND_RELATION &&
+		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
+		bad_table("It is not a table.");
+	fast = rel->rd_rel->relkind == RELKIND_RELATION &&
+		rel->trigdesc == NULL && rel->rd_rules == NULL;
+	for (int i = 0; i < td->natts; i++)
+		if (!TupleDescAttr(td, i)->attisdropped)
+			ncols++;
+	fast = fast && ncols == NUM_COLS;
+	for (int i = 0; i < NUM_COLS; i++)
+	{
+		AttrNumber	att = get_attnum(relid, col_names[i]);
+		Form_pg_attribute a;
 
-	if (*cache != NULL)
-		return;
-	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	*cache = plan;
+		if (att == InvalidAttrNumber || att < 0)
+			bad_table(psprintf("It has no column \"%s\".", col_names[i]));
+		a = TupleDescAttr(td, att - 1);
+		/* a domain, a typmod or another type: SQL coerces, we do not */
+		if (a->atttypid != col_types[i] || a->atttypmod != -1)
+			fast = false;
+		store_attnums[i] = att;
+	}
+	/* the probe needs a btree primary key on exactly (owner, scope, key) */
+	if (fast)
+	{
+		list_free(RelationGetIndexList(rel));
+		fast = OidIsValid(rel->rd_pkindex);
+	}
+	if (fast)
+	{
+		Relation	index = index_open(rel->rd_pkindex, AccessShareLock);
+		int			seen = 0;
+
+		fast = index->rd_rel->relam == BTREE_AM_OID &&
+			index->rd_index->indnkeyatts == 3;
+		for (int i = 0; fast && i < 3; i++)
+		{
+			AttrNumber	att = index->rd_index->indkey.values[i];
+
+			if (att == store_attnums[COL_OWNER])
+				seen |= 1;
+			else if (att == store_attnums[COL_SCOPE])
+				seen |= 2;
+			else if (att == store_attnums[COL_KEY])
+				seen |= 4;
+		}
+		fast = fast && seen == 7;
+		index_close(index, AccessShareLock);
+	}
+	relation_close(rel, NoLock);
+	store_fast = fast;
+	store_relid = relid;
 }
 
 /*
- * Switch to the owner of the extension's tables for the statements that
- * follow (see the file comment); keystore_as_caller() switches back.
+ * Open the key table with lockmode, after any change to it that taking the
+ * lock revealed (another session's ALTER TABLE or ALTER EXTENSION UPDATE
+ * may have committed since store_resolve() looked).
  */
-void
-keystore_as_owner(SavedUser *saved)
+static Relation
+store_open(LOCKMODE lockmode)
 {
-	store_resolve();
-	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
-	SetUserIdAndSecContext(store_owner,
-						   saved->sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	for (;;)
+	{
+		Oid			relid;
+		Relation	rel;
+
+		store_resolve();
+		relid = store_relid;
+		rel = table_open(relid, lockmode);
+		if (store_relid == relid)
+			return rel;
+		/* invalidated while we waited for the lock: look again */
+		table_close(rel, lockmode);
+	}
 }
 
-void
-keystore_as_caller(const SavedUser *saved)
-{
-	SetUserIdAndSecContext(saved->userid, saved->sec_context);
-}
-
-void
-keystore_key_values(const KeyId *id, Datum *values)
+static void
+key_values(const KeyId *id, Datum *values)
 {
 	values[0] = ObjectIdGetDatum(id->owner);
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len));
 	values[2] = PointerGetDatum(cstring_to_text_with_len(id->key, id->key_len));
 }
 
-/*
- * Run sql (prepared once into *cache) as the tables' owner with the given
- * parameters; raise if SPI does not answer expect_rc.  Returns the number
- * of rows processed; SPI_tuptable holds any rows returned.
- */
-uint64
-keystore_run(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
-			 Datum *values, const char *nulls, int expect_rc)
+/* 25006 unless this transaction may write */
+static void
+check_writable(const KeyId *id)
 {
-	SavedUser	saved;
-	int			rc;
-
-	keystore_as_owner(&saved);
-	keystore_prepare(cache, sql, nargs, argtypes);
-	rc = SPI_execute_plan(*cache, values, nulls, false, 0);
-	if (rc != expect_rc)
-		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));
-	keystore_as_caller(&saved);
-	return SPI_processed;
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot store %s during recovery", idem_describe_key(id)),
+				 errdetail("This server is a hot standby; it can replay finished keys but not store new ones."),
+				 errhint("Send requests that do work to the primary server.")));
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot store %s in a read-only transaction", idem_describe_key(id))));
 }
 
 /* ---------------------------------------------------------------------
- * Interface
+ * Fast path: the primary key probe and the executor insert
  * ---------------------------------------------------------------------
  */
 
@@ -241,10 +308,9 @@ keystore_run(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
  * row is visible; fills *out (response copied into outcxt) and *xmin.
  */
 static bool
-probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
-	  TransactionId *xmin)
+probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
+	  MemoryContext outcxt, TransactionId *xmin)
 {
-	Relation	heap = table_open(store_relid, AccessShareLock);
 	Relation	index;
 	TupleTableSlot *slot;
 	ScanKeyData skey[3];
@@ -252,17 +318,12 @@ probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	bool		found;
 
 	/*
-	 * The primary key as the relcache knows it now that the table is locked:
-	 * (key, scope, owner) since 0.3.0, (owner, scope, key) before; an ALTER
-	 * EXTENSION UPDATE in another session rebuilds it under our feet.
+	 * The primary key as the relcache knows it now that the table is locked
+	 * (store_resolve() checked its columns).
 	 */
 	if (!heap->rd_indexvalid)
 		list_free(RelationGetIndexList(heap));
-	if (!OidIsValid(heap->rd_pkindex))
-		elog(ERROR, "table idempotency.idempotency_key has no primary key");
 	index = index_open(heap->rd_pkindex, AccessShareLock);
-	if (index->rd_index->indnkeyatts != 3)
-		elog(ERROR, "the primary key of idempotency.idempotency_key is not on owner, scope and key");
 	slot = table_slot_create(heap, NULL);
 
 	for (int i = 0; i < 3; i++)
@@ -271,27 +332,26 @@ probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		const char *val;
 		int			len;
 
-		/* write_attnums[0..2] are owner, scope, key */
-		if (att == write_attnums[0])
+		if (att == store_attnums[COL_OWNER])
 		{
 			ScanKeyInit(&skey[i], i + 1, BTEqualStrategyNumber, F_OIDEQ,
 						ObjectIdGetDatum(id->owner));
 			continue;
 		}
-		if (att == write_attnums[1])
+		if (att == store_attnums[COL_SCOPE])
 		{
 			val = id->scope;
 			len = id->scope_len;
 		}
-		else if (att == write_attnums[2])
+		else if (att == store_attnums[COL_KEY])
 		{
 			val = id->key;
 			len = id->key_len;
 		}
 		else
-			elog(ERROR, "the primary key of idempotency.idempotency_key is not on owner, scope and key");
+			elog(ERROR, "primary key of idempotency.idempotency_key changed under us");
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
-							   InvalidOid, C_COLLATION_OID, F_TEXTEQ,
+							   InvalidOid, index->rd_indcollation[i], F_TEXTEQ,
 							   PointerGetDatum(cstring_to_text_with_len(val, len)));
 	}
 	scan = index_beginscan(heap, index, snap, 3, 0);
@@ -303,7 +363,7 @@ probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		Datum		d;
 		char	   *status;
 
-#define COL(c) slot_getattr(slot, lookup_attnums[c], &isnull)
+#define COL(c) slot_getattr(slot, store_attnums[c], &isnull)
 		memset(out, 0, sizeof(StoredKey));
 		out->found = true;
 		status = TextDatumGetCString(COL(COL_STATUS));
@@ -347,148 +407,194 @@ probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, NoLock);
-	table_close(heap, NoLock);
 	return found;
 }
+
+/*
+ * Insert a row through the executor's simple-relation insert (the way
+ * logical replication apply does): constraints, index readiness, every
+ * index.  Only on the fast path: no triggers, rules or partitions, and
+ * values already of the columns' types.  values/nulls are in $n order.
+ */
+static void
+exec_insert(Relation rel, Datum *values, const char *nulls)
+{
+	TupleDesc	td = RelationGetDescr(rel);
+	EState	   *estate = CreateExecutorState();
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	TupleTableSlot *slot;
+
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(rel);
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+	IDEM_INIT_RANGE_TABLE(estate, list_make1(rte));
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	estate->es_output_cid = GetCurrentCommandId(true);
+	ExecOpenIndices(rri, false);
+
+	slot = ExecInitExtraTupleSlot(estate, td, &TTSOpsVirtual);
+	ExecClearTuple(slot);
+	memset(slot->tts_isnull, true, sizeof(bool) * td->natts);
+	for (int i = 0; i < NUM_COLS; i++)
+	{
+		slot->tts_values[store_attnums[i] - 1] = values[i];
+		slot->tts_isnull[store_attnums[i] - 1] = nulls[i] == 'n';
+	}
+	ExecStoreVirtualTuple(slot);
+	IDEM_SIMPLE_INSERT(rri, estate, slot);
+
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+}
+
+/* ---------------------------------------------------------------------
+ * SQL path
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Look key id up with the prepared SELECT under snapshot snap (InvalidSnapshot:
+ * SPI's own, as for any statement).  Returns whether a row was found.
+ */
+static bool
+sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
+		  TransactionId *xmin)
+{
+	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	uint64		n;
+	HeapTuple	tup;
+	TupleDesc	td;
+	bool		isnull;
+	Datum		d;
+
+	key_values(id, values);
+	SPI_connect();
+	n = idem_run_as_owner_snap(&plan_select, sql_select, 3, argtypes, values,
+							   NULL, SPI_OK_SELECT, snap);
+	if (n > 1)
+		bad_table(psprintf("It holds " UINT64_FORMAT " rows for one key: its primary key on (key, scope, owner) is missing.", n));
+	if (n == 0)
+	{
+		SPI_finish();
+		return false;
+	}
+	tup = SPI_tuptable->vals[0];
+	td = SPI_tuptable->tupdesc;
+	*xmin = DatumGetTransactionId(SPI_getbinval(tup, td, 9, &isnull));
+	if (out != NULL)
+	{
+		char	   *status;
+
+		memset(out, 0, sizeof(StoredKey));
+		out->found = true;
+		d = SPI_getbinval(tup, td, 1, &isnull);
+		if (isnull)
+			bad_table("A row has a null status.");
+		status = TextDatumGetCString(d);
+		out->status = status[0];
+		d = SPI_getbinval(tup, td, 2, &isnull);
+		if (!isnull)
+		{
+			bytea	   *h = DatumGetByteaPP(d);
+
+			if (VARSIZE_ANY_EXHDR(h) == FINGERPRINT_LEN)
+			{
+				out->has_hash = true;
+				memcpy(out->request_hash, VARDATA_ANY(h), FINGERPRINT_LEN);
+			}
+		}
+		d = SPI_getbinval(tup, td, 3, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(outcxt);
+
+			out->response = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+		d = SPI_getbinval(tup, td, 4, &isnull);
+		out->retryable = isnull ? false : DatumGetBool(d);
+		d = SPI_getbinval(tup, td, 5, &isnull);
+		out->attempts = isnull ? 1 : DatumGetInt32(d);
+		d = SPI_getbinval(tup, td, 6, &isnull);
+		out->created_at = isnull ? 0 : DatumGetTimestampTz(d);
+		d = SPI_getbinval(tup, td, 7, &isnull);
+		if (isnull)
+			bad_table("A row has a null expires_at.");
+		out->expires_at = DatumGetTimestampTz(d);
+		d = SPI_getbinval(tup, td, 8, &isnull);
+		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
+	}
+	SPI_finish();
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * Interface
+ * ---------------------------------------------------------------------
+ */
 
 /*
  * Read the stored row of key id (expired or not) into *out; the response
  * is copied into outcxt.
  *
- * A direct probe of the primary key, with the snapshot rules of an SPI
- * statement: the command counter is advanced (so this transaction's own
- * earlier writes are seen) and the transaction snapshot is taken (fresh
- * under READ COMMITTED).  Under REPEATABLE READ and SERIALIZABLE the latest
- * committed version is compared too (see the file comment).
+ * With the snapshot rules of an SQL statement: the command counter is
+ * advanced (so this transaction's own earlier writes are seen) and the
+ * transaction snapshot is taken (fresh under READ COMMITTED).  Under
+ * REPEATABLE READ and SERIALIZABLE the latest committed version is
+ * compared too (see the file comment).
  *
- * No privileges are checked: like the rest of this file, the probe acts as
- * the table's owner, for the caller's own role only.
+ * No privileges are checked: like the rest of this file, the lookup acts
+ * as the table's owner, for the caller's own role only.
  */
 void
-keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
 	TransactionId xmin = InvalidTransactionId;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {id, "reading"};
+	Relation	heap;
 
-	store_resolve();
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	heap = store_open(AccessShareLock);
 	memset(out, 0, sizeof(StoredKey));
-	CommandCounterIncrement();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	UpdateActiveSnapshotCommandId();
-	(void) probe(id, GetActiveSnapshot(), out, outcxt, &xmin);
-	PopActiveSnapshot();
+	if (store_fast)
+	{
+		CommandCounterIncrement();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		UpdateActiveSnapshotCommandId();
+		(void) probe(heap, id, GetActiveSnapshot(), out, outcxt, &xmin);
+		PopActiveSnapshot();
+	}
+	else
+		(void) sql_probe(id, InvalidSnapshot, out, outcxt, &xmin);
 
 	if (IsolationUsesXactSnapshot())
 	{
 		TransactionId latest_xmin = InvalidTransactionId;
-		bool		latest = probe(id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
+		bool		latest;
 
+		if (store_fast)
+			latest = probe(heap, id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
+		else
+			latest = sql_probe(id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
 		if (latest != out->found || (latest && latest_xmin != xmin))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent use of %s",
-							describe_key(id)),
+							idem_describe_key(id)),
 					 errdetail("Another transaction stored a result for this key after this transaction took its snapshot."),
 					 errhint("Retry the transaction; it will see the stored result.")));
 	}
-}
-
-/*
- * Insert a key row without the executor, the way catalog rows are inserted:
- * heap_insert(), then index_insert() into each index (a unique index raises
- * 23505 as usual; heap_insert takes care of TOAST, WAL, logical decoding,
- * serializable conflicts and statistics).  values/nulls are in $n order.
- *
- * Only when the table is as the extension made it: columns exactly ours,
- * no triggers, no CHECK constraints, only plain immediate indexes.  Anything
- * else (a DBA's trigger or expression index, say) makes this return false
- * without doing anything, and the caller runs the SQL INSERT instead.
- */
-#define MAX_DIRECT_INDEXES 8
-
-static bool
-direct_insert(Datum *values, const char *nulls)
-{
-	Relation	rel = table_open(store_relid, RowExclusiveLock);
-	TupleDesc	td = RelationGetDescr(rel);
-	Relation	indexes[MAX_DIRECT_INDEXES];
-	IndexInfo  *infos[MAX_DIRECT_INDEXES];
-	int			nindexes = 0;
-	int			ncols = 0;
-	bool		plain = rel->trigdesc == NULL &&
-		(td->constr == NULL || td->constr->num_check == 0);
-	List	   *indexoids;
-	ListCell   *lc;
-	Datum	   *row;
-	bool	   *rownulls;
-	HeapTuple	tup;
-	int			i;
-
-	for (i = 0; i < td->natts; i++)
-		if (!TupleDescAttr(td, i)->attisdropped)
-			ncols++;
-	plain = plain && ncols == NUM_WRITE_COLS;
-
-	indexoids = plain ? RelationGetIndexList(rel) : NIL;
-	if (list_length(indexoids) > MAX_DIRECT_INDEXES)
-		plain = false;
-	foreach(lc, indexoids)
-	{
-		Relation	index;
-		IndexInfo  *info;
-
-		if (!plain)
-			break;
-		index = index_open(lfirst_oid(lc), RowExclusiveLock);
-		info = BuildIndexInfo(index);
-		indexes[nindexes] = index;
-		infos[nindexes++] = info;
-		if (info->ii_Expressions != NIL || info->ii_Predicate != NIL ||
-			info->ii_ExclusionOps != NULL || !index->rd_index->indimmediate)
-			plain = false;
-	}
-	if (!plain)
-	{
-		for (i = 0; i < nindexes; i++)
-			index_close(indexes[i], NoLock);
-		table_close(rel, NoLock);
-		return false;
-	}
-
-	row = palloc0(sizeof(Datum) * td->natts);
-	rownulls = palloc(sizeof(bool) * td->natts);
-	memset(rownulls, true, sizeof(bool) * td->natts);
-	for (i = 0; i < NUM_WRITE_COLS; i++)
-	{
-		row[write_attnums[i] - 1] = values[i];
-		rownulls[write_attnums[i] - 1] = nulls != NULL && nulls[i] == 'n';
-	}
-	tup = heap_form_tuple(td, row, rownulls);
-	heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
-
-	for (i = 0; i < nindexes; i++)
-	{
-		Datum		ivalues[INDEX_MAX_KEYS];
-		bool		inulls[INDEX_MAX_KEYS];
-		int			k;
-
-		for (k = 0; k < infos[i]->ii_NumIndexAttrs; k++)
-		{
-			AttrNumber	a = infos[i]->ii_IndexAttrNumbers[k];
-
-			ivalues[k] = row[a - 1];
-			inulls[k] = rownulls[a - 1];
-		}
-		index_insert(indexes[i], ivalues, inulls, &tup->t_self, rel,
-					 indexes[i]->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
-#if PG_VERSION_NUM >= 140000
-					 false,
-#endif
-					 infos[i]);
-		index_close(indexes[i], NoLock);
-	}
-	table_close(rel, NoLock);
-	heap_freetuple(tup);
-	return true;
+	table_close(heap, NoLock);
+	error_context_stack = errcb.previous;
 }
 
 /*
@@ -497,64 +603,85 @@ direct_insert(Datum *values, const char *nulls)
  * (the expired row was purged meanwhile) falls back to the INSERT.
  */
 void
-keystore_write(const HeldKey *h, const char *status, Jsonb *response,
-			   bool retryable_null, bool retryable)
+idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
+					bool retryable_null, bool retryable)
 {
-	Datum		values[12];
-	char		nulls[12];
+	Datum		values[NUM_COLS];
+	char		nulls[NUM_COLS];
 	bytea	   *hash = NULL;
 	bool		connected = false;
 	bool		done = false;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {&h->id, "storing"};
+
+	check_writable(&h->id);
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
 
 	memset(nulls, ' ', sizeof(nulls));
-	keystore_key_values(&h->id, values);
-	values[3] = CStringGetTextDatum(status);
+	key_values(&h->id, values);
+	values[COL_STATUS] = CStringGetTextDatum(status);
 	if (h->has_hash)
 	{
 		hash = palloc(VARHDRSZ + FINGERPRINT_LEN);
 		SET_VARSIZE(hash, VARHDRSZ + FINGERPRINT_LEN);
 		memcpy(VARDATA(hash), h->request_hash, FINGERPRINT_LEN);
-		values[4] = PointerGetDatum(hash);
+		values[COL_REQUEST_HASH] = PointerGetDatum(hash);
 	}
 	else
-		nulls[4] = 'n';
+		nulls[COL_REQUEST_HASH] = 'n';
 	if (response)
-		values[5] = JsonbPGetDatum(response);
+		values[COL_RESPONSE] = JsonbPGetDatum(response);
 	else
-		nulls[5] = 'n';
-	values[6] = BoolGetDatum(retryable);
+		nulls[COL_RESPONSE] = 'n';
+	values[COL_RETRYABLE] = BoolGetDatum(retryable);
 	if (retryable_null)
-		nulls[6] = 'n';
-	values[7] = Int32GetDatum(h->attempts);
-	values[8] = TimestampTzGetDatum(h->created_at);
-	values[9] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[10] = TimestampTzGetDatum(h->expires_at);
-	values[11] = TimestampTzGetDatum(h->locked_until);
+		nulls[COL_RETRYABLE] = 'n';
+	values[COL_ATTEMPTS] = Int32GetDatum(h->attempts);
+	values[COL_CREATED_AT] = TimestampTzGetDatum(h->created_at);
+	values[COL_UPDATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[COL_EXPIRES_AT] = TimestampTzGetDatum(h->expires_at);
+	values[COL_LOCKED_UNTIL] = TimestampTzGetDatum(h->locked_until);
 	if (h->locked_until == 0)
-		nulls[11] = 'n';
+		nulls[COL_LOCKED_UNTIL] = 'n';
 
-	/* SQL (and so SPI) only for an UPDATE, or an INSERT direct_insert declines */
 	if (h->row_exists)
 	{
 		SPI_connect();
 		connected = true;
-		done = keystore_run(&plan_update, sql_update, 12, write_argtypes,
-							values, nulls, SPI_OK_UPDATE) > 0;
+		done = idem_run_as_owner(&plan_update, sql_update, NUM_COLS, col_types,
+								 values, nulls, SPI_OK_UPDATE) > 0;
 	}
-	if (!done && !direct_insert(values, nulls))
+	if (!done)
 	{
-		if (!connected)
-			SPI_connect();
-		connected = true;
-		keystore_run(&plan_insert, sql_insert, 12, write_argtypes,
-					 values, nulls, SPI_OK_INSERT);
+		Relation	rel = store_open(RowExclusiveLock);
+
+		if (store_fast)
+			exec_insert(rel, values, nulls);
+		table_close(rel, NoLock);
+		if (!store_fast)
+		{
+			if (!connected)
+				SPI_connect();
+			connected = true;
+			if (idem_run_as_owner(&plan_insert, sql_insert, NUM_COLS, col_types,
+								  values, nulls, SPI_OK_INSERT) != 1)
+				ereport(ERROR,
+						(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+						 errmsg("%s was not stored in table idempotency.idempotency_key",
+								idem_describe_key(&h->id)),
+						 errdetail("A trigger or rule on the table skipped the row, so a duplicate could not find it.")));
+		}
 	}
 	if (connected)
 		SPI_finish();
+	error_context_stack = errcb.previous;
 }
 
 void
-KeystoreInit(void)
+idem_keystore_init(void)
 {
 	CacheRegisterRelcacheCallback(store_inval_callback, (Datum) 0);
 }

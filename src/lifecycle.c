@@ -12,7 +12,7 @@
  * so a batch takes only row locks, never waits for a row another
  * transaction has locked, and rechecks the expiry of each row it deletes.
  * A begin() that found an expired row and later writes it copes with the
- * row vanishing (keystore_write falls back to INSERT).  The SQL function
+ * row vanishing (idem_keystore_write falls back to INSERT).  The SQL function
  * purges one batch of the caller's own rows; the background worker
  * (worker.c) purges every role's rows, a committed batch at a time.
  *
@@ -27,7 +27,7 @@
  * it (true).  A redelivery writes nothing; an expired entry is re-armed by
  * an UPDATE guarded by its expiry.
  *
- * All statements run as the tables' owner (keystore_as_owner) with the
+ * All statements run as the tables' owner (runas.c) with the
  * caller's role as a parameter, schema-qualified, prepared once and kept.
  *
  *-------------------------------------------------------------------------
@@ -73,7 +73,7 @@ static const char *const purge_sql =
  * returns the sum.
  */
 int64
-purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
+idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 {
 	Oid			nsp = get_namespace_oid("idempotency", true);
 	int64		total = 0;
@@ -95,11 +95,12 @@ purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		values[2] = ObjectIdGetDatum(owner);
 		sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
 					   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
-		counts[i] = keystore_run(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
+		counts[i] = idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
 								 values, NULL, SPI_OK_DELETE);
 		pfree(sql);
 		total += counts[i];
 	}
+	idem_stats_add(GetUserId(), "", 0, IDEM_STAT_PURGED, total);	/* the purger's */
 	return total;
 }
 
@@ -118,7 +119,7 @@ idempotency_purge(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch_size must be at least 1")));
 	SPI_connect();
-	total = purge_expired(GetUserId(), batch_size,
+	total = idem_purge_expired(GetUserId(), batch_size,
 						  GetCurrentTransactionStartTimestamp(), counts);
 	SPI_finish();
 	PG_RETURN_INT64(total);
@@ -140,28 +141,33 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	char	   *scope = idem_scope_arg(fcinfo, 0);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at = idem_expiry(fcinfo, 1, now);
-	Oid			argtypes[4] = {REGROLEOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[4];
-	pg_uuid_t  *token;
-	bool		isnull;
-	MemoryContext caller_cxt = CurrentMemoryContext;
+	Oid			argtypes[5] = {UUIDOID, REGROLEOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[5];
+	Datum		token = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
 
-	values[0] = ObjectIdGetDatum(GetUserId());
-	values[1] = CStringGetTextDatum(scope);
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(expires_at);
+	/*
+	 * The token is made here and passed in, not read back from RETURNING:
+	 * what a DBA's trigger or column type does to the stored value cannot
+	 * change what the caller is given, and a trigger that skips the row is
+	 * an error, not a token that was never stored.
+	 */
+	values[0] = token;
+	values[1] = ObjectIdGetDatum(GetUserId());
+	values[2] = CStringGetTextDatum(scope);
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = TimestampTzGetDatum(expires_at);
 
 	SPI_connect();
-	keystore_run(&plan_issue,
-				 "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
-				 " VALUES (pg_catalog.gen_random_uuid(), $1, $2, $3, $4) RETURNING token",
-				 4, argtypes, values, NULL, SPI_OK_INSERT_RETURNING);
-	token = MemoryContextAlloc(caller_cxt, sizeof(pg_uuid_t));
-	memcpy(token, DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[0],
-											  SPI_tuptable->tupdesc, 1, &isnull)),
-		   sizeof(pg_uuid_t));
+	if (idem_run_as_owner(&plan_issue,
+						  "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
+						  " VALUES ($1, $2, $3, $4, $5)",
+						  5, argtypes, values, NULL, SPI_OK_INSERT) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("the token was not stored in table idempotency.token"),
+				 errdetail("A trigger on the table skipped the row.")));
 	SPI_finish();
-	PG_RETURN_UUID_P(token);
+	PG_RETURN_DATUM(token);
 }
 
 /* consume_token(token, scope) -> true exactly once; false when used, expired or unknown */
@@ -184,7 +190,7 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 
 	SPI_connect();
-	consumed = keystore_run(&plan_consume,
+	consumed = idem_run_as_owner(&plan_consume,
 							"DELETE FROM idempotency.token AS t"
 							" WHERE t.token OPERATOR(pg_catalog.=) $1"
 							"   AND t.owner OPERATOR(pg_catalog.=) $2"
@@ -214,19 +220,21 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	Datum		values[5];
 	bool		first;
 
-	keystore_key_values(&id, values);
+	values[0] = ObjectIdGetDatum(id.owner);
+	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
+	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(idem_expiry(fcinfo, 2, now));
 
 	SPI_connect();
-	first = keystore_run(&plan_seen_insert,
+	first = idem_run_as_owner(&plan_seen_insert,
 						 "INSERT INTO idempotency.seen_message AS m"
 						 "  (owner, scope, message_id, first_seen_at, expires_at)"
 						 " VALUES ($1, $2, $3, $4, $5)"
 						 " ON CONFLICT (owner, scope, message_id) DO NOTHING",
 						 5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
 	if (!first)					/* seen before: first again only if expired */
-		first = keystore_run(&plan_seen_rearm,
+		first = idem_run_as_owner(&plan_seen_rearm,
 							 "UPDATE idempotency.seen_message AS m"
 							 "   SET first_seen_at = $4, expires_at = $5"
 							 " WHERE m.owner OPERATOR(pg_catalog.=) $1"

@@ -6,7 +6,7 @@
  * Registered only when the library is in shared_preload_libraries.  It
  * connects to idempotency.database and, every idempotency.purge_interval,
  * deletes expired rows of every role in batches of idempotency.purge_batch,
- * one short transaction per batch (lifecycle.c: purge_expired), until a
+ * one short transaction per batch (lifecycle.c: idem_purge_expired), until a
  * batch comes back short.  It logs what it removed (LOG when something was
  * removed, DEBUG1 otherwise).
  *
@@ -48,7 +48,7 @@
 PGDLLEXPORT void idempotency_purge_worker_main(Datum main_arg);
 
 void
-PurgeWorkerRegister(void)
+idem_purge_worker_register(void)
 {
 	BackgroundWorker worker;
 
@@ -77,7 +77,7 @@ purge_one_batch(int64 *counts)
 	if (OidIsValid(get_namespace_oid("idempotency", true)))
 	{
 		SPI_connect();
-		n = purge_expired(InvalidOid, idem_purge_batch,
+		n = idem_purge_expired(InvalidOid, idem_purge_batch,
 						  GetCurrentTransactionStartTimestamp(), counts);
 		SPI_finish();
 	}

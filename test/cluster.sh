@@ -9,13 +9,17 @@
 # The caller installs `trap cluster_stop EXIT` so the cluster goes away even
 # when a test fails.  initdb refuses root, so as root the server runs as the
 # `postgres` system user; clients may run as anyone (trust auth, own socket).
+# as_pg runs a command as that user from /, whatever the caller's directory:
+# the checkout may be one only root can enter, and PostgreSQL's programs fail
+# ("could not change directory to ...") in a directory they cannot enter.
+# Its arguments must be absolute paths.
 
 PG_BINDIR=${PG_BINDIR:-$(${PG_CONFIG:-pg_config} --bindir)}
 CLUSTER_DIR=""
 
 as_pg() {
 	if [ "$(id -u)" = 0 ]; then
-		runuser -u postgres -- "$@"
+		(cd / && runuser -u postgres -- "$@")
 	else
 		"$@"
 	fi

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(91);
+SELECT plan(103);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -36,7 +36,14 @@ SELECT is((SELECT count(*)::int FROM pg_constraint
           0, 'no CHECK constraints on the key table (re-read on every insert; the functions guarantee them)');
 
 -- the other tables
-SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine']);
+SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine', 'lock_secret']);
+-- the lock secret: one 16-byte row, nobody but the owner may read it, not dumped
+SELECT is((SELECT count(*)::int FROM idempotency.lock_secret WHERE length(secret) = 16), 1,
+          'lock_secret holds one 16-byte secret');
+SELECT table_privs_are('idempotency', 'lock_secret', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on lock_secret');
+SELECT throws_ok($$INSERT INTO idempotency.lock_secret VALUES ('\x00112233445566778899aabbccddeeff')$$,
+                 '23505', NULL, 'lock_secret holds one row only');
 SELECT columns_are('idempotency', 'state_machine', ARRAY['machine', 'transitions', 'owner', 'updated_at']);
 SELECT table_privs_are('idempotency', 'state_machine', 'public', ARRAY['SELECT'],
                        'PUBLIC may only SELECT state machines');
@@ -80,6 +87,7 @@ SELECT schema_privs_are('idempotency', 'public', ARRAY['USAGE'], 'PUBLIC may use
 SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerprint', 'purge',
                                         'issue_token', 'consume_token', 'first_seen',
                                         'create_machine', 'transition', 'update_versioned', 'insert_once',
+                                        'forget', 'renew', 'stats', 'stats_reset',
                                         'once', 'lookup', 'http_response']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
@@ -132,7 +140,7 @@ SELECT is_strict('idempotency', 'purge', ARRAY['integer']);
 SELECT isnt_strict('idempotency', 'consume_token', ARRAY['uuid', 'text'],
                    'consume_token() is not strict: a NULL scope is an error');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace
-             AND proname NOT IN ('fingerprint', 'http_response') AND proparallel <> 'u'),
+             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset', 'http_response') AND proparallel <> 'u'),
           0, 'functions that lock and write are PARALLEL UNSAFE');
 SELECT is((SELECT count(*)::int FROM pg_proc p
              WHERE pronamespace = 'idempotency'::regnamespace
@@ -142,6 +150,28 @@ SELECT function_privs_are('idempotency', 'begin', ARRAY['text', 'jsonb', 'text',
                           'public', ARRAY['EXECUTE'], 'PUBLIC may call begin()');
 SELECT function_privs_are('idempotency', 'fingerprint', ARRAY['jsonb'], 'public', ARRAY['EXECUTE'],
                           'PUBLIC may call fingerprint()');
+
+-- observability and operations
+SELECT has_view('idempotency', 'stats', 'the statistics view exists');
+SELECT columns_are('idempotency', 'stats', ARRAY[
+  'dbid', 'database', 'userid', 'role', 'scope', 'begin_new', 'begin_retry', 'begin_replay',
+  'completed', 'failed_retryable', 'failed_final', 'ik001_reused', 'ik002_in_progress',
+  'ik004_not_held', 'waits', 'wait_total_ms', 'wait_max_ms', 'lease_takeovers',
+  'zombies_refused', 'purged', 'forgotten', 'renewed', 'stats_since']);
+SELECT table_privs_are('idempotency', 'stats', 'public', ARRAY['SELECT'],
+                       'PUBLIC may read the statistics view (it shows each role its own rows)');
+SELECT function_privs_are('idempotency', 'stats_reset', ARRAY[]::text[], 'public', ARRAY[]::text[],
+                          'PUBLIC may not reset the statistics');
+SELECT function_returns('idempotency', 'forget', ARRAY['text', 'text'], 'boolean');
+SELECT function_returns('idempotency', 'renew', ARRAY['text', 'interval', 'integer', 'text'],
+                        'timestamp with time zone');
+SELECT is((SELECT pg_get_function_arguments('idempotency.renew(text,interval,integer,text)'::regprocedure)),
+          'key text, lease interval, attempt integer, scope text DEFAULT ''''::text',
+          'renew() arguments and defaults');
+SELECT is((SELECT pg_get_function_arguments('idempotency.forget(text,text)'::regprocedure)),
+          'key text, scope text DEFAULT ''''::text', 'forget() arguments and defaults');
+SELECT isnt_strict('idempotency', 'forget', ARRAY['text', 'text'],
+                   'forget() is not strict: a NULL key is an error');
 
 -- one round trip
 SELECT has_function('idempotency', 'once', ARRAY['text', 'jsonb', 'text', 'text[]']);

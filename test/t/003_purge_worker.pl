@@ -75,17 +75,33 @@ ok( $node->poll_query_until('postgres',
 	'after the error the next cycle purges');
 is($node->safe_psql('postgres', $worker_pid), $pid_before, 'the same worker process kept going');
 
-# SIGHUP: purge_interval = 0 stops purging, a new value starts it again
+# SIGHUP: purge_interval = 0 stops purging, a new value starts it again.
+# No sleeping: the test waits for the worker's own word.  SIGHUP goes to the
+# worker straight from here too (when kill returns its reload is pending; the
+# postmaster passes pg_ctl reload's on in its own time).
+# pg_log_backend_memory_contexts() makes the worker log "logging memory
+# contexts" when it next checks for interrupts, at the top of its loop, just
+# before it takes a pending reload and decides whether to purge: a second
+# such line means the worker has been once round its loop since the first.
+my $wpid = $node->safe_psql('postgres', $worker_pid);
+sub worker_goes_round
+{
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres', "SELECT pg_log_backend_memory_contexts($wpid)");
+	return $node->wait_for_log(qr/\[$wpid\] .*logging memory contexts of PID $wpid\b/, $offset);
+}
 $node->append_conf('postgresql.conf', "idempotency.purge_interval = 0\n");
 $node->reload;
-sleep 2;    # let the worker take the reload and finish a cycle that was under way
+is(kill('HUP', $wpid), 1, 'SIGHUP for the worker with purge_interval = 0');
 $node->safe_psql('postgres', q{
 	BEGIN;
 	SELECT outcome FROM idempotency.begin('paused', ttl => '1 ms');
 	SELECT idempotency.complete('paused', '{}');
 	COMMIT;
-});
-sleep 3;
+	SELECT pg_sleep(0.01);});
+# once round with 'paused' expired: a worker that went on purging, or that
+# purged whenever it woke, would have purged it
+ok(worker_goes_round() && worker_goes_round(), 'the paused worker wakes and goes round its loop');
 is( $node->safe_psql('postgres', q{SELECT count(*) FROM idempotency.idempotency_key WHERE key = 'paused'}),
 	'1', 'with purge_interval = 0 nothing is purged');
 $node->append_conf('postgresql.conf', "idempotency.purge_interval = '1s'\n");
@@ -121,9 +137,16 @@ my $plain = PostgreSQL::Test::Cluster->new('plain');
 $plain->init;
 $plain->start;
 $plain->safe_psql('postgres', q{CREATE EXTENSION idempotency});
+# the postmaster starts the background workers registered at startup together:
+# once the logical replication launcher runs, a purge worker would have started
+ok( $plain->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE backend_type = 'logical replication launcher'}),
+	'the background workers have started');
 is( $plain->safe_psql('postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idempotency purge worker'}),
 	'0', 'without shared_preload_libraries there is no worker');
+unlike(slurp_file($plain->logfile), qr/idempotency purge worker started/,
+	'and none started');
 $plain->safe_psql('postgres', q{
 	BEGIN;
 	SELECT outcome FROM idempotency.begin('k', ttl => '1 ms');

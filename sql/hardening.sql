@@ -1,0 +1,180 @@
+-- hardening: whatever a DBA does to the extension's tables, the functions
+-- work under PostgreSQL's rules or raise a clear error naming the table;
+-- never a crash, never a value its column would refuse.  Read-only
+-- transactions and parallel workers cannot store keys.  (Each DDL case
+-- runs in a transaction that is rolled back.)
+
+-- attempts as text: 0.3.0 crashed (read an int4 from a text column)
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN attempts TYPE text;
+SELECT outcome, attempts FROM idempotency.begin('h-attempts');
+SELECT idempotency.complete('h-attempts', '{"x": 1}');
+SELECT outcome, attempts, response FROM idempotency.begin('h-attempts');
+SELECT key, attempts, pg_typeof(attempts) FROM idempotency.idempotency_key WHERE key = 'h-attempts';
+ROLLBACK;
+
+-- response as json: 0.3.0 stored jsonb's binary bytes into the json column
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN response TYPE json;
+SELECT outcome FROM idempotency.begin('h-json');
+SELECT idempotency.complete('h-json', '{"b": 1, "a": 2}');
+SELECT response::text FROM idempotency.idempotency_key WHERE key = 'h-json';
+SELECT outcome, response FROM idempotency.begin('h-json');
+ROLLBACK;
+
+-- key varchar(5): 0.3.0 stored an 8-character key anyway
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN key TYPE varchar(5);
+SELECT outcome FROM idempotency.begin('12345678');
+SELECT idempotency.complete('12345678', '{}');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- key as a domain with a CHECK: likewise
+BEGIN;
+CREATE DOMAIN short_key AS text CHECK (length(VALUE) <= 5);
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN key TYPE short_key;
+SELECT outcome FROM idempotency.begin('12345678');
+SELECT idempotency.complete('12345678', '{}');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- status varchar(3): 0.3.0 stored 'completed'
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN status TYPE varchar(3);
+SELECT outcome FROM idempotency.begin('h-status');
+SELECT idempotency.complete('h-status', '{}');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- scope as name: 0.3.0 stored garbage, and the next begin() answered new
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN scope TYPE name;
+SELECT outcome FROM idempotency.begin('h-name', scope => 'orders');
+SELECT idempotency.complete('h-name', '{"r": 1}', 'orders');
+SELECT outcome, response FROM idempotency.begin('h-name', scope => 'orders');
+SELECT scope, key FROM idempotency.idempotency_key WHERE key = 'h-name';
+ROLLBACK;
+
+-- expires_at as date: 0.3.0 stored year 5880797
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN expires_at TYPE date;
+SELECT outcome FROM idempotency.begin('h-date', ttl => '3 days');
+SELECT idempotency.complete('h-date', '{}');
+SELECT expires_at = (now() + interval '3 days')::date AS three_days_ahead
+  FROM idempotency.idempotency_key WHERE key = 'h-date';
+ROLLBACK;
+
+-- created_at as timestamp: 0.3.0 stored UTC unconverted
+BEGIN;
+SET LOCAL timezone = 'America/New_York';
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN created_at TYPE timestamp;
+SELECT outcome FROM idempotency.begin('h-local');
+SELECT idempotency.complete('h-local', '{}');
+SELECT created_at = now()::timestamp AS local_time
+  FROM idempotency.idempotency_key WHERE key = 'h-local';
+ROLLBACK;
+
+-- request_hash as text: 0.3.0 stored invalid UTF-8; now the hex text,
+-- which still compares as the same fingerprint
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN request_hash TYPE text;
+SELECT outcome FROM idempotency.begin('h-hash', '{"a": 1}');
+SELECT idempotency.complete('h-hash', '{}');
+SELECT request_hash = encode(idempotency.fingerprint('{"a": 1}'), 'hex') AS hex_text
+  FROM (SELECT substr(request_hash, 3) AS request_hash FROM idempotency.idempotency_key
+         WHERE key = 'h-hash') h;
+SELECT outcome FROM idempotency.begin('h-hash', '{"a": 1}');
+SELECT outcome FROM idempotency.begin('h-hash', '{"a": 2}');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- a column the extension needs is gone: a clear error naming the table
+BEGIN;
+ALTER TABLE idempotency.idempotency_key DROP COLUMN locked_until;
+SELECT outcome FROM idempotency.begin('h-dropped');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- a DBA's CHECK constraint and trigger hold for the extension's rows
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ADD CONSTRAINT short_keys CHECK (length(key) < 10);
+SELECT outcome FROM idempotency.begin('0123456789');
+\set VERBOSITY terse
+SELECT idempotency.complete('0123456789', '{}');
+\set VERBOSITY default
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+CREATE TABLE key_audit (key text, status text);
+CREATE FUNCTION audit_key() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN INSERT INTO public.key_audit VALUES (NEW.key, NEW.status); RETURN NEW; END$$;
+CREATE TRIGGER audit AFTER INSERT ON idempotency.idempotency_key
+  FOR EACH ROW EXECUTE FUNCTION audit_key();
+SELECT outcome FROM idempotency.begin('h-audited');
+SELECT idempotency.complete('h-audited', '{}');
+SELECT * FROM key_audit;
+ROLLBACK;
+-- a trigger that skips the row: complete() fails rather than lose the key
+BEGIN;
+CREATE FUNCTION skip_row() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE TRIGGER skip BEFORE INSERT ON idempotency.idempotency_key
+  FOR EACH ROW EXECUTE FUNCTION skip_row();
+SELECT outcome FROM idempotency.begin('h-skipped');
+SELECT idempotency.complete('h-skipped', '{}');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- tokens: the token returned is the one stored, whatever the column type;
+-- a trigger that skips the row is an error, not a token that does not exist
+BEGIN;
+ALTER TABLE idempotency.token ALTER COLUMN token TYPE text;
+SELECT idempotency.issue_token() AS t \gset
+SELECT token = :'t' AS returned_is_stored FROM idempotency.token;
+ROLLBACK;
+BEGIN;
+CREATE FUNCTION skip_token() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE TRIGGER skip BEFORE INSERT ON idempotency.token
+  FOR EACH ROW EXECUTE FUNCTION skip_token();
+SELECT idempotency.issue_token();
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- read-only transactions: begin() of new work is refused with the key
+-- named, and nothing is written (0.3.0 committed key rows here)
+BEGIN READ ONLY;
+SELECT outcome FROM idempotency.begin('h-ro');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN READ ONLY;
+SELECT outcome FROM idempotency.begin('h-ro-lease', lease => '1 minute');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+SET default_transaction_read_only = on;
+BEGIN;
+SELECT outcome FROM idempotency.begin('h-ro-default');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+RESET default_transaction_read_only;
+SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key LIKE 'h-ro%';
+-- a replay needs no write: it works in a read-only transaction
+BEGIN;
+SELECT outcome FROM idempotency.begin('h-done');
+SELECT idempotency.complete('h-done', '"done"');
+COMMIT;
+BEGIN READ ONLY;
+SELECT outcome, response FROM idempotency.begin('h-done');
+COMMIT;
+
+-- parallel workers: a PARALLEL SAFE wrapper could escape the commit check
+CREATE FUNCTION parallel_begin(k text) RETURNS text LANGUAGE sql PARALLEL SAFE
+  AS $$ SELECT outcome FROM idempotency.begin(k) $$;
+SET force_parallel_mode = on;
+SET parallel_leader_participation = off;
+SELECT parallel_begin('h-parallel');
+\echo :LAST_ERROR_SQLSTATE
+RESET force_parallel_mode;
+RESET parallel_leader_participation;
+SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key = 'h-parallel';
+DROP FUNCTION parallel_begin(text);
+DELETE FROM idempotency.idempotency_key WHERE key LIKE 'h-%';

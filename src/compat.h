@@ -1,0 +1,174 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  Every difference between the PostgreSQL versions the extension builds
+ *	  against (13 to 17), in one place.  The .c files use the names below
+ *	  and never test PG_VERSION_NUM themselves.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPOTENCY_COMPAT_H
+#define IDEMPOTENCY_COMPAT_H
+
+#include "nodes/pg_list.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
+
+#if PG_VERSION_NUM >= 140000
+#include "common/cryptohash.h"
+#endif
+#include "common/sha2.h"
+
+#if PG_VERSION_NUM >= 170000
+#include "storage/procnumber.h"
+#else
+#include "storage/sinvaladt.h"
+#endif
+
+/* ---------------------------------------------------------------------
+ * sha256: pg_cryptohash since 14 (final() takes the length since 15)
+ * ---------------------------------------------------------------------
+ */
+typedef struct IdemSha256
+{
+#if PG_VERSION_NUM >= 140000
+	pg_cryptohash_ctx *ctx;
+#else
+	pg_sha256_ctx ctx;
+#endif
+} IdemSha256;
+
+static inline void
+idem_sha256_init(IdemSha256 *st)
+{
+#if PG_VERSION_NUM >= 140000
+	st->ctx = pg_cryptohash_create(PG_SHA256);
+	if (pg_cryptohash_init(st->ctx) < 0)
+		elog(ERROR, "could not initialize sha256 context");
+#else
+	pg_sha256_init(&st->ctx);
+#endif
+}
+
+static inline void
+idem_sha256_update(IdemSha256 *st, const void *data, size_t len)
+{
+#if PG_VERSION_NUM >= 140000
+	if (pg_cryptohash_update(st->ctx, (const uint8 *) data, len) < 0)
+		elog(ERROR, "could not update sha256 context");
+#else
+	pg_sha256_update(&st->ctx, (const uint8 *) data, len);
+#endif
+}
+
+/* out has PG_SHA256_DIGEST_LENGTH (32) bytes */
+static inline void
+idem_sha256_final(IdemSha256 *st, uint8 *out)
+{
+#if PG_VERSION_NUM >= 150000
+	if (pg_cryptohash_final(st->ctx, out, PG_SHA256_DIGEST_LENGTH) < 0)
+		elog(ERROR, "could not finalize sha256 context");
+	pg_cryptohash_free(st->ctx);
+#elif PG_VERSION_NUM >= 140000
+	if (pg_cryptohash_final(st->ctx, out) < 0)
+		elog(ERROR, "could not finalize sha256 context");
+	pg_cryptohash_free(st->ctx);
+#else
+	pg_sha256_final(&st->ctx, out);
+#endif
+}
+
+/* ---------------------------------------------------------------------
+ * the PGPROC of a virtual transaction's backend (ProcNumber since 17)
+ * ---------------------------------------------------------------------
+ */
+#if PG_VERSION_NUM >= 170000
+#define IDEM_VXID_PROC(vxid) ProcNumberGetProc((vxid).procNumber)
+#else
+#define IDEM_VXID_PROC(vxid) BackendIdGetProc((vxid).backendId)
+#endif
+
+/* ---------------------------------------------------------------------
+ * this backend's local transaction id (inside vxid since 17)
+ * ---------------------------------------------------------------------
+ */
+#if PG_VERSION_NUM >= 170000
+#define IDEM_MY_LXID (MyProc->vxid.lxid)
+#else
+#define IDEM_MY_LXID (MyProc->lxid)
+#endif
+
+/* ---------------------------------------------------------------------
+ * executor: the range table takes permission infos since 16
+ * ---------------------------------------------------------------------
+ */
+#if PG_VERSION_NUM >= 160000
+#define IDEM_INIT_RANGE_TABLE(estate, rtable) \
+	ExecInitRangeTable((estate), (rtable), NIL)
+#else
+#define IDEM_INIT_RANGE_TABLE(estate, rtable) \
+	ExecInitRangeTable((estate), (rtable))
+#endif
+
+/* the executor's simple-relation insert takes the ResultRelInfo since 14 */
+#if PG_VERSION_NUM >= 140000
+#define IDEM_SIMPLE_INSERT(rri, estate, slot) \
+	ExecSimpleRelationInsert((rri), (estate), (slot))
+#else
+#define IDEM_SIMPLE_INSERT(rri, estate, slot) \
+	do { \
+		(estate)->es_result_relation_info = (rri); \
+		ExecSimpleRelationInsert((estate), (slot)); \
+	} while (0)
+#endif
+
+/* ---------------------------------------------------------------------
+ * GUCs: MarkGUCPrefixReserved since 15
+ * ---------------------------------------------------------------------
+ */
+#if PG_VERSION_NUM >= 150000
+#define IDEM_RESERVE_GUC_PREFIX(prefix) MarkGUCPrefixReserved(prefix)
+#else
+#define IDEM_RESERVE_GUC_PREFIX(prefix) EmitWarningsOnPlaceholders(prefix)
+#endif
+
+/* ---------------------------------------------------------------------
+ * shared memory of a preloaded library: requested from shmem_request_hook
+ * since 15 (which refuses requests made elsewhere), from _PG_init before.
+ * idem_request_shmem(fn), called from _PG_init, makes fn request it
+ * (RequestAddinShmemSpace, RequestNamedLWLockTranche) at the right time,
+ * chaining any previous hook.
+ * ---------------------------------------------------------------------
+ */
+typedef void (*IdemShmemRequestFn) (void);
+
+#if PG_VERSION_NUM >= 150000
+#include "miscadmin.h"
+
+static IdemShmemRequestFn idem_shmem_request_fn pg_attribute_unused() = NULL;
+static shmem_request_hook_type idem_prev_shmem_request_hook pg_attribute_unused() = NULL;
+
+static inline void
+idem_shmem_request_chain(void)
+{
+	if (idem_prev_shmem_request_hook)
+		idem_prev_shmem_request_hook();
+	idem_shmem_request_fn();
+}
+
+static inline void
+idem_request_shmem(IdemShmemRequestFn fn)
+{
+	idem_shmem_request_fn = fn;
+	idem_prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = idem_shmem_request_chain;
+}
+#else
+static inline void
+idem_request_shmem(IdemShmemRequestFn fn)
+{
+	fn();
+}
+#endif
+
+#endif							/* IDEMPOTENCY_COMPAT_H */

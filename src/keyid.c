@@ -1,0 +1,361 @@
+/*-------------------------------------------------------------------------
+ *
+ * keyid.c
+ *	  Ground floor: the identity of a key (owner role, scope, key): building
+ *	  and validating it from SQL arguments, hashing it, describing it in
+ *	  messages; and the expiry of a new key.
+ *
+ * Design of the hash.  KeyId.hash names the key lock (keylock.c: an
+ * advisory lock tag, visible to every role in pg_locks) and keys the
+ * per-transaction table (heldkeys.c).  It must not let one role reach
+ * another's keys: with a public hash function a role could craft a key
+ * whose lock equals another role's key (and so delay or block it), or
+ * recognise another role's key in pg_locks.  So it is SipHash-2-4, a
+ * keyed pseudo-random function, over (owner, scope, key) with a 128-bit
+ * secret per database kept in idempotency.lock_secret, a table only the
+ * extension's owner can read.  Without the secret a role can neither
+ * predict nor invert the tag; a chance collision (2^-64 per pair) only
+ * makes one request wait for another, never gives a wrong answer.
+ *
+ * The secret is read once per backend (as the extension's owner) and used
+ * for the rest of the transaction that read it even if an invalidation
+ * arrives meanwhile, so a transaction never hashes one key two ways.  Until
+ * ALTER EXTENSION idempotency UPDATE has created the table, the 0.3.0 hash
+ * is used, so old and new libraries agree during the update.
+ *
+ * No locks of its own.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "idempotency.h"
+
+#define DESCRIBE_MAX_BYTES 100
+#define SECRET_LEN 16
+
+/* ---------------------------------------------------------------------
+ * Local state: the lock secret
+ * ---------------------------------------------------------------------
+ */
+typedef enum SecretState
+{
+	SECRET_UNKNOWN,				/* not read yet, or invalidated */
+	SECRET_LEGACY,				/* no idempotency.lock_secret (before 0.4.0) */
+	SECRET_KEYED				/* secret_k0/k1 hold it */
+} SecretState;
+
+static SecretState secret_state = SECRET_UNKNOWN;
+static bool secret_stale = false;	/* an invalidation arrived */
+static LocalTransactionId secret_lxid = InvalidLocalTransactionId;
+static Oid	secret_relid = InvalidOid;
+static uint64 secret_k0;
+static uint64 secret_k1;
+static SPIPlanPtr plan_secret = NULL;
+
+static void
+secret_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
+{
+	if (relid == InvalidOid || relid == secret_relid)
+		secret_stale = true;
+}
+
+/* little-endian 64-bit word from 8 bytes */
+static inline uint64
+le64(const uint8 *p)
+{
+	uint64		v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+/* Read the secret (see the file comment); sets secret_state. */
+static void
+load_secret(void)
+{
+	Oid			nsp = get_namespace_oid("idempotency", true);
+	Oid			rel = OidIsValid(nsp) ? get_relname_relid("lock_secret", nsp) : InvalidOid;
+	bool		isnull;
+	Datum		d;
+	bytea	   *secret;
+
+	secret_stale = false;
+	secret_lxid = IDEM_MY_LXID;
+	secret_relid = rel;
+	if (!OidIsValid(rel))
+	{
+		secret_state = SECRET_LEGACY;
+		return;
+	}
+	SPI_connect();
+	if (idem_run_as_owner(&plan_secret,
+						  "SELECT s.secret FROM idempotency.lock_secret AS s",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.lock_secret must hold exactly one row"),
+				 errhint("Reinstall the extension, or insert one random 16-byte secret while no keys are in flight.")));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull || SPI_gettypeid(SPI_tuptable->tupdesc, 1) != BYTEAOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.lock_secret holds no usable secret"),
+				 errdetail("Its column secret must be a non-null bytea of %d bytes.", SECRET_LEN)));
+	secret = DatumGetByteaPP(d);
+	if (VARSIZE_ANY_EXHDR(secret) != SECRET_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.lock_secret holds no usable secret"),
+				 errdetail("The secret has %d bytes; it must have %d.",
+						   (int) VARSIZE_ANY_EXHDR(secret), SECRET_LEN)));
+	secret_k0 = le64((const uint8 *) VARDATA_ANY(secret));
+	secret_k1 = le64((const uint8 *) VARDATA_ANY(secret) + 8);
+	SPI_finish();
+	secret_state = SECRET_KEYED;
+}
+
+/* ---------------------------------------------------------------------
+ * SipHash-2-4 (Aumasson and Bernstein, 2012)
+ * ---------------------------------------------------------------------
+ */
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND \
+	do { \
+		v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32); \
+		v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2; \
+		v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0; \
+		v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32); \
+	} while (0)
+
+static uint64
+siphash24(const uint8 *in, size_t len, uint64 k0, uint64 k1)
+{
+	uint64		v0 = UINT64CONST(0x736f6d6570736575) ^ k0;
+	uint64		v1 = UINT64CONST(0x646f72616e646f6d) ^ k1;
+	uint64		v2 = UINT64CONST(0x6c7967656e657261) ^ k0;
+	uint64		v3 = UINT64CONST(0x7465646279746573) ^ k1;
+	uint64		last = ((uint64) len) << 56;
+	size_t		full = len - (len % 8);
+	size_t		i;
+
+	for (i = 0; i < full; i += 8)
+	{
+		uint64		m = le64(in + i);
+
+		v3 ^= m;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m;
+	}
+	for (i = 0; i < len % 8; i++)
+		last |= ((uint64) in[full + i]) << (8 * i);
+	v3 ^= last;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= last;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* the hash of a key identity: see the file comment */
+static uint64
+key_hash(const KeyId *id)
+{
+	uint8		buf[8 + MAX_KEY_BYTES];
+	uint32		owner = id->owner;
+	uint32		scope_len = id->scope_len;
+
+	if (secret_state == SECRET_UNKNOWN ||
+		(secret_lxid != IDEM_MY_LXID &&
+		 (secret_stale || secret_state == SECRET_LEGACY)))
+		load_secret();
+	secret_lxid = IDEM_MY_LXID;
+
+	if (secret_state == SECRET_LEGACY)
+	{
+		uint64		h = hash_bytes_extended((const unsigned char *) id->scope,
+											id->scope_len, (uint64) id->owner);
+
+		return hash_bytes_extended((const unsigned char *) id->key, id->key_len, h);
+	}
+
+	/* owner and scope length first, so (scope, key) pairs cannot shift */
+	memcpy(buf, &owner, 4);
+	memcpy(buf + 4, &scope_len, 4);
+	memcpy(buf + 8, id->scope, id->scope_len);
+	memcpy(buf + 8 + id->scope_len, id->key, id->key_len);
+	return siphash24(buf, 8 + id->scope_len + id->key_len, secret_k0, secret_k1);
+}
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+
+/* s, clipped to DESCRIBE_MAX_BYTES at a character boundary */
+static void
+append_clipped(StringInfo buf, const char *s, int len)
+{
+	if (len <= DESCRIBE_MAX_BYTES)
+		appendBinaryStringInfo(buf, s, len);
+	else
+	{
+		appendBinaryStringInfo(buf, s, pg_mbcliplen(s, len, DESCRIBE_MAX_BYTES));
+		appendStringInfoString(buf, "...");
+	}
+}
+
+static void
+check_length(const char *what, const char *s, int len)
+{
+	int			nchars = pg_mbstrlen_with_len(s, len);
+
+	if (nchars > idem_max_key_length)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+				 errmsg("%s is too long", what),
+				 errdetail("The %s has %d characters; idempotency.max_key_length allows %d.",
+						   what, nchars, idem_max_key_length)));
+}
+
+/* ---------------------------------------------------------------------
+ * Interface
+ * ---------------------------------------------------------------------
+ */
+
+/* "idempotency key "k"" or "idempotency key "k" in scope "s"", for messages */
+char *
+idem_describe_key(const KeyId *id)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "idempotency key \"");
+	append_clipped(&buf, id->key, id->key_len);
+	appendStringInfoChar(&buf, '"');
+	if (id->scope_len > 0)
+	{
+		appendStringInfoString(&buf, " in scope \"");
+		append_clipped(&buf, id->scope, id->scope_len);
+		appendStringInfoChar(&buf, '"');
+	}
+	return buf.data;
+}
+
+/* Validate scope argument scopearg (IK003) and return it as a C string. */
+char *
+idem_scope_arg(FunctionCallInfo fcinfo, int scopearg)
+{
+	char	   *scope;
+
+	if (PG_ARGISNULL(scopearg))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+				 errmsg("idempotency scope must not be null"),
+				 errhint("Use '' (the default) for no scope.")));
+	scope = text_to_cstring(PG_GETARG_TEXT_PP(scopearg));
+	check_length("idempotency scope", scope, strlen(scope));
+	return scope;
+}
+
+/*
+ * Build the identity of key (or message id: what names it in messages)
+ * and scope for the current role.  Raises IK003.
+ */
+KeyId
+idem_make_keyid(text *key, text *scope, const char *what)
+{
+	KeyId		id;
+
+	if (key == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+				 errmsg("%s must not be null", what)));
+	if (scope == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+				 errmsg("idempotency scope must not be null"),
+				 errhint("Use '' (the default) for no scope.")));
+	id.key = text_to_cstring(key);
+	id.key_len = strlen(id.key);
+	id.scope = text_to_cstring(scope);
+	id.scope_len = strlen(id.scope);
+	check_length("idempotency scope", id.scope, id.scope_len);
+
+	if (id.key_len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+				 errmsg("%s must not be empty", what)));
+	check_length(what, id.key, id.key_len);
+	if (id.key_len + id.scope_len > MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
+				 errmsg("%s is too long", what),
+				 errdetail("The %s and its scope take %d bytes together; at most %d are allowed.",
+						   what, id.key_len + id.scope_len, MAX_KEY_BYTES)));
+
+	id.owner = GetUserId();
+	id.hash = key_hash(&id);
+	return id;
+}
+
+/* idem_make_keyid() of SQL arguments keyarg and scopearg */
+KeyId
+idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg, const char *what)
+{
+	return idem_make_keyid(PG_ARGISNULL(keyarg) ? NULL : PG_GETARG_TEXT_PP(keyarg),
+						   PG_ARGISNULL(scopearg) ? NULL : PG_GETARG_TEXT_PP(scopearg),
+						   what);
+}
+
+/* now + ttl (NULL: idempotency.default_ttl); 22023 if not positive */
+TimestampTz
+idem_expiry_of(const Interval *ttl, TimestampTz now)
+{
+	TimestampTz expires_at;
+
+	if (ttl == NULL)
+		return now + (TimestampTz) idem_default_ttl_s * USECS_PER_SEC;
+	expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														 TimestampTzGetDatum(now),
+														 IntervalPGetDatum(ttl)));
+	if (expires_at <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive")));
+	return expires_at;
+}
+
+/* idem_expiry_of() of SQL argument ttlarg */
+TimestampTz
+idem_expiry(FunctionCallInfo fcinfo, int ttlarg, TimestampTz now)
+{
+	return idem_expiry_of(PG_ARGISNULL(ttlarg) ? NULL : PG_GETARG_INTERVAL_P(ttlarg), now);
+}
+
+void
+idem_keyid_init(void)
+{
+	CacheRegisterRelcacheCallback(secret_inval_callback, (Datum) 0);
+}

@@ -1,0 +1,184 @@
+/*-------------------------------------------------------------------------
+ *
+ * ops.c
+ *	  Operating on one key: idempotency.forget() and idempotency.renew().
+ *
+ * forget(key, scope): delete one of the caller's own keys, e.g. a key that
+ * failed for good (retryable => false) and that support wants cleared, so
+ * that the next begin() is new.  A key in flight is refused with IK002:
+ * one this transaction began and has not finished, one whose key lock
+ * another transaction holds (tried without waiting: forget() never queues
+ * behind a request), or one under a live lease.  An absent or expired key,
+ * and another role's key (keys are per role), is false.  The key lock
+ * taken here is kept to the end of the transaction, so a begin() of the
+ * same key waits for the forget() to commit or roll back and then sees the
+ * outcome.  Every deletion is logged at LOG with role and key.
+ *
+ * renew(key, lease, attempt, scope): extend the lease of attempt `attempt`
+ * of one of the caller's keys to now + lease, under the checks complete()
+ * makes for a lease (guard.c: lease_holder, which takes the key lock;
+ * IK004 if the key was taken over, finished, or never leased).  expires_at
+ * is moved to at least the new lease end.  Returns the new locked_until.
+ *
+ * Both write through the ordinary paths (an SQL DELETE as the extension's
+ * owner, keystore.c's UPDATE), so read-only transactions and hot standbys
+ * refuse them (25006).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+static SPIPlanPtr plan_forget = NULL;
+
+/* 25006 unless this transaction may write (before any lock is taken) */
+static void
+check_writable(const KeyId *id, const char *fn)
+{
+	if (RecoveryInProgress() || XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot %s %s in a read-only transaction", fn, idem_describe_key(id)),
+				 RecoveryInProgress() ?
+				 errhint("Send it to the primary server.") : 0));
+}
+
+/* ---------------------------------------------------------------------
+ * SQL-callable functions
+ * ---------------------------------------------------------------------
+ */
+
+/* forget(key, scope) -> true if one of the caller's keys was deleted */
+PG_FUNCTION_INFO_V1(idempotency_forget);
+
+Datum
+idempotency_forget(PG_FUNCTION_ARGS)
+{
+	KeyId		id = idem_keyid(fcinfo, 0, 1, "idempotency key");
+	HeldKey    *held;
+	StoredKey	stored;
+	KeyLockResult lock;
+	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	bool		deleted;
+
+	check_writable(&id, "forget");
+	held = idem_held_lookup(&id);
+	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
+	{
+		idem_stats_count(&id, IDEM_STAT_IK002);
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
+				 errmsg("cannot forget %s: it is in progress in this transaction",
+						idem_describe_key(&id)),
+				 errdetail("This transaction began it and has not completed or failed it yet.")));
+	}
+
+	lock = idem_keylock_try(&id);
+	if (lock == KEYLOCK_BUSY)
+	{
+		idem_stats_count(&id, IDEM_STAT_IK002);
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
+				 errmsg("cannot forget %s: it is in progress in another transaction",
+						idem_describe_key(&id)),
+				 errdetail("Another transaction holds the key; forget() does not wait for it."),
+				 errhint("Try again when that request has finished.")));
+	}
+
+	idem_keystore_lookup(&id, &stored, CurrentMemoryContext);
+	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
+	{
+		/* absent, expired (the purge takes it), or another role's */
+		if (lock == KEYLOCK_TAKEN)
+			idem_keylock_release(&id);
+		PG_RETURN_BOOL(false);
+	}
+	if (stored.status == 'i' && stored.locked_until > GetCurrentTimestamp())
+	{
+		idem_stats_count(&id, IDEM_STAT_IK002);
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
+				 errmsg("cannot forget %s: it is in progress under a lease",
+						idem_describe_key(&id)),
+				 errdetail("Attempt %d holds it until %s.", stored.attempts,
+						   timestamptz_to_str(stored.locked_until)),
+				 errhint("Let the worker finish it, or forget it after the lease ends.")));
+	}
+
+	values[0] = ObjectIdGetDatum(id.owner);
+	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
+	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
+	SPI_connect();
+	deleted = idem_run_as_owner(&plan_forget,
+								"DELETE FROM idempotency.idempotency_key AS k"
+								" WHERE k.owner OPERATOR(pg_catalog.=) $1"
+								"   AND k.scope OPERATOR(pg_catalog.=) $2"
+								"   AND k.key OPERATOR(pg_catalog.=) $3",
+								3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	SPI_finish();
+
+	if (deleted)
+	{
+		const char *role = GetUserNameFromId(id.owner, true);
+
+		idem_stats_count(&id, IDEM_STAT_FORGET);
+		ereport(LOG,
+				(errmsg("role \"%s\" forgot %s (status %s, attempt %d)",
+						role ? role : "?", idem_describe_key(&id),
+						stored.status == 'c' ? "completed" :
+						stored.status == 'f' ? "failed" : "in_progress",
+						stored.attempts),
+				 errhidestmt(true)));
+	}
+	PG_RETURN_BOOL(deleted);
+}
+
+/* renew(key, lease, attempt, scope) -> the new end of the caller's lease */
+PG_FUNCTION_INFO_V1(idempotency_renew);
+
+Datum
+idempotency_renew(PG_FUNCTION_ARGS)
+{
+	KeyId		id = idem_keyid(fcinfo, 0, 3, "idempotency key");
+	TimestampTz clock = GetCurrentTimestamp();
+	TimestampTz lease_end;
+	HeldKey		h;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("lease must not be null")));
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("attempt must not be null"),
+				 errhint("Pass the attempts value that begin() returned.")));
+	lease_end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														 TimestampTzGetDatum(clock),
+														 PG_GETARG_DATUM(1)));
+	if (lease_end <= clock)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be positive")));
+	check_writable(&id, "renew");
+
+	idem_guard_lease_holder(&id, PG_GETARG_INT32(2), &h);	/* IK004 */
+	h.state = HELD_LEASED;
+	h.locked_until = lease_end;
+	if (h.expires_at < lease_end)
+		h.expires_at = lease_end;
+	idem_keystore_write(&h, "in_progress", NULL, true, false);
+	idem_stats_count(&id, IDEM_STAT_RENEW);
+	PG_RETURN_TIMESTAMPTZ(lease_end);
+}

@@ -1,0 +1,156 @@
+/*-------------------------------------------------------------------------
+ *
+ * runas.c
+ *	  Ground floor: prepared SQL, run as the extension's owner or as the
+ *	  caller.
+ *
+ * Design: the extension's tables belong to the owner of schema
+ * idempotency (the role that ran CREATE EXTENSION).  Plain roles may only
+ * SELECT their own rows; the SQL functions are SECURITY INVOKER and switch
+ * to that owner for the duration of each statement, the way PostgreSQL's
+ * own foreign-key checks do (SECURITY_LOCAL_USERID_CHANGE, plus
+ * SECURITY_RESTRICTED_OPERATION so nothing the statement runs can change
+ * session state).  Every statement passes the caller's role as a
+ * parameter, taken before the switch, so a role only reaches its own rows.
+ * An error inside the statement is cleaned up by (sub)transaction abort,
+ * which restores the user id.
+ *
+ * Statements are prepared once per backend (SPI_prepare_cursor with a
+ * generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr; every name
+ * in them is schema-qualified and every value a parameter.  The plan
+ * cache revalidates kept plans after DDL by itself.
+ *
+ * Callers are inside SPI_connect().  No locks of its own.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/inval.h"
+#include "utils/syscache.h"
+
+#include "idempotency.h"
+
+/* ---------------------------------------------------------------------
+ * Local state
+ * ---------------------------------------------------------------------
+ */
+static Oid	ext_owner = InvalidOid;	/* owner of schema idempotency */
+
+static void
+owner_inval_callback(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
+					 uint32 hashvalue pg_attribute_unused())
+{
+	ext_owner = InvalidOid;
+}
+
+/* the owner of the extension's objects (cached until pg_namespace changes) */
+static Oid
+extension_owner(void)
+{
+	Oid			nsp;
+	HeapTuple	tup;
+
+	if (OidIsValid(ext_owner))
+		return ext_owner;
+	nsp = get_namespace_oid("idempotency", true);
+	if (!OidIsValid(nsp))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("schema idempotency does not exist"),
+				 errhint("Run CREATE EXTENSION idempotency in this database.")));
+	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nsp));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for namespace %u", nsp);
+	ext_owner = ((Form_pg_namespace) GETSTRUCT(tup))->nspowner;
+	ReleaseSysCache(tup);
+	return ext_owner;
+}
+
+/* ---------------------------------------------------------------------
+ * Interface
+ * ---------------------------------------------------------------------
+ */
+
+/* Prepare sql once per backend into *cache (kept, generic plan). */
+void
+idem_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan;
+
+	if (*cache != NULL)
+		return;
+	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	*cache = plan;
+}
+
+/*
+ * Switch to the owner of the extension's objects for the statements that
+ * follow (see the file comment); idem_as_caller() switches back.
+ */
+void
+idem_as_owner(SavedUser *saved)
+{
+	Oid			owner = extension_owner();
+
+	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
+	SetUserIdAndSecContext(owner,
+						   saved->sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+}
+
+void
+idem_as_caller(const SavedUser *saved)
+{
+	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+}
+
+/*
+ * Run sql (prepared once into *cache) as the extension's owner with the
+ * given parameters; raise if SPI does not answer expect_rc.  Returns the
+ * number of rows processed; SPI_tuptable holds any rows returned.  snap,
+ * when valid, is the snapshot to read with (SPI_execute_snapshot).
+ */
+uint64
+idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql, int nargs,
+					   Oid *argtypes, Datum *values, const char *nulls,
+					   int expect_rc, Snapshot snap)
+{
+	SavedUser	saved;
+	int			rc;
+
+	idem_as_owner(&saved);
+	idem_prepare(cache, sql, nargs, argtypes);
+	if (snap != InvalidSnapshot)
+		rc = SPI_execute_snapshot(*cache, values, nulls, snap, InvalidSnapshot,
+								  false, false, 0);
+	else
+		rc = SPI_execute_plan(*cache, values, nulls, false, 0);
+	if (rc != expect_rc)
+		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));
+	idem_as_caller(&saved);
+	return SPI_processed;
+}
+
+uint64
+idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
+				  Datum *values, const char *nulls, int expect_rc)
+{
+	return idem_run_as_owner_snap(cache, sql, nargs, argtypes, values, nulls,
+								  expect_rc, InvalidSnapshot);
+}
+
+void
+idem_runas_init(void)
+{
+	CacheRegisterSyscacheCallback(NAMESPACEOID, owner_inval_callback, (Datum) 0);
+}

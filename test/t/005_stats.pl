@@ -1,0 +1,188 @@
+# idempotency.stats across the server's life: waits and their LOG line
+# (idempotency.log_waits), forget()'s LOG line, rows the worker purged,
+# eviction at idempotency.stats_max, counters kept across a clean restart
+# and lost in a crash; and without shared_preload_libraries a clear error.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use CPAN::Meta::YAML;
+
+my $node = PostgreSQL::Test::Cluster->new('stats');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'idempotency'
+idempotency.stats_max = 10
+idempotency.log_waits = '1s'
+idempotency.purge_interval = '1s'
+restart_after_crash = on
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION idempotency;
+	CREATE ROLE app;
+	SELECT idempotency.stats_reset();
+});
+
+my $counters = q{SELECT begin_new, begin_replay, completed, ik002_in_progress, waits
+	FROM idempotency.stats WHERE scope = 'waits'};
+
+# --- waits -----------------------------------------------------------------
+# a holder; a duplicate that gives up after 100 ms (below log_waits); one
+# that waits over 1.2 s and then replays
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT outcome FROM idempotency.begin('w', scope => 'waits')});
+my ($ret, $out, $err) = $node->psql('postgres', q{
+	SET idempotency.lock_wait = '100ms';
+	\set VERBOSITY verbose
+	SELECT outcome FROM idempotency.begin('w', scope => 'waits')});
+like($err, qr/ERROR:  IK002/, 'a duplicate gives up after lock_wait with IK002');
+
+my $waiter = $node->background_psql('postgres');
+$waiter->query_until(qr/waiting/, q{
+	\echo waiting
+	SELECT outcome FROM idempotency.begin('w', scope => 'waits');
+});
+ok( $node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE wait_event = 'advisory' AND now() - query_start > interval '1200 ms'}),
+	'the second duplicate has waited 1.2 s for the key lock');
+$holder->query_safe(q{SELECT idempotency.complete('w', '"done"', 'waits'); COMMIT});
+ok( $node->wait_for_log(
+		qr/LOG:  process \d+ waited \d+\.\d{3} ms for idempotency key "w" in scope "waits" of role "\w+"\n.*DETAIL:  It then took the key\./
+	),
+	'the long wait is logged with role, scope, key and duration');
+$waiter->quit;
+$holder->quit;
+my $log = slurp_file($node->logfile);
+is(scalar(() = $log =~ /waited [\d.]+ ms for idempotency key/g), 1,
+	'the wait shorter than idempotency.log_waits is not logged');
+is($node->safe_psql('postgres', $counters), '1|1|1|1|2',
+	'counted: new, replay, complete, IK002 and two waits');
+is( $node->safe_psql('postgres', q{
+		SELECT wait_max_ms >= 1200 AND wait_max_ms < wait_total_ms AND wait_total_ms >= 1300
+		  FROM idempotency.stats WHERE scope = 'waits'}),
+	't', 'wait_max_ms is the long wait, wait_total_ms both');
+
+# --- forget() is logged; the worker's purges are counted ---------------------
+$node->safe_psql('postgres', q{
+	SET ROLE app;
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('f1', scope => 'support');
+	SELECT idempotency.fail('f1', '{"e": "declined"}', 'support', retryable => false);
+	COMMIT;
+	SELECT idempotency.forget('f1', 'support');
+});
+ok( $node->wait_for_log(
+		qr/LOG:  role "app" forgot idempotency key "f1" in scope "support" \(status failed, attempt 1\)/),
+	'forget() logs role, scope, key and what it deleted');
+$node->safe_psql('postgres', q{
+	SET ROLE app;
+	BEGIN;
+	SELECT count(*) FROM generate_series(1, 3) i, idempotency.begin('old-' || i, ttl => '1 ms');
+	SELECT count(idempotency.complete('old-' || i, '{}')) FROM generate_series(1, 3) i;
+	COMMIT;
+});
+ok( $node->poll_query_until('postgres', q{
+		SELECT purged = 3 FROM idempotency.stats
+		 WHERE role = current_user AND scope = '' AND database = 'postgres'}),
+	'rows the worker purged are counted under its role, scope empty');
+is( $node->safe_psql('postgres', q{SELECT forgotten FROM idempotency.stats WHERE role = 'app' AND scope = 'support'}),
+	'1', 'and forget() under the key owner');
+
+# --- eviction at stats_max ----------------------------------------------------
+$node->safe_psql('postgres', q{
+	SELECT idempotency.stats_reset();
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('hot', scope => 'hot');
+	SELECT idempotency.complete('hot', '{}', 'hot');
+	COMMIT;
+	SELECT count((idempotency.begin('hot', scope => 'hot')).outcome) FROM generate_series(1, 20);
+	DO $$ BEGIN
+	  FOR i IN 1..30 LOOP
+	    BEGIN
+	      PERFORM idempotency.complete('x', '{}', 'cold-' || i);
+	    EXCEPTION WHEN SQLSTATE 'IK004' THEN NULL;
+	    END;
+	  END LOOP;
+	END $$;
+});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency.stats}), '10',
+	'31 scopes, stats_max 10: 10 entries are kept');
+is( $node->safe_psql('postgres', q{
+		SELECT begin_new || ' ' || begin_replay || ' ' || completed FROM idempotency.stats WHERE scope = 'hot'}),
+	'1 20 1', 'the most used entry is kept, its counters whole');
+is( $node->safe_psql('postgres', q{SELECT ik004_not_held FROM idempotency.stats WHERE scope = 'cold-30'}),
+	'1', 'the newest entry is there');
+
+# --- the postgres_exporter recipe: every query runs for a pg_monitor role -------
+# (prove runs in the repository's top directory)
+my $yaml = CPAN::Meta::YAML->read_string(slurp_file('contrib/postgres_exporter/queries.yaml'))
+  or die CPAN::Meta::YAML->errstr;
+$node->safe_psql('postgres', q{CREATE ROLE exporter LOGIN IN ROLE pg_monitor});
+my %queries = %{ $yaml->[0] };
+ok(scalar(keys %queries) >= 4, 'queries.yaml has the stats, waiting, worker and table queries');
+for my $name (sort keys %queries)
+{
+	my @declared = map { keys %$_ } @{ $queries{$name}{metrics} };
+	my $csv = $node->safe_psql('postgres',
+		"COPY ($queries{$name}{query}) TO STDOUT WITH (FORMAT csv, HEADER)",
+		extra_params => [ '-U', 'exporter' ]);
+	my ($header, @rows) = split /\n/, $csv;
+	is($header, join(',', @declared), "$name: the columns are the declared metrics");
+	ok(@rows >= 1, "$name: returns rows");
+}
+is( $node->safe_psql('postgres', $queries{idempotency_purge_worker}{query}), '1',
+	'the worker query sees the purge worker');
+
+# the SQL of the README's "Operations" section runs (blocks and alert table)
+my $readme = slurp_file('README.md');
+my ($ops) = $readme =~ /^## Operations\n(.*?)^## /ms;
+my @ops_sql = ($ops =~ /```sql\n(.*?)```/gs, map { "$_;" } $ops =~ /\| `(SELECT [^`]*)`/g);
+ok(@ops_sql >= 10, 'the Operations section has its queries');
+for my $sql (@ops_sql)
+{
+	my ($rc, $stdout, $stderr) = $node->psql('postgres', $sql, on_error_stop => 1);
+	is($stderr, '', 'Operations query runs: ' . substr($sql =~ s/\s+/ /gr, 0, 60));
+}
+
+# --- a clean restart keeps the counters; a crash loses them -------------------
+my $snapshot = q{SELECT string_agg(concat_ws(' ', role, scope, begin_new, begin_replay, completed,
+	ik004_not_held, stats_since), ',' ORDER BY scope) FROM idempotency.stats};
+my $before = $node->safe_psql('postgres', $snapshot);
+$node->restart;
+is($node->safe_psql('postgres', $snapshot), $before, 'the counters survive a clean restart');
+ok(!-e $node->data_dir . '/pg_stat/idempotency.stat', 'the file is removed once read');
+
+my $victim = $node->background_psql('postgres');
+my $pid = $victim->query_safe('SELECT pg_backend_pid()');
+kill 'KILL', $pid;
+eval { $victim->quit };
+ok($node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM idempotency.stats'),
+	'after a crash the counters start again from nothing');
+$node->stop;
+
+# --- without shared_preload_libraries ------------------------------------------
+my $plain = PostgreSQL::Test::Cluster->new('plain');
+$plain->init;
+$plain->start;
+$plain->safe_psql('postgres', q{CREATE EXTENSION idempotency});
+($ret, $out, $err) = $plain->psql('postgres', q{\set VERBOSITY verbose
+	SELECT * FROM idempotency.stats});
+like($err, qr/ERROR:  55000: idempotency statistics are not being collected/,
+	'without preloading the view raises 55000');
+like($err, qr/HINT:  Add idempotency to shared_preload_libraries/, 'with a hint what to do');
+($ret, $out, $err) = $plain->psql('postgres', q{\set VERBOSITY verbose
+	SELECT idempotency.stats_reset()});
+like($err, qr/ERROR:  55000/, 'and so does stats_reset()');
+is( $plain->safe_psql('postgres', q{
+		BEGIN;
+		SELECT outcome FROM idempotency.begin('k');
+		SELECT idempotency.complete('k', '{}');
+		COMMIT;
+		SELECT idempotency.forget('k')}),
+	"new\n\nt", 'the guard and forget() work unpreloaded, counting nothing');
+$plain->stop;
+
+done_testing();
