@@ -25,7 +25,8 @@
 #
 # Environment: BENCH_SECONDS (5), BENCH_ROUNDS (3), BENCH_CLIENTS ("1 4 16"),
 # BENCH_DELAYS ("0 1 5"), BENCH_LATENCY_REQUESTS (200),
-# ONCE_SECTION (write the section there instead of into bench/RESULTS.md).
+# ONCE_SECTION (write the section there instead of into bench/RESULTS.md),
+# BENCH_NOTE (a line about the run, e.g. that the machine was shared).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 . test/cluster.sh
@@ -196,6 +197,7 @@ SECTION=${ONCE_SECTION:-$WORK/section.md}
 	echo "pgbench -M prepared, ${SECS} s per run, ${ROUNDS} interleaved rounds, clients: ${CLIENTS}; a ratio is the median over rounds"
 	echo "of the ratio within a round (range: lowest and highest round). bench/clients.py (psycopg 3, redis-py,"
 	echo "one process per client) drives the Redis runs and their bare1 baseline, and the latency runs (${LAT_N} requests each, 1 client)."
+	[ -n "${BENCH_NOTE:-}" ] && echo "$BENCH_NOTE"
 	echo
 	echo "### Targets"
 	echo
