@@ -39,6 +39,13 @@ SELECT * FROM idempotency.once('once-4', NULL,
 SELECT * FROM idempotency.once('once-5', NULL,
   'SELECT $1::int + $2::int AS sum', VARIADIC ARRAY['2', '3']);
 SELECT * FROM idempotency.once('once-6', NULL, 'SELECT 42 AS answer');
+-- VARIADIC NULL is no arguments; a two-dimensional array is refused (2202E)
+SELECT * FROM idempotency.once('once-8', NULL, 'SELECT 8 AS n', VARIADIC NULL::text[]);
+SELECT * FROM idempotency.once('once-9', NULL, 'SELECT $1 AS n', VARIADIC ARRAY[['a']]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.once('once-9', NULL, 'SELECT $1 AS n', VARIADIC ARRAY[[1]]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS stored FROM keys() WHERE key = 'once-9';
 -- a string that is not a value of the decided type: 22P02, nothing stored
 SELECT * FROM idempotency.once('once-7', NULL,
   'INSERT INTO once_payment (amount) VALUES ($1) RETURNING id', 'lots');
@@ -173,6 +180,16 @@ SELECT outcome FROM idempotency.begin('once-52');
 SELECT * FROM idempotency.once('once-52', NULL, 'SELECT 1 AS n');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+
+-- in a read-only transaction: a replay works, new work is refused (25006)
+BEGIN READ ONLY;
+SELECT outcome FROM idempotency.once('once-1', '{"amount": 49.90}',
+  'INSERT INTO once_payment (amount) VALUES ($1) RETURNING id, amount', 49.90);
+SELECT outcome FROM idempotency.once('once-53', NULL,
+  'INSERT INTO once_payment (amount) VALUES ($1) RETURNING id', '53');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS stored FROM keys() WHERE key = 'once-53';
 
 -- from a function and from a procedure
 CREATE FUNCTION once_pay(k text, amount numeric) RETURNS jsonb LANGUAGE plpgsql AS $$

@@ -325,11 +325,8 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 			dlist_move_head(&plan_lru, &p->lru);
 			return p;
 		}
-		if (p->busy > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("idempotency.once() cannot run this statement inside a statement with the same plan cache slot"),
-					 errhint("Call once() with this statement outside the work of the other one.")));
+		if (p->busy > 0)		/* two texts, one 64-bit hash, one running */
+			elog(ERROR, "idempotency.once() plan cache collision");
 		plan_free(p);			/* stale, or another text with the same hash */
 	}
 
