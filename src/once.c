@@ -123,21 +123,18 @@ static const char *const outcome_names[] = {"new", "retry", "replay"};
  * ---------------------------------------------------------------------
  */
 
-/*
- * The identity of key argument keyarg with scope scope, validated by the
- * guard's own rules (IK003): idem_keyid() reads its arguments from an
- * fcinfo, so it gets one holding the key and the scope.
- */
+/* the identity of key argument 0 with scope argument scopearg (or '') (IK003) */
 static KeyId
-keyid_of(FunctionCallInfo fcinfo, int keyarg, const char *scope)
+keyid_of(FunctionCallInfo fcinfo, int scopearg)
 {
-	LOCAL_FCINFO(kfc, 2);
+	text	   *scope;
 
-	InitFunctionCallInfoData(*kfc, NULL, 2, InvalidOid, NULL, NULL);
-	kfc->args[0] = fcinfo->args[keyarg];
-	kfc->args[1].value = CStringGetTextDatum(scope);
-	kfc->args[1].isnull = false;
-	return idem_keyid(kfc, 0, 1, "idempotency key");
+	if (scopearg < 0)
+		scope = cstring_to_text("");
+	else
+		scope = PG_ARGISNULL(scopearg) ? NULL : PG_GETARG_TEXT_PP(scopearg);
+	return idem_make_keyid(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0), scope,
+						   "idempotency key");
 }
 
 /* a row descriptor of the function's named result type, kept in fn_extra */
@@ -502,7 +499,7 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	TimestampTz expires_at;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 
-	id = keyid_of(fcinfo, 0, "");
+	id = keyid_of(fcinfo, -1);
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -512,8 +509,7 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	/* the work is checked and prepared before anything else happens */
 	p = plan_for(sql, nargs, types);
 
-	expires_at = GetCurrentTransactionStartTimestamp() +
-		(TimestampTz) idem_default_ttl_s * USECS_PER_SEC;
+	expires_at = idem_expiry_of(NULL, GetCurrentTransactionStartTimestamp());
 	idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
 					 expires_at, NULL, &g);
 
@@ -700,17 +696,7 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 	static Oid	argtypes[3] = {TEXTOID, TEXTOID, REGROLEOID};
 
 	InitMaterializedSRF(fcinfo, 0);
-	{
-		char	   *scope;
-
-		if (PG_ARGISNULL(1))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_IDEMPOTENCY_KEY),
-					 errmsg("idempotency scope must not be null"),
-					 errhint("Use '' (the default) for no scope.")));
-		scope = text_to_cstring(PG_GETARG_TEXT_PP(1));
-		id = keyid_of(fcinfo, 0, scope);
-	}
+	id = keyid_of(fcinfo, 1);
 
 	args[0] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
 	args[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
