@@ -26,6 +26,7 @@ const db = new pg.Pool({ database: process.env.DATABASE_NAME, max: 2 });
 const agent = new http.Agent({ keepAlive: true, maxSockets: 100 });
 const children = new Set();
 let failures = 0;
+let lastStderr = '';	// of the last server started, for diagnostics
 
 function check(description, ok, diag) {
 	if (!ok) failures++;
@@ -50,7 +51,7 @@ function startServer() {
 			const m = /listening (\d+)/.exec(out);
 			if (m) { clearTimeout(timer); resolve({ child, port: Number(m[1]), stderr: () => err }); }
 		});
-		child.stderr.on('data', d => { err += d; if (err.length > 20000) err = err.slice(-10000); });
+		child.stderr.on('data', d => { err += d; if (err.length > 20000) err = err.slice(-10000); lastStderr = err; });
 		child.on('exit', code => { children.delete(child); clearTimeout(timer); reject(new Error(`server exited ${code}: ${err}`)); });
 	});
 }
@@ -163,6 +164,12 @@ async function main() {
 	const kb = `${P}busy`;
 	const first = post(srv.port, { key: kb, body: { amount: '3.00', sleep: 1.5 } });
 	const inFlight = await waitFor(async () => await sleeping() > 0);
+	const via = (await db.query(
+		"SELECT coalesce(host(client_addr), 'socket') AS via FROM pg_stat_activity WHERE state = 'active' " +
+		"AND query LIKE '%pg\\_sleep%' AND pid <> pg_backend_pid()")).rows.map(x => x.via);
+	const bouncer = process.env.IDEMPOTENCY_BOUNCER === '1';
+	check(`the request's transaction reached PostgreSQL ${bouncer ? 'through PgBouncer' : 'directly over TCP'}`,
+		via.length === 1 && via[0] === (bouncer ? 'socket' : '127.0.0.1'), via);
 	r = await post(srv.port, { key: kb, body: { amount: '3.00', sleep: 1.5 } });
 	check('duplicate while the first is in flight -> 409 with Retry-After',
 		inFlight && r.status === 409 && /^[1-9][0-9]*$/.test(r.headers['retry-after'] || ''), show(r));
@@ -243,14 +250,15 @@ async function main() {
 		await rows(kk) === 1, [String(lost), show(r), show(r2)]);
 
 	await stopServer(srv);
-	if (failures) console.log(`# server stderr: ${srv.stderr().slice(-2000)}`);
 }
 
 main().then(async () => {
 	clearTimeout(deadline);
+	if (failures) console.log(`# server stderr: ${lastStderr.slice(-3000).replace(/\n/g, '\n# ')}`);
 	await db.end();
 	process.exit(failures ? 1 : 0);
 }, err => {
 	check(`run completed (${err && err.stack ? err.stack.split('\n').slice(0, 3).join(' | ') : err})`, false);
+	console.log(`# server stderr: ${lastStderr.slice(-3000).replace(/\n/g, '\n# ')}`);
 	process.exit(1);
 });
