@@ -12,7 +12,8 @@
 //
 // The example apps all serve POST /payments: {"amount": "x"} -> 201 with
 // Location and a body naming the new payment row; {"decline": true} -> 402;
-// {"sleep": s} holds the transaction; {"boom": true} -> 500 after its insert.
+// {"sleep": s} holds the transaction; {"boom": true} -> 500 after its insert;
+// {"binary": true} -> 200, application/octet-stream, bytes ff 00 fe + the id.
 const path = require('path');
 const http = require('http');
 const { spawn } = require('child_process');
@@ -154,6 +155,16 @@ async function main() {
 	check('stored body replayed byte for byte (not re-serialized by jsonb)',
 		/^\{"status":"paid","id":\d+,"amount":"49.90","note":"café ✓"\}$/.test(all[0].body.toString('utf8')) &&
 		/^\/payments\/\d+$/.test(all[0].headers.location || ''), show(all[0]));
+
+	// --- a body that is not UTF-8 and has a NUL --------------------------
+	const kbin = `${P}bin`;
+	const b1 = await post(srv.port, { key: kbin, body: { amount: '8.00', binary: true } });
+	const b2 = await post(srv.port, { key: kbin, body: { amount: '8.00', binary: true } });
+	const b64 = (await db.query("SELECT response ? 'body_base64' AS b FROM idempotency.idempotency_key WHERE key = $1",
+		[kbin])).rows.map(x => x.b);
+	check('a body that is not UTF-8 and has a NUL: stored as body_base64, replayed byte for byte',
+		b1.status === 200 && b1.body.subarray(0, 3).equals(Buffer.from([0xff, 0, 0xfe])) && !replayed(b1) &&
+		replayed(b2) && same(b1, b2) && b64.length === 1 && b64[0] === true, [show(b1), show(b2), b64]);
 
 	// --- 422 --------------------------------------------------------------
 	r = await post(srv.port, { key: k50, body: { amount: '50.00' } });

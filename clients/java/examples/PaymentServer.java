@@ -79,7 +79,8 @@ public class PaymentServer {
 	static Response pay(Connection conn, String key, String body, Idempotency.Options o) throws Exception {
 		return Idempotency.run(conn, key, body, o, c -> {
 			try (PreparedStatement ps = c.prepareStatement("SELECT j->>'amount', coalesce((j->>'sleep')::float8, 0),"
-					+ " coalesce((j->>'decline')::bool, false), coalesce((j->>'boom')::bool, false) FROM (SELECT ?::jsonb j) s")) {
+					+ " coalesce((j->>'decline')::bool, false), coalesce((j->>'boom')::bool, false),"
+					+ " coalesce((j->>'binary')::bool, false) FROM (SELECT ?::jsonb j) s")) {
 				ps.setString(1, body);
 				try (ResultSet rs = ps.executeQuery()) {
 					rs.next();
@@ -98,6 +99,9 @@ public class PaymentServer {
 						s.executeQuery().close();
 					}
 					if (rs.getBoolean(4)) throw new IllegalStateException("boom");
+					if (rs.getBoolean(5))
+						return new Response(200, ("\u00ff\u0000\u00fe" + id).getBytes(java.nio.charset.StandardCharsets.ISO_8859_1))
+							.header("Content-Type", "application/octet-stream");
 					return Response.of(201, "application/json", "{\"status\":\"paid\",\"id\":" + id + ",\"amount\":"
 						+ Idempotency.json(amount) + ",\"note\":\"caf\u00e9 \u2713\"}").header("Location", "/payments/" + id);
 				}

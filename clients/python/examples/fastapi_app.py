@@ -35,6 +35,7 @@ class Payment(BaseModel):
     sleep: Optional[float] = None
     decline: bool = False
     boom: bool = False
+    binary: bool = False
 
 
 def user(request: Request):
@@ -53,6 +54,8 @@ async def pay(p: Payment, request: Request, db: AsyncConnection):
         await db.execute("SELECT pg_sleep(%s)", (p.sleep,))
     if p.boom:
         raise RuntimeError("boom")
+    if p.binary:
+        return Response(b"\xff\x00\xfe" + str(pid).encode(), media_type="application/octet-stream")
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.amount))
     return Response(body, status_code=201, media_type="application/json",
                     headers={"Location": f"/payments/{pid}"})

@@ -32,6 +32,8 @@ def pay():
         g.db.execute("SELECT pg_sleep(%s)", (p["sleep"],))
     if p.get("boom"):
         raise RuntimeError("boom")
+    if p.get("binary"):
+        return b"\xff\x00\xfe" + str(pid).encode(), 200, {"Content-Type": "application/octet-stream"}
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.get("amount")))
     return body, 201, {"Content-Type": "application/json", "Location": f"/payments/{pid}"}
 
