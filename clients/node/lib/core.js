@@ -112,7 +112,8 @@ const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 class Guard {
 	// opts: pool (pg.Pool, required); scope (string or req => string, required);
 	// user (req => id or null: scope per authenticated user); lockWait (ms,
-	// default 200); retries (40001/40P01, default 3); required (default true);
+	// default 200); retries (40001/40P01, default 3); required (default true; without a key a
+	// route with required: false runs unguarded, with no req.db);
 	// headers (names to store, default Content-Type and Location); ttl
 	// (interval text, default the server's idempotency.default_ttl);
 	// request (req => jsonb value to fingerprint; default method, path, body).

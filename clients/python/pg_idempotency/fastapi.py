@@ -36,6 +36,8 @@ def idempotent(pool, *, scope, status_code=200, **options):
     guard = AsyncGuard(pool, Options(scope, **options))
 
     def decorate(endpoint):
+        if not inspect.iscoroutinefunction(endpoint):
+            raise TypeError("@idempotent needs an async endpoint (it runs on an AsyncConnectionPool)")
         sig = inspect.signature(endpoint)
         wants_db = "db" in sig.parameters
         params = [p for n, p in sig.parameters.items() if n != "db"]
