@@ -1,0 +1,294 @@
+/*
+ * Idempotency: the guarded request on a JDBC connection, for the
+ * idempotency PostgreSQL extension.
+ *
+ *   Idempotency.Response r = Idempotency.run(conn, key, requestJson, c -> {
+ *       ... c.prepareStatement("INSERT ...") ...
+ *       return Idempotency.Response.of(201, "application/json", body).header("Location", url);
+ *   });
+ *
+ * One transaction on conn: set_config('idempotency.lock_wait', ..., true)
+ * (SET LOCAL), begin(key, request, scope, ttl); a replay rolls back and
+ * returns the stored response (replayed = true); new/retry runs the work on
+ * conn, stores a final (< 500) response with complete() and commits.  A 5xx
+ * or an exception rolls back (nothing stored: a resend runs again).
+ * 40001/40P01 re-run the whole transaction, work included (`retries`).
+ * IK001, IK002 and IK003 come back as 422, 409 (with Retry-After) and 400
+ * problem+json responses.  The connection's autocommit is restored.
+ *
+ * Stored response (the extension's byte-exact replay convention):
+ * {"status": 201, "headers": {...}, "body": "<exact text>"}, or
+ * "body_base64" when the body is not valid UTF-8 or contains NUL.
+ */
+package org.idempotency;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ThreadLocalRandom;
+
+public final class Idempotency {
+	private Idempotency() {}
+
+	/** What to send: status, headers, exact body bytes; replayed when it was stored earlier. */
+	public static final class Response {
+		public final int status;
+		public final Map<String, String> headers = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
+		public final byte[] body;
+		public boolean replayed;
+
+		public Response(int status, byte[] body) {
+			this.status = status;
+			this.body = body == null ? new byte[0] : body;
+		}
+
+		public static Response of(int status, String contentType, String body) {
+			return new Response(status, body.getBytes(StandardCharsets.UTF_8)).header("Content-Type", contentType);
+		}
+
+		public Response header(String name, String value) {
+			headers.put(name, value);
+			return this;
+		}
+	}
+
+	/** The request's work, run on the guarded transaction's connection. */
+	@FunctionalInterface
+	public interface Work {
+		Response run(Connection conn) throws Exception;
+	}
+
+	/** Settings; the defaults suit a pool (lock_wait 200 ms: see the README). */
+	public static final class Options {
+		public String scope = "";
+		public int lockWaitMillis = 200;
+		public int retries = 3;
+		public String ttl = null;
+		public List<String> headers = new ArrayList<>(List.of("Content-Type", "Location"));
+
+		public Options scope(String s) { scope = s; return this; }
+		public Options lockWaitMillis(int ms) { lockWaitMillis = ms; return this; }
+		public Options retries(int n) { retries = n; return this; }
+		public Options ttl(String interval) { ttl = interval; return this; }
+		public Options header(String name) { headers.add(name); return this; }
+	}
+
+	private static final String BEGIN_SQL =
+		"SELECT b.outcome, b.status, b.response::text,"
+		+ " CASE WHEN jsonb_typeof(b.response->'status') = 'number' THEN (b.response->>'status')::int END,"
+		+ " b.response->>'body', b.response->>'body_base64',"
+		+ " (SELECT array_agg(h.key ORDER BY h.key) FROM jsonb_each_text(CASE WHEN"
+		+ "   jsonb_typeof(b.response->'headers') = 'object' THEN b.response->'headers' END) h),"
+		+ " (SELECT array_agg(h.value ORDER BY h.key) FROM jsonb_each_text(CASE WHEN"
+		+ "   jsonb_typeof(b.response->'headers') = 'object' THEN b.response->'headers' END) h)"
+		+ " FROM idempotency.begin(?, ?::jsonb, ?, ?::interval) b";
+	private static final String COMPLETE_SQL =
+		"SELECT idempotency.complete(?, jsonb_build_object('status', ?::int,"
+		+ " 'headers', jsonb_object(?::text[], ?::text[]), ?::text, ?::text), ?)";
+	private static final ConcurrentHashMap<String, Boolean> HAS_LOOKUP = new ConcurrentHashMap<>();
+
+	public static Response run(Connection conn, String key, String requestJson, Work work) throws Exception {
+		return run(conn, key, requestJson, new Options(), work);
+	}
+
+	public static Response run(Connection conn, String key, String requestJson, Options o, Work work)
+			throws Exception {
+		boolean autoCommit = conn.getAutoCommit();
+		conn.setAutoCommit(false);
+		try {
+			for (int attempt = 0; ; attempt++) {
+				try {
+					return once(conn, key, requestJson, o, work);
+				} catch (SQLException e) {
+					conn.rollback();
+					String state = e.getSQLState();
+					if ("40001".equals(state) || "40P01".equals(state)) {
+						if (attempt < o.retries) {
+							Thread.sleep(5L * (attempt + 1) + ThreadLocalRandom.current().nextInt(20));
+							continue;
+						}
+						return problem(503, "Try again", e.getMessage()).header("Retry-After", "1");
+					}
+					if ("IK001".equals(state))
+						return problem(422, "Idempotency-Key reused",
+							"This Idempotency-Key was used with a different request.");
+					if ("IK002".equals(state))
+						return problem(409, "Idempotency-Key in use",
+							"A request with this Idempotency-Key is being processed; retry later.")
+							.header("Retry-After", retryAfter(conn, key, o.scope));
+					if ("IK003".equals(state))
+						return problem(400, "Invalid Idempotency-Key", e.getMessage());
+					throw e;
+				} catch (Exception e) {
+					conn.rollback();
+					throw e;
+				}
+			}
+		} finally {
+			conn.setAutoCommit(autoCommit);
+		}
+	}
+
+	private static Response once(Connection conn, String key, String requestJson, Options o, Work work)
+			throws Exception {
+		try (PreparedStatement ps = conn.prepareStatement("SELECT set_config('idempotency.lock_wait', ?, true)")) {
+			ps.setString(1, Math.max(0, o.lockWaitMillis) + "ms");
+			ps.executeQuery().close();
+		}
+		try (PreparedStatement ps = conn.prepareStatement(BEGIN_SQL)) {
+			ps.setString(1, key);
+			ps.setString(2, requestJson);
+			ps.setString(3, o.scope);
+			ps.setString(4, o.ttl);
+			try (ResultSet rs = ps.executeQuery()) {
+				rs.next();
+				if ("replay".equals(rs.getString(1))) {
+					Response r = decode(rs);
+					conn.rollback();
+					return r;
+				}
+			}
+		}
+		Response r = work.run(conn);
+		if (r.status >= 500) {
+			conn.rollback();
+			return r;
+		}
+		List<String> names = new ArrayList<>(), values = new ArrayList<>();
+		for (String n : o.headers) {
+			String v = r.headers.get(n);
+			if (v != null) { names.add(n); values.add(v); }
+		}
+		String text = utf8(r.body);
+		try (PreparedStatement ps = conn.prepareStatement(COMPLETE_SQL)) {
+			ps.setString(1, key);
+			ps.setInt(2, r.status);
+			ps.setArray(3, conn.createArrayOf("text", names.toArray()));
+			ps.setArray(4, conn.createArrayOf("text", values.toArray()));
+			ps.setString(5, text != null ? "body" : "body_base64");
+			ps.setString(6, text != null ? text : Base64.getEncoder().encodeToString(r.body));
+			ps.setString(7, o.scope);
+			ps.executeQuery().close();
+		}
+		conn.commit();
+		return r;
+	}
+
+	private static Response decode(ResultSet rs) throws SQLException {
+		int status = rs.getInt(4);
+		Response r;
+		if (rs.wasNull()) {	// stored by other code, not in this shape: send it as JSON
+			String json = rs.getString(3);
+			r = Response.of("failed".equals(rs.getString(2)) ? 500 : 200, "application/json",
+				json == null ? "null" : json);
+		} else {
+			String body = rs.getString(5), b64 = rs.getString(6);
+			r = new Response(status, body != null ? body.getBytes(StandardCharsets.UTF_8)
+				: Base64.getDecoder().decode(b64 == null ? "" : b64));
+			java.sql.Array names = rs.getArray(7), values = rs.getArray(8);
+			if (names != null) {
+				String[] n = (String[]) names.getArray(), v = (String[]) values.getArray();
+				for (int i = 0; i < n.length; i++) r.headers.put(n[i], v[i]);
+			}
+		}
+		r.replayed = true;
+		return r;
+	}
+
+	/** The body as text when it is valid UTF-8 without NUL, else null. */
+	private static String utf8(byte[] body) {
+		try {
+			String s = StandardCharsets.UTF_8.newDecoder()
+				.onMalformedInput(CodingErrorAction.REPORT).onUnmappableCharacter(CodingErrorAction.REPORT)
+				.decode(ByteBuffer.wrap(body)).toString();
+			return s.indexOf('\0') >= 0 ? null : s;
+		} catch (CharacterCodingException e) {
+			return null;
+		}
+	}
+
+	private static String retryAfter(Connection conn, String key, String scope) {
+		try {
+			String url = conn.getMetaData().getURL();
+			Boolean has = HAS_LOOKUP.get(url);
+			if (has == null) {
+				try (ResultSet rs = conn.createStatement().executeQuery(
+						"SELECT to_regprocedure('idempotency.lookup(text,text)') IS NOT NULL")) {
+					rs.next();
+					has = rs.getBoolean(1);
+				}
+				HAS_LOOKUP.put(url, has);
+			}
+			if (has) {
+				try (PreparedStatement ps = conn.prepareStatement(
+						"SELECT retry_after FROM idempotency.lookup(?, ?)")) {
+					ps.setString(1, key);
+					ps.setString(2, scope);
+					try (ResultSet rs = ps.executeQuery()) {
+						if (rs.next() && rs.getInt(1) > 0) return Integer.toString(rs.getInt(1));
+					}
+				}
+			}
+			conn.rollback();
+		} catch (SQLException e) {
+			try { conn.rollback(); } catch (SQLException ignored) { /* the caller sees the next error */ }
+		}
+		return "1";
+	}
+
+	/** Parses an Idempotency-Key header: a structured-field string ("abc") or bare (abc).
+	 *  Returns null when there is none; IllegalArgumentException when malformed. */
+	public static String parseKey(List<String> values) {
+		if (values == null || values.isEmpty()) return null;
+		if (values.size() > 1) throw new IllegalArgumentException("more than one Idempotency-Key header");
+		String v = values.get(0).strip();
+		if (v.isEmpty()) return null;
+		if (v.charAt(0) != '"') return v;
+		StringBuilder out = new StringBuilder();
+		for (int i = 1; i < v.length(); i++) {
+			char c = v.charAt(i);
+			if (c == '\\') {
+				if (++i >= v.length() || (v.charAt(i) != '"' && v.charAt(i) != '\\'))
+					throw new IllegalArgumentException("bad escape in Idempotency-Key string");
+				out.append(v.charAt(i));
+			} else if (c == '"') {
+				if (i != v.length() - 1) throw new IllegalArgumentException("text after the Idempotency-Key string");
+				return out.toString();
+			} else if (c < 0x20 || c > 0x7e) {
+				throw new IllegalArgumentException("Idempotency-Key string must be printable ASCII");
+			} else {
+				out.append(c);
+			}
+		}
+		throw new IllegalArgumentException("unterminated Idempotency-Key string");
+	}
+
+	/** An RFC 9457 problem+json response. */
+	public static Response problem(int status, String title, String detail) {
+		return Response.of(status, "application/problem+json",
+			"{\"title\":" + json(title) + ",\"status\":" + status + ",\"detail\":" + json(detail) + "}");
+	}
+
+	/** A JSON string literal. */
+	public static String json(String s) {
+		if (s == null) return "null";
+		StringBuilder b = new StringBuilder("\"");
+		for (char c : s.toCharArray()) {
+			if (c == '"' || c == '\\') b.append('\\').append(c);
+			else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
+			else b.append(c);
+		}
+		return b.append('"').toString();
+	}
+}

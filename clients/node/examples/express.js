@@ -1,0 +1,32 @@
+'use strict';
+// Example (and test server): POST /payments guarded by an Idempotency-Key.
+// Body {"amount": "49.90"} -> 201; {"decline": true} -> 402 (stored too);
+// {"sleep": s} holds the transaction s seconds; {"boom": true} fails after
+// its insert (500, rolled back); {"binary": true} -> 200, a body that is not
+// UTF-8 and has a NUL.  X-User plays the authenticated user.
+// Database from DATABASE_HOST/PORT/NAME/USER; prints "listening <port>".
+const express = require('express');
+const pg = require('pg');
+const { idempotent } = require('..');
+
+const pool = new pg.Pool({
+	host: process.env.DATABASE_HOST, port: Number(process.env.DATABASE_PORT),
+	database: process.env.DATABASE_NAME, user: process.env.DATABASE_USER, max: 10,
+});
+const app = express();
+app.use(express.json());
+
+app.post('/payments', idempotent({ pool, scope: 'payments', user: req => req.get('x-user') }), async (req, res) => {
+	const { amount, sleep, decline, boom, binary } = req.body;
+	if (decline) return res.status(402).json({ error: 'card_declined' });
+	const { rows: [p] } = await req.db.query(
+		'INSERT INTO payment (idem_key, amount) VALUES ($1, $2) RETURNING id', [req.idempotency.key, amount]);
+	if (sleep) await req.db.query('SELECT pg_sleep($1)', [sleep]);
+	if (boom) throw new Error('boom');
+	if (binary) return res.type('application/octet-stream').send(Buffer.concat([Buffer.from([0xff, 0, 0xfe]), Buffer.from(String(p.id))]));
+	res.status(201).location(`/payments/${p.id}`).type('application/json')
+		.send(`{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`);
+});
+
+const server = app.listen(Number(process.env.PORT || 0), '127.0.0.1', () =>
+	console.log(`listening ${server.address().port}`));

@@ -1,0 +1,26 @@
+'use strict';
+// Example (and test server): the Express example's POST /payments on Fastify.
+const Fastify = require('fastify');
+const pg = require('pg');
+const { idempotentFastify } = require('..');
+
+const pool = new pg.Pool({
+	host: process.env.DATABASE_HOST, port: Number(process.env.DATABASE_PORT),
+	database: process.env.DATABASE_NAME, user: process.env.DATABASE_USER, max: 10,
+});
+const app = Fastify();
+
+app.post('/payments', idempotentFastify({ pool, scope: 'payments', user: req => req.headers['x-user'] }), async (req, reply) => {
+	const { amount, sleep, decline, boom, binary } = req.body;
+	if (decline) return reply.code(402).send({ error: 'card_declined' });
+	const { rows: [p] } = await req.db.query(
+		'INSERT INTO payment (idem_key, amount) VALUES ($1, $2) RETURNING id', [req.idempotency.key, amount]);
+	if (sleep) await req.db.query('SELECT pg_sleep($1)', [sleep]);
+	if (boom) throw new Error('boom');
+	if (binary) return reply.type('application/octet-stream').send(Buffer.concat([Buffer.from([0xff, 0, 0xfe]), Buffer.from(String(p.id))]));
+	reply.code(201).header('Location', `/payments/${p.id}`).type('application/json');
+	return `{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`;
+});
+
+app.listen({ port: Number(process.env.PORT || 0), host: '127.0.0.1' }).then(() =>
+	console.log(`listening ${app.server.address().port}`));

@@ -1,0 +1,7 @@
+'use strict';
+// pg-idempotency: Idempotency-Key middleware on the idempotency extension.
+const { idempotent } = require('./lib/express');
+const { idempotentFastify } = require('./lib/fastify');
+const { parseKey, Guard } = require('./lib/core');
+
+module.exports = { idempotent, idempotentFastify, parseKey, Guard };

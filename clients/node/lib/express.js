@@ -1,0 +1,81 @@
+'use strict';
+// express.js: idempotent(opts) -> Express middleware (also plain node:http
+// style (req, res, next)).  The handler after it finds the guarded
+// transaction's client in req.db (and req.idempotency.client); whatever it
+// sends is captured (writeHead/write/end), stored by complete(), committed,
+// and only then written to the socket, so a client never sees an answer
+// that was not stored.  A client that goes away does not stop the handler:
+// its answer is still stored and a resend replays it.  Body parsers (express.json()) must run before it.
+
+const { Guard, parseKey, problem, toBuffer } = require('./core');
+
+function send(res, { status, headers, body }, replayed) {
+	res.statusCode = status;
+	for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
+	if (replayed) res.setHeader('Idempotent-Replayed', 'true');
+	res.setHeader('Content-Length', body.length);
+	res.end(body);
+}
+
+function replace(res, answer) {
+	for (const name of res.getHeaderNames()) res.removeHeader(name);
+	send(res, answer, false);
+}
+
+function idempotent(opts) {
+	const guard = new Guard(opts);
+	return function idempotencyMiddleware(req, res, next) {
+		const distinct = req.headersDistinct ? req.headersDistinct['idempotency-key'] : req.headers['idempotency-key'];
+		const parsed = parseKey(distinct);
+		if (parsed.missing) {
+			if (!guard.required) return next();
+			return send(res, problem(400, 'Idempotency-Key missing',
+				'This request requires an Idempotency-Key header.'), false);
+		}
+		if (parsed.error) return send(res, problem(400, 'Invalid Idempotency-Key', parsed.error), false);
+		const scope = guard.scopeFor(req);
+		const request = guard.requestFor(req, req.method, req.originalUrl || req.url, req.body);
+		guard.start(parsed.key, scope, request).then(started => {
+			if (started.send) return send(res, started.send, started.replayed);
+			const state = started.state;
+			req.idempotency = { client: state.client, key: state.key, scope, outcome: state.outcome, attempts: state.attempts };
+			req.db = state.client;
+			capture(res, guard, state);
+			next();
+		}, next);
+	};
+}
+
+// capture: hold the response until it is stored
+function capture(res, guard, state) {
+	const { writeHead, write, end } = res;
+	const chunks = [];
+	res.writeHead = function (status, reason, headers) {
+		if (typeof reason !== 'string') headers = reason;
+		res.statusCode = status;
+		if (headers && !Array.isArray(headers))
+			for (const [n, v] of Object.entries(headers)) res.setHeader(n, v);
+		return res;
+	};
+	res.write = function (chunk, encoding, cb) {
+		if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
+		if (chunk !== undefined && chunk !== null)
+			chunks.push(typeof chunk === 'string' ? Buffer.from(chunk, encoding || 'utf8') : toBuffer(chunk));
+		if (cb) process.nextTick(cb);
+		return true;
+	};
+	res.end = function (chunk, encoding, cb) {
+		if (typeof chunk === 'function') { cb = chunk; chunk = undefined; }
+		if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
+		if (chunk !== undefined && chunk !== null) res.write(chunk, encoding);
+		res.writeHead = writeHead; res.write = write; res.end = end;
+		const body = Buffer.concat(chunks);
+		guard.finish(state, res.statusCode, n => res.getHeader(n), body).then(answer => {
+			if (answer) return replace(res, answer);
+			res.end(body, cb);
+		}, err => replace(res, problem(500, 'Internal error', String(err && err.message))));
+		return res;
+	};
+}
+
+module.exports = { idempotent };

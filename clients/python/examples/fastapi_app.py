@@ -1,0 +1,69 @@
+"""Example (and test server): POST /payments on FastAPI + async psycopg 3.
+The same contract as clients/node/examples/express.js.  Database from
+DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind PgBouncer in
+transaction mode (prepare_threshold=None).  Prints "listening <port>"."""
+import json
+import os
+import socket
+from typing import Optional
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from psycopg import AsyncConnection
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel
+
+from pg_idempotency.fastapi import idempotent
+
+conninfo = make_conninfo(host=os.environ["DATABASE_HOST"], port=os.environ["DATABASE_PORT"],
+                         dbname=os.environ["DATABASE_NAME"], user=os.environ["DATABASE_USER"])
+bouncer = os.environ.get("IDEMPOTENCY_BOUNCER") == "1"
+pool = AsyncConnectionPool(conninfo, min_size=2, max_size=10, open=False,
+                           kwargs={"prepare_threshold": None} if bouncer else {})
+app = FastAPI()
+
+
+@app.on_event("startup")
+async def _open():
+    await pool.open()
+
+
+class Payment(BaseModel):
+    amount: Optional[str] = None
+    sleep: Optional[float] = None
+    decline: bool = False
+    boom: bool = False
+    binary: bool = False
+
+
+def user(request: Request):
+    return request.headers.get("x-user")	# stands in for the authenticated user
+
+
+@app.post("/payments")
+@idempotent(pool, scope="payments", user=user)
+async def pay(p: Payment, request: Request, db: AsyncConnection):
+    if p.decline:
+        return JSONResponse({"error": "card_declined"}, status_code=402)
+    cur = await db.execute("INSERT INTO payment (idem_key, amount) VALUES (%s, %s) RETURNING id",
+                           (request.state.idempotency["key"], p.amount))
+    (pid,) = await cur.fetchone()
+    if p.sleep:
+        await db.execute("SELECT pg_sleep(%s)", (p.sleep,))
+    if p.boom:
+        raise RuntimeError("boom")
+    if p.binary:
+        return Response(b"\xff\x00\xfe" + str(pid).encode(), media_type="application/octet-stream")
+    body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.amount))
+    return Response(body, status_code=201, media_type="application/json",
+                    headers={"Location": f"/payments/{pid}"})
+
+
+if __name__ == "__main__":
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", int(os.environ.get("PORT", "0"))))
+    sock.listen(128)
+    print(f"listening {sock.getsockname()[1]}", flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -1,0 +1,44 @@
+"""Example (and test server): POST /payments on Flask + sync psycopg 3.
+The same contract as clients/node/examples/express.js.  Database from
+DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind PgBouncer in
+transaction mode (prepare_threshold=None).  Prints "listening <port>"."""
+import json
+import os
+
+from flask import Flask, g, jsonify, request
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import ConnectionPool
+from werkzeug.serving import make_server
+
+from pg_idempotency.flask import idempotent
+
+conninfo = make_conninfo(host=os.environ["DATABASE_HOST"], port=os.environ["DATABASE_PORT"],
+                         dbname=os.environ["DATABASE_NAME"], user=os.environ["DATABASE_USER"])
+bouncer = os.environ.get("IDEMPOTENCY_BOUNCER") == "1"
+pool = ConnectionPool(conninfo, min_size=2, max_size=10,
+                      kwargs={"prepare_threshold": None} if bouncer else {})
+app = Flask(__name__)
+
+
+@app.post("/payments")
+@idempotent(pool, scope="payments", user=lambda r: r.headers.get("X-User"))
+def pay():
+    p = request.get_json()
+    if p.get("decline"):
+        return jsonify(error="card_declined"), 402
+    (pid,) = g.db.execute("INSERT INTO payment (idem_key, amount) VALUES (%s, %s) RETURNING id",
+                          (g.idempotency["key"], p.get("amount"))).fetchone()
+    if p.get("sleep"):
+        g.db.execute("SELECT pg_sleep(%s)", (p["sleep"],))
+    if p.get("boom"):
+        raise RuntimeError("boom")
+    if p.get("binary"):
+        return b"\xff\x00\xfe" + str(pid).encode(), 200, {"Content-Type": "application/octet-stream"}
+    body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.get("amount")))
+    return body, 201, {"Content-Type": "application/json", "Location": f"/payments/{pid}"}
+
+
+if __name__ == "__main__":
+    server = make_server("127.0.0.1", int(os.environ.get("PORT", "0")), app, threaded=True)
+    print(f"listening {server.port}", flush=True)
+    server.serve_forever()
