@@ -11,7 +11,8 @@
 -- with another role's key, or recognise another role's key in pg_locks.
 -- Only the extension's owner can read it; it is not dumped (a restored
 -- database gets a new one).  Changing it while keys are in flight lets two
--- sessions hold the same key: don't, or restart every session after.
+-- sessions hold the same key until they finish it: change it (UPDATE, a
+-- trigger tells every session) only while no keys are in flight.
 CREATE TABLE idempotency.lock_secret (
     secret pg_catalog.bytea NOT NULL
         CONSTRAINT lock_secret_length CHECK (pg_catalog.length(secret) OPERATOR(pg_catalog.=) 16)
@@ -24,6 +25,17 @@ INSERT INTO idempotency.lock_secret (secret)
 SELECT pg_catalog.substr(pg_catalog.sha256(
            pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) OPERATOR(pg_catalog.||)
            pg_catalog.uuid_send(pg_catalog.gen_random_uuid())), 1, 16);
+-- a changed secret reaches every backend at its next transaction
+CREATE FUNCTION idempotency.lock_secret_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idempotency_lock_secret_changed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency.lock_secret_changed() IS
+'Trigger: makes every session read idempotency.lock_secret again at its next transaction';
+REVOKE ALL ON FUNCTION idempotency.lock_secret_changed() FROM PUBLIC;
+CREATE TRIGGER lock_secret_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idempotency.lock_secret
+    FOR EACH STATEMENT EXECUTE FUNCTION idempotency.lock_secret_changed();
 
 -- ---------------------------------------------------------------------
 -- Write helpers

@@ -10,7 +10,11 @@
 #ifndef IDEMPOTENCY_COMPAT_H
 #define IDEMPOTENCY_COMPAT_H
 
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "utils/tuplestore.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
 
@@ -19,6 +23,9 @@
 #endif
 #include "common/sha2.h"
 
+#if PG_VERSION_NUM >= 160000
+#include "parser/parse_relation.h"
+#endif
 #if PG_VERSION_NUM >= 170000
 #include "storage/procnumber.h"
 #else
@@ -103,11 +110,24 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
  * ---------------------------------------------------------------------
  */
 #if PG_VERSION_NUM >= 160000
-#define IDEM_INIT_RANGE_TABLE(estate, rtable) \
-	ExecInitRangeTable((estate), (rtable), NIL)
+#define IDEM_INIT_RANGE_TABLE(estate, rte) \
+	do { \
+		List	   *perminfos_ = NIL; \
+		addRTEPermissionInfo(&perminfos_, (rte)); \
+		ExecInitRangeTable((estate), list_make1(rte), perminfos_); \
+	} while (0)
 #else
-#define IDEM_INIT_RANGE_TABLE(estate, rtable) \
-	ExecInitRangeTable((estate), (rtable))
+#define IDEM_INIT_RANGE_TABLE(estate, rte) \
+	ExecInitRangeTable((estate), list_make1(rte))
+#endif
+
+/* parse analysis takes a query environment since 15 */
+#if PG_VERSION_NUM >= 150000
+#define IDEM_PARSE_ANALYZE_VARPARAMS(rs, sql, types, ntypes) \
+	parse_analyze_varparams((rs), (sql), (types), (ntypes), NULL)
+#else
+#define IDEM_PARSE_ANALYZE_VARPARAMS(rs, sql, types, ntypes) \
+	parse_analyze_varparams((rs), (sql), (types), (ntypes))
 #endif
 
 /* the executor's simple-relation insert takes the ResultRelInfo since 14 */
@@ -121,6 +141,35 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
 		ExecSimpleRelationInsert((estate), (slot)); \
 	} while (0)
 #endif
+
+/* ---------------------------------------------------------------------
+ * set-returning functions in materialize mode: InitMaterializedSRF since 15
+ * ---------------------------------------------------------------------
+ */
+static inline void
+idem_init_materialized_srf(FunctionCallInfo fcinfo)
+{
+#if PG_VERSION_NUM >= 150000
+	InitMaterializedSRF(fcinfo, 0);
+#else
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tupdesc;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		!(rsinfo->allowedModes & SFRM_Materialize))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("materialize mode required, but it is not allowed in this context")));
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
+	MemoryContextSwitchTo(old);
+#endif
+}
 
 /* ---------------------------------------------------------------------
  * GUCs: MarkGUCPrefixReserved since 15

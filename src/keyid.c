@@ -19,7 +19,9 @@
  *
  * The secret is read once per backend (as the extension's owner) and used
  * for the rest of the transaction that read it even if an invalidation
- * arrives meanwhile, so a transaction never hashes one key two ways.  Until
+ * arrives meanwhile, so a transaction never hashes one key two ways.  A
+ * trigger on the table (lock_secret_changed) invalidates it when the row
+ * changes, so every backend reads a new secret at its next transaction.  Until
  * ALTER EXTENSION idempotency UPDATE has created the table, the 0.3.0 hash
  * is used, so old and new libraries agree during the update.
  *
@@ -32,6 +34,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -111,7 +114,7 @@ load_secret(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table idempotency.lock_secret must hold exactly one row"),
-				 errhint("Reinstall the extension, or insert one random 16-byte secret while no keys are in flight.")));
+				 errhint("Insert one random 16-byte secret (see the README, \"Table idempotency.lock_secret\").")));
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (isnull || SPI_gettypeid(SPI_tuptable->tupdesc, 1) != BYTEAOID)
 		ereport(ERROR,
@@ -352,6 +355,26 @@ TimestampTz
 idem_expiry(FunctionCallInfo fcinfo, int ttlarg, TimestampTz now)
 {
 	return idem_expiry_of(PG_ARGISNULL(ttlarg) ? NULL : PG_GETARG_INTERVAL_P(ttlarg), now);
+}
+
+/*
+ * lock_secret_changed(): statement trigger on idempotency.lock_secret.  A
+ * row change sends no relcache invalidation by itself; this one makes every
+ * backend read the secret again at its next transaction.
+ */
+PG_FUNCTION_INFO_V1(idempotency_lock_secret_changed);
+
+Datum
+idempotency_lock_secret_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("lock_secret_changed() must be called as a trigger")));
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	PG_RETURN_POINTER(NULL);
 }
 
 void

@@ -99,6 +99,11 @@ static Oid	col_types[NUM_COLS] = {
 	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID
 };
 
+/* NOT NULL as shipped: the fast path relies on it */
+static const bool col_notnull[NUM_COLS] = {
+	true, true, true, true, false, false, false, true, true, true, true, false
+};
+
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static bool store_fast = false;			/* see the file comment */
 static AttrNumber store_attnums[NUM_COLS];
@@ -216,6 +221,9 @@ store_resolve(void)
 		a = TupleDescAttr(td, att - 1);
 		/* a domain, a typmod or another type: SQL coerces, we do not */
 		if (a->atttypid != col_types[i] || a->atttypmod != -1)
+			fast = false;
+		/* the probe reads these without a null check */
+		if (!a->attnotnull && col_notnull[i])
 			fast = false;
 		store_attnums[i] = att;
 	}
@@ -429,7 +437,7 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 	rte->relid = RelationGetRelid(rel);
 	rte->relkind = rel->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
-	IDEM_INIT_RANGE_TABLE(estate, list_make1(rte));
+	IDEM_INIT_RANGE_TABLE(estate, rte);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	estate->es_output_cid = GetCurrentCommandId(true);
 	ExecOpenIndices(rri, false);
@@ -659,7 +667,14 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 		Relation	rel = store_open(RowExclusiveLock);
 
 		if (store_fast)
+		{
+			SavedUser	saved;
+
+			/* as the SQL path would: a DBA's CHECK or index functions run as the owner */
+			idem_as_owner(&saved);
 			exec_insert(rel, values, nulls);
+			idem_as_caller(&saved);
+		}
 		table_close(rel, NoLock);
 		if (!store_fast)
 		{

@@ -56,6 +56,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/base64.h"
 #include "common/hashfn.h"
@@ -78,6 +79,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "idempotency.h"
 
 #define ONCE_PLAN_CACHE_SIZE 64
@@ -93,6 +95,8 @@ typedef struct OncePlan
 	uint64		hash;			/* hash key: statement text and argument types */
 	dlist_node	lru;			/* in plan_lru, most recently used first */
 	char	   *sql;			/* the rest lives in plan_cxt */
+	char	   *search_path;	/* the search_path and role it was analysed */
+	Oid			userid;			/* under: they decide untyped arguments' types */
 	int			nargs;
 	Oid		   *argtypes;		/* as given */
 	Oid		   *paramtypes;		/* as the statement decided them */
@@ -170,6 +174,9 @@ plan_hash(const char *sql, int nargs, const Oid *argtypes)
 	uint64		h = hash_bytes_extended((const unsigned char *) sql, strlen(sql),
 										(uint64) nargs);
 
+	/* the types the statement decides depend on search_path and the role */
+	h = hash_bytes_extended((const unsigned char *) namespace_search_path,
+							strlen(namespace_search_path), h ^ GetUserId());
 	if (nargs > 0)
 		h = hash_bytes_extended((const unsigned char *) argtypes,
 								nargs * sizeof(Oid), h);
@@ -185,6 +192,7 @@ plan_free(OncePlan *p)
 	if (p->plan)
 		SPI_freeplan(p->plan);
 	pfree(p->sql);
+	pfree(p->search_path);
 	if (p->nargs > 0)
 	{
 		pfree(p->argtypes);
@@ -259,7 +267,7 @@ analyse_work(const char *sql, int nargs, const Oid *argtypes, Oid *paramtypes)
 	types = palloc0(sizeof(Oid) * Max(nargs, 1));
 	for (int i = 0; i < nargs; i++)
 		types[i] = is_string_type(argtypes[i]) ? InvalidOid : argtypes[i];
-	query = parse_analyze_varparams(rs, sql, &types, &ntypes, NULL);
+	query = IDEM_PARSE_ANALYZE_VARPARAMS(rs, sql, &types, &ntypes);
 	if (query->utilityStmt != NULL || query->commandType == CMD_UTILITY)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -311,6 +319,8 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 	if (p != NULL)
 	{
 		bool		same = p->nargs == nargs && strcmp(p->sql, sql) == 0 &&
+			p->userid == GetUserId() &&
+			strcmp(p->search_path, namespace_search_path) == 0 &&
 			(nargs == 0 || memcmp(p->argtypes, argtypes, sizeof(Oid) * nargs) == 0);
 
 		/*
@@ -368,6 +378,8 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 	old = MemoryContextSwitchTo(plan_cxt);
 	p->hash = hash;
 	p->sql = pstrdup(sql);
+	p->search_path = pstrdup(namespace_search_path);
+	p->userid = GetUserId();
 	p->nargs = nargs;
 	p->plan = plan;
 	p->busy = 0;
@@ -491,13 +503,13 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 {
 	KeyId		id;
 	char	   *sql;
-	OncePlan   *p;
 	GuardBegin	g;
 	Datum		result[2];
 	bool		rnulls[2] = {false, false};
 	Jsonb	   *response;
 	TimestampTz expires_at;
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	OncePlan   *volatile running;
 
 	id = keyid_of(fcinfo, -1);
 	if (PG_ARGISNULL(2))
@@ -507,61 +519,66 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	sql = text_to_cstring(PG_GETARG_TEXT_PP(2));
 
 	/* the work is checked and prepared before anything else happens */
-	p = plan_for(sql, nargs, types);
+	running = plan_for(sql, nargs, types);
 
-	expires_at = idem_expiry_of(NULL, GetCurrentTransactionStartTimestamp());
-	idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
-					 expires_at, NULL, &g);
-
-	if (g.outcome == GUARD_REPLAY)
-		response = g.response;
-	else
+	/*
+	 * From here on the plan is in use: a nested once() (from a domain's
+	 * CHECK in an argument's input function, or from the work itself) must
+	 * not evict or free it.
+	 */
+	running->busy++;
+	PG_TRY();
 	{
-		Datum	   *pvalues = palloc(sizeof(Datum) * Max(nargs, 1));
-		char	   *pnulls = palloc(Max(nargs, 1));
-		volatile int rc = 0;
-		OncePlan   *volatile running;
+		expires_at = idem_expiry_of(NULL, GetCurrentTransactionStartTimestamp());
+		idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
+						 expires_at, NULL, &g);
 
-		for (int i = 0; i < nargs; i++)
+		if (g.outcome == GUARD_REPLAY)
+			response = g.response;
+		else
 		{
-			pnulls[i] = nulls[i] ? 'n' : ' ';
-			if (nulls[i])
-				pvalues[i] = (Datum) 0;
-			else if (p->untyped[i])
+			Datum	   *pvalues = palloc(sizeof(Datum) * Max(nargs, 1));
+			char	   *pnulls = palloc(Max(nargs, 1));
+			int			rc;
+
+			for (int i = 0; i < nargs; i++)
 			{
-				char	   *s = types[i] == UNKNOWNOID ? DatumGetCString(values[i]) :
-					TextDatumGetCString(values[i]);
+				pnulls[i] = nulls[i] ? 'n' : ' ';
+				if (nulls[i])
+					pvalues[i] = (Datum) 0;
+				else if (running->untyped[i])
+				{
+					char	   *s = types[i] == UNKNOWNOID ? DatumGetCString(values[i]) :
+						TextDatumGetCString(values[i]);
 
-				pvalues[i] = InputFunctionCall(&p->infuncs[i], s, p->ioparams[i], -1);
+					pvalues[i] = InputFunctionCall(&running->infuncs[i], s, running->ioparams[i], -1);
+				}
+				else
+					pvalues[i] = values[i];
 			}
-			else
-				pvalues[i] = values[i];
-		}
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		running = p;
-		running->busy++;
-		PG_TRY();
-		{
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "SPI_connect failed");
 			rc = SPI_execute_plan(running->plan, pvalues, pnulls, false, 0);
-		}
-		PG_FINALLY();
-		{
-			running->busy--;
-		}
-		PG_END_TRY();
-		if (rc < 0)
-			elog(ERROR, "the statement of idempotency.once() failed: %s",
-				 SPI_result_code_string(rc));
-		{
-			MemoryContext spi_cxt = MemoryContextSwitchTo(caller_cxt);
+			if (rc < 0)
+				elog(ERROR, "the statement of idempotency.once() failed: %s",
+					 SPI_result_code_string(rc));
+			{
+				MemoryContext spi_cxt = MemoryContextSwitchTo(caller_cxt);
 
-			response = result_response(SPI_tuptable, SPI_processed);
-			MemoryContextSwitchTo(spi_cxt);
+				response = result_response(SPI_tuptable, SPI_processed);
+				MemoryContextSwitchTo(spi_cxt);
+			}
+			SPI_finish();
 		}
-		SPI_finish();
-		idem_guard_finish(&id, HELD_COMPLETED, response, false, false, 0);
 	}
+	PG_FINALLY();
+	{
+		running->busy--;
+	}
+	PG_END_TRY();
+
+	if (g.outcome != GUARD_REPLAY)
+		idem_guard_finish(&id, HELD_COMPLETED, response, false, false, 0);
 
 	result[0] = CStringGetTextDatum(outcome_names[g.outcome]);
 	if (response)
@@ -695,7 +712,7 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 	int			rc;
 	static Oid	argtypes[3] = {TEXTOID, TEXTOID, REGROLEOID};
 
-	InitMaterializedSRF(fcinfo, 0);
+	idem_init_materialized_srf(fcinfo);
 	id = keyid_of(fcinfo, 1);
 
 	args[0] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
@@ -707,8 +724,12 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 	if (lookup_plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare(
-									   "SELECT k.status, k.attempts, k.created_at, k.updated_at,"
-									   "       k.expires_at, k.locked_until, k.retryable"
+									   "SELECT k.status::pg_catalog.text, k.attempts::pg_catalog.int4,"
+									   "       k.created_at::pg_catalog.timestamptz,"
+									   "       k.updated_at::pg_catalog.timestamptz,"
+									   "       k.expires_at::pg_catalog.timestamptz,"
+									   "       k.locked_until::pg_catalog.timestamptz,"
+									   "       k.retryable::pg_catalog.bool"
 									   "  FROM idempotency.idempotency_key AS k"
 									   " WHERE k.key OPERATOR(pg_catalog.=) $1"
 									   "   AND k.scope OPERATOR(pg_catalog.=) $2"
@@ -742,6 +763,11 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 			if (!onulls[i] && i == 0)
 				out[i] = PointerGetDatum(DatumGetTextPCopy(out[i]));
 		}
+		if (onulls[0])
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.idempotency_key cannot hold idempotency keys"),
+					 errdetail("The row of %s has a null status.", idem_describe_key(&id))));
 		status = TextDatumGetCString(out[0]);
 		retryable = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull)) && !isnull;
 		MemoryContextSwitchTo(spi_cxt);

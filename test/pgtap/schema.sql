@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(103);
+SELECT plan(105);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -44,6 +44,10 @@ SELECT table_privs_are('idempotency', 'lock_secret', 'public', ARRAY[]::text[],
                        'PUBLIC has no privilege on lock_secret');
 SELECT throws_ok($$INSERT INTO idempotency.lock_secret VALUES ('\x00112233445566778899aabbccddeeff')$$,
                  '23505', NULL, 'lock_secret holds one row only');
+SELECT trigger_is('idempotency', 'lock_secret', 'lock_secret_changed', 'idempotency', 'lock_secret_changed',
+                  'a change to the secret reaches every session (trigger)');
+SELECT function_privs_are('idempotency', 'lock_secret_changed', ARRAY[]::text[], 'public', ARRAY[]::text[],
+                          'PUBLIC cannot execute lock_secret_changed()');
 SELECT columns_are('idempotency', 'state_machine', ARRAY['machine', 'transitions', 'owner', 'updated_at']);
 SELECT table_privs_are('idempotency', 'state_machine', 'public', ARRAY['SELECT'],
                        'PUBLIC may only SELECT state machines');
@@ -88,7 +92,7 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'issue_token', 'consume_token', 'first_seen',
                                         'create_machine', 'transition', 'update_versioned', 'insert_once',
                                         'forget', 'renew', 'stats', 'stats_reset',
-                                        'once', 'lookup', 'http_response']);
+                                        'once', 'lookup', 'http_response', 'lock_secret_changed']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');
