@@ -178,3 +178,51 @@ RESET parallel_leader_participation;
 SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key = 'h-parallel';
 DROP FUNCTION parallel_begin(text);
 DELETE FROM idempotency.idempotency_key WHERE key LIKE 'h-%';
+
+-- found in review: lookup() read columns in the types it expects (an enum
+-- status crashed it, a numeric attempts came back as a pointer)
+BEGIN;
+SELECT outcome FROM idempotency.begin('h-lookup');
+SELECT idempotency.complete('h-lookup', '"done"');
+CREATE TYPE idempotency_status AS ENUM ('in_progress', 'completed', 'failed');
+ALTER TABLE idempotency.idempotency_key
+  ALTER COLUMN status TYPE idempotency_status USING status::idempotency_status,
+  ALTER COLUMN attempts TYPE numeric;
+SELECT status, attempts, retry_after FROM idempotency.lookup('h-lookup');
+SELECT outcome, response FROM idempotency.begin('h-lookup');
+ROLLBACK;
+
+-- found in review: a null status (NOT NULL dropped by a DBA) is a clear
+-- error, not a crash of the fast path
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN status DROP NOT NULL;
+INSERT INTO idempotency.idempotency_key (owner, scope, key, status, expires_at)
+  VALUES (current_user::regrole, '', 'h-null', NULL, now() + interval '1 hour');
+SELECT outcome FROM idempotency.begin('h-null');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN status DROP NOT NULL;
+INSERT INTO idempotency.idempotency_key (owner, scope, key, status, expires_at)
+  VALUES (current_user::regrole, '', 'h-null', NULL, now() + interval '1 hour');
+SELECT * FROM idempotency.lookup('h-null');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+
+-- found in review: once() decides an untyped argument's type under the
+-- search_path of the call, not of the first call (49.90 went into an
+-- integer column of another schema as 50)
+CREATE SCHEMA h_s1;
+CREATE SCHEMA h_s2;
+CREATE TABLE h_s1.t (v numeric);
+CREATE TABLE h_s2.t (v integer);
+SET search_path = h_s1;
+SELECT outcome, response FROM idempotency.once('h-path-1', NULL, 'INSERT INTO t VALUES ($1) RETURNING v', '49.90');
+SET search_path = h_s2;
+SELECT outcome, response FROM idempotency.once('h-path-2', NULL, 'INSERT INTO t VALUES ($1) RETURNING v', '49.90');
+\echo :LAST_ERROR_SQLSTATE
+RESET search_path;
+SELECT (SELECT count(*) FROM h_s1.t) AS in_s1, (SELECT count(*) FROM h_s2.t) AS in_s2;
+DROP SCHEMA h_s1 CASCADE;
+DROP SCHEMA h_s2 CASCADE;
+DELETE FROM idempotency.idempotency_key WHERE key LIKE 'h-%';
