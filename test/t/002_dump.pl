@@ -74,6 +74,42 @@ is( $dst->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extn
 	$src->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'the extension is restored at its version');
 
+# a hash-partitioned key table (README, "Partitioning the key table"): the
+# partitions are dumped with their rows; the restore converts the target
+# first and then loads the data
+open(my $fh, '<', 'sql/partitioned.sql') or die "sql/partitioned.sql: $!";
+my $sql = do { local $/; <$fh> };
+close $fh;
+my ($recipe) = $sql =~ /^-- the recipe \(README\), in one transaction\n(.*?^COMMIT;)/ms
+  or die 'recipe not found in sql/partitioned.sql';
+$src->safe_psql('postgres', q{CREATE DATABASE parted});
+$src->safe_psql('parted', 'CREATE EXTENSION idempotency');
+$src->safe_psql('parted', $recipe);
+$src->safe_psql('parted', q{
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('part-1');
+	SELECT idempotency.complete('part-1', '"kept across the dump"');
+	COMMIT;
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('part-2');
+	SELECT idempotency.complete('part-2', '"also kept"');
+	COMMIT;
+});
+my $pdump = PostgreSQL::Test::Utils::tempdir() . '/parted.dump';
+$src->command_ok([ 'pg_dump', '-Fc', '-f', $pdump, '-d', $src->connstr('parted') ],
+	'pg_dump of a partitioned key table succeeds');
+$dst->safe_psql('postgres', q{CREATE DATABASE parted});
+$dst->safe_psql('parted', 'CREATE EXTENSION idempotency');
+$dst->safe_psql('parted', $recipe);
+$dst->command_ok([ 'pg_restore', '--data-only', '-d', $dst->connstr('parted'), $pdump ],
+	'pg_restore --data-only into the converted target succeeds');
+is( $dst->safe_psql('parted', q{SELECT relkind FROM pg_class WHERE oid = 'idempotency.idempotency_key'::regclass}),
+	'p', 'the restored key table is partitioned');
+is( $dst->safe_psql('parted', q{SELECT string_agg(outcome || ' ' || response, ', ')
+		FROM (SELECT * FROM idempotency.begin('part-1') UNION ALL SELECT * FROM idempotency.begin('part-2')) b}),
+	'replay "kept across the dump", replay "also kept"',
+	'keys of a partitioned key table replay after the restore');
+
 $src->stop;
 $dst->stop;
 done_testing();
