@@ -121,6 +121,13 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
 	ExecInitRangeTable((estate), list_make1(rte))
 #endif
 
+/* MERGE exists since 15 */
+#if PG_VERSION_NUM >= 150000
+#define IDEM_IS_MERGE_TAG(tag) ((tag) == T_MergeStmt)
+#else
+#define IDEM_IS_MERGE_TAG(tag) false
+#endif
+
 /* parse analysis takes a query environment since 15 */
 #if PG_VERSION_NUM >= 150000
 #define IDEM_PARSE_ANALYZE_VARPARAMS(rs, sql, types, ntypes) \

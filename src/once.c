@@ -253,11 +253,7 @@ analyse_work(const char *sql, int nargs, const Oid *argtypes, Oid *paramtypes)
 	rs = linitial_node(RawStmt, raw);
 	tag = nodeTag(rs->stmt);
 	if (tag != T_SelectStmt && tag != T_InsertStmt && tag != T_UpdateStmt &&
-		tag != T_DeleteStmt
-#if PG_VERSION_NUM >= 150000
-		&& tag != T_MergeStmt
-#endif
-		)
+		tag != T_DeleteStmt && !IDEM_IS_MERGE_TAG(tag))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("idempotency.once() cannot run %s", CreateCommandName(rs->stmt)),
