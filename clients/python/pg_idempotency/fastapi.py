@@ -11,8 +11,9 @@ serialized as FastAPI itself would: the route's ``response_model`` (and its
 include/exclude/by_alias settings), ``status_code`` and ``response_class``,
 and a ``response: Response`` parameter's status and headers.  What is stored
 and replayed is that response, byte for byte.  An HTTPException it raises is
-a final answer like any other 4xx; any other exception rolls back and
-becomes FastAPI's 500.
+an answer like any other (stored unless ``store`` refuses its status: by
+default 408, 409, 425, 429 and 5xx are not); any other exception rolls back
+and becomes FastAPI's 500.
 """
 import functools
 import inspect
