@@ -14,7 +14,7 @@ import uuid
 from typing import Optional
 
 import psycopg
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.testclient import TestClient
 from flask import Flask, g
 from psycopg import AsyncConnection
@@ -98,6 +98,13 @@ def fastapi_app(pool_kwargs, **options):
             return JSONResponse({"error": "slow down"}, status_code=429, headers={"Retry-After": "1"})
         return {"id": pid, "name": u.name, "password": u.password}	# password: dropped by UserOut
 
+    @app.post("/accepted", status_code=201)
+    @fastapi_idempotent(pool, scope="accepted", headers=["X-Job"], **options)
+    async def accept(u: UserIn, response: Response):
+        response.status_code = 202	# FastAPI's sub-response: its status and headers win
+        response.headers["X-Job"] = "j-1"
+        return {"name": u.name}
+
     return app
 
 
@@ -122,6 +129,13 @@ def fastapi_checks():
         check("FastAPI: 429 is not stored (rolled back); the resend runs and gets 201",
               r1.status_code == 429 and n1 == 0 and s1 == 0 and r2.status_code == 201
               and not replayed(r2) and rows(k) == 1, [r1.status_code, n1, s1, r2.status_code, r2.content])
+
+        k = P + "fa-sub"
+        r1 = c.post("/accepted", json={"name": "fi", "password": "x"}, headers={"Idempotency-Key": k})
+        r2 = c.post("/accepted", json={"name": "fi", "password": "x"}, headers={"Idempotency-Key": k})
+        check("FastAPI: a `response: Response` parameter's status (202) and header apply, stored and replayed",
+              r1.status_code == 202 and r1.headers.get("x-job") == "j-1" and replayed(r2) and same(r1, r2)
+              and r2.headers.get("x-job") == "j-1", [r1.status_code, r1.headers, r2.status_code, r2.headers])
 
     with TestClient(fastapi_app({**extra, "autocommit": True}), raise_server_exceptions=False) as c:
         k = P + "fa-auto"
