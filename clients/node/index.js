@@ -2,6 +2,6 @@
 // pg-idempotency: Idempotency-Key middleware on the idempotency extension.
 const { idempotent } = require('./lib/express');
 const { idempotentFastify } = require('./lib/fastify');
-const { parseKey, Guard } = require('./lib/core');
+const { parseKey, Guard, defaultStore } = require('./lib/core');
 
-module.exports = { idempotent, idempotentFastify, parseKey, Guard };
+module.exports = { idempotent, idempotentFastify, parseKey, Guard, defaultStore };

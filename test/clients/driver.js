@@ -13,7 +13,10 @@
 // The example apps all serve POST /payments: {"amount": "x"} -> 201 with
 // Location and a body naming the new payment row; {"decline": true} -> 402;
 // {"sleep": s} holds the transaction; {"boom": true} -> 500 after its insert;
-// {"binary": true} -> 200, application/octet-stream, bytes ff 00 fe + the id.
+// {"binary": true} -> 200, application/octet-stream, bytes ff 00 fe + the id;
+// {"throttle": true} -> 429 after its insert the first time the server sees
+// the key, then as {"amount": ...}.  The Express example also serves POST
+// /raw with no body parser before it (201, {"bytes": n, ...}).
 const path = require('path');
 const http = require('http');
 const { spawn } = require('child_process');
@@ -65,14 +68,15 @@ function stopServer(srv) {
 	});
 }
 
-// post(): one request; resolves {status, headers, body (Buffer)} or rejects
-function post(port, { key, body, user }) {
+// post(): one request (fresh: on a new connection, not a kept-alive one,
+// which a server may close after its 500); resolves {status, headers, body (Buffer)} or rejects
+function post(port, { key, body, user, path = '/payments', fresh = false }) {
 	const payload = Buffer.from(JSON.stringify(body), 'utf8');
 	const headers = { 'Content-Type': 'application/json', 'Content-Length': payload.length };
 	if (key !== undefined) headers['Idempotency-Key'] = key;
 	if (user !== undefined) headers['X-User'] = user;
 	return new Promise((resolve, reject) => {
-		const req = http.request({ host: '127.0.0.1', port, path: '/payments', method: 'POST', headers, agent }, res => {
+		const req = http.request({ host: '127.0.0.1', port, path, method: 'POST', headers, agent: fresh ? false : agent }, res => {
 			const chunks = [];
 			res.on('data', c => chunks.push(c));
 			res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
@@ -197,6 +201,36 @@ async function main() {
 	r = await post(srv.port, { key: ke, body: { amount: '4.00' } });
 	check('after a 500 the key is free: a resend runs the handler (201, one row)',
 		r.status === 201 && !replayed(r) && await rows(ke) === 1, show(r));
+
+	// --- a handler that throws, more times than the server's pool has clients
+	const kt = `${P}throws`;
+	const thrown = [];
+	for (let i = 0; i < 12; i++) thrown.push((await post(srv.port, { key: kt, body: { amount: '4.50', boom: true }, fresh: true })).status);
+	r = await post(srv.port, { key: kt, body: { amount: '4.50' } });
+	check('a handler that throws, 12 times (more than the pool\'s 10 clients): 500 each time, rolled back, ' +
+		'and the same key then runs (201): no pooled client leaked',
+		thrown.every(s => s === 500) && r.status === 201 && !replayed(r) && await rows(kt) === 1, [thrown, show(r)]);
+
+	// --- 429 is not stored: the resend runs ---------------------------------
+	const k429 = `${P}429`;
+	const t1 = await post(srv.port, { key: k429, body: { amount: '5.50', throttle: true } });
+	const afterFirst = [await rows(k429), await keyRows(k429)];
+	const t2 = await post(srv.port, { key: k429, body: { amount: '5.50', throttle: true } });
+	const t3 = await post(srv.port, { key: k429, body: { amount: '5.50', throttle: true } });
+	check('429 is not stored (its insert rolled back); the resend runs and gets 201, then replays',
+		t1.status === 429 && !replayed(t1) && afterFirst[0] === 0 && afterFirst[1] === 0 &&
+		t2.status === 201 && !replayed(t2) && replayed(t3) && same(t2, t3) && await rows(k429) === 1,
+		[show(t1), afterFirst, show(t2), show(t3)]);
+
+	// --- Express with no body parser: the middleware reads the body ---------
+	if (/^express/.test(label)) {
+		const kr = `${P}raw`;
+		const r1 = await post(srv.port, { key: kr, path: '/raw', body: { amount: '1.00' } });
+		const r2 = await post(srv.port, { key: kr, path: '/raw', body: { amount: '2.00' } });
+		const r3 = await post(srv.port, { key: kr, path: '/raw', body: { amount: '1.00' } });
+		check('Express, no body parser: same key, different body -> 422; same body -> replay',
+			r1.status === 201 && r2.status === 422 && replayed(r3) && same(r1, r3), [show(r1), show(r2), show(r3)]);
+	}
 
 	// --- scope per user -------------------------------------------------
 	const ku = `${P}user`;

@@ -23,6 +23,7 @@ import org.idempotency.Idempotency.Response;
 public class PaymentServer {
 	static final BlockingQueue<Connection> pool = new ArrayBlockingQueue<>(10);
 	static String url;
+	static final java.util.Set<String> throttled = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
 	public static void main(String[] args) throws Exception {
 		Map<String, String> env = System.getenv();
@@ -80,7 +81,8 @@ public class PaymentServer {
 		return Idempotency.run(conn, key, body, o, c -> {
 			try (PreparedStatement ps = c.prepareStatement("SELECT j->>'amount', coalesce((j->>'sleep')::float8, 0),"
 					+ " coalesce((j->>'decline')::bool, false), coalesce((j->>'boom')::bool, false),"
-					+ " coalesce((j->>'binary')::bool, false) FROM (SELECT ?::jsonb j) s")) {
+					+ " coalesce((j->>'binary')::bool, false), coalesce((j->>'throttle')::bool, false)"
+					+ " FROM (SELECT ?::jsonb j) s")) {
 				ps.setString(1, body);
 				try (ResultSet rs = ps.executeQuery()) {
 					rs.next();
@@ -99,6 +101,8 @@ public class PaymentServer {
 						s.executeQuery().close();
 					}
 					if (rs.getBoolean(4)) throw new IllegalStateException("boom");
+					if (rs.getBoolean(6) && throttled.add(key))	// 429: rolled back, not stored
+						return Response.of(429, "application/json", "{\"error\":\"rate_limited\"}").header("Retry-After", "1");
 					if (rs.getBoolean(5))
 						return new Response(200, ("\u00ff\u0000\u00fe" + id).getBytes(java.nio.charset.StandardCharsets.ISO_8859_1))
 							.header("Content-Type", "application/octet-stream");

@@ -2,7 +2,8 @@
 // Example (and test server): POST /payments guarded by an Idempotency-Key.
 // Body {"amount": "49.90"} -> 201; {"decline": true} -> 402 (stored too);
 // {"sleep": s} holds the transaction s seconds; {"boom": true} fails after
-// its insert (500, rolled back); {"binary": true} -> 200, a body that is not
+// its insert (500, rolled back); {"throttle": true} -> 429 (rolled back, not
+// stored) the first time a key is seen, then 201; {"binary": true} -> 200, a body that is not
 // UTF-8 and has a NUL.  X-User plays the authenticated user.
 // Database from DATABASE_HOST/PORT/NAME/USER; prints "listening <port>".
 const express = require('express');
@@ -14,15 +15,26 @@ const pool = new pg.Pool({
 	database: process.env.DATABASE_NAME, user: process.env.DATABASE_USER, max: 10,
 });
 const app = express();
+const throttled = new Set();
+
+// no body parser before this route: the middleware reads the raw body itself
+// (fingerprinted by its SHA-256; the bytes are in req.rawBody)
+app.post('/raw', idempotent({ pool, scope: 'raw' }), (req, res) =>
+	res.status(201).json({ bytes: req.rawBody.length, n: Math.random() }));
+
 app.use(express.json());
 
 app.post('/payments', idempotent({ pool, scope: 'payments', user: req => req.get('x-user') }), async (req, res) => {
-	const { amount, sleep, decline, boom, binary } = req.body;
+	const { amount, sleep, decline, boom, binary, throttle } = req.body;
 	if (decline) return res.status(402).json({ error: 'card_declined' });
 	const { rows: [p] } = await req.db.query(
 		'INSERT INTO payment (idem_key, amount) VALUES ($1, $2) RETURNING id', [req.idempotency.key, amount]);
 	if (sleep) await req.db.query('SELECT pg_sleep($1)', [sleep]);
 	if (boom) throw new Error('boom');
+	if (throttle && !throttled.has(req.idempotency.key)) {
+		throttled.add(req.idempotency.key);
+		return res.status(429).set('Retry-After', '1').json({ error: 'rate_limited' });
+	}
 	if (binary) return res.type('application/octet-stream').send(Buffer.concat([Buffer.from([0xff, 0, 0xfe]), Buffer.from(String(p.id))]));
 	res.status(201).location(`/payments/${p.id}`).type('application/json')
 		.send(`{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`);

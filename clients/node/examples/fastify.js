@@ -9,14 +9,19 @@ const pool = new pg.Pool({
 	database: process.env.DATABASE_NAME, user: process.env.DATABASE_USER, max: 10,
 });
 const app = Fastify();
+const throttled = new Set();
 
 app.post('/payments', idempotentFastify({ pool, scope: 'payments', user: req => req.headers['x-user'] }), async (req, reply) => {
-	const { amount, sleep, decline, boom, binary } = req.body;
+	const { amount, sleep, decline, boom, binary, throttle } = req.body;
 	if (decline) return reply.code(402).send({ error: 'card_declined' });
 	const { rows: [p] } = await req.db.query(
 		'INSERT INTO payment (idem_key, amount) VALUES ($1, $2) RETURNING id', [req.idempotency.key, amount]);
 	if (sleep) await req.db.query('SELECT pg_sleep($1)', [sleep]);
 	if (boom) throw new Error('boom');
+	if (throttle && !throttled.has(req.idempotency.key)) {
+		throttled.add(req.idempotency.key);
+		return reply.code(429).header('Retry-After', '1').send({ error: 'rate_limited' });
+	}
 	if (binary) return reply.type('application/octet-stream').send(Buffer.concat([Buffer.from([0xff, 0, 0xfe]), Buffer.from(String(p.id))]));
 	reply.code(201).header('Location', `/payments/${p.id}`).type('application/json');
 	return `{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`;

@@ -10,9 +10,10 @@
 //                    its response is captured, then
 //                    complete(key, response, scope); COMMIT; send it
 //
-// A 5xx response or a thrown handler rolls everything back: nothing is
-// stored and a resend runs the handler again.  2xx, 3xx and 4xx answers
-// are final and are replayed.  40001/40P01 from begin() are retried
+// A thrown handler, or an answer that `store(status)` refuses, rolls
+// everything back: nothing is stored and a resend runs the handler again.
+// By default (Stripe's practice) 408, 409, 425, 429 and any 5xx are not
+// stored; every other answer (2xx, 3xx, other 4xx) is final and replayed.  40001/40P01 from begin() are retried
 // (`retries` times) in a fresh transaction.  IK001 -> 422, IK002 -> 409 with
 // Retry-After, IK003 -> 400.
 //
@@ -109,6 +110,10 @@ function decodeResponse(r, status) {
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
+// answers that are not final: rolled back, not stored, a resend runs again
+const TRANSIENT = new Set([408, 409, 425, 429]);
+function defaultStore(status) { return status < 500 && !TRANSIENT.has(status); }
+
 class Guard {
 	// opts: pool (pg.Pool, required); scope (string or req => string, required);
 	// user (req => id or null: scope per authenticated user); lockWait (ms,
@@ -116,7 +121,10 @@ class Guard {
 	// route with required: false runs unguarded, with no req.db);
 	// headers (names to store, default Content-Type and Location); ttl
 	// (interval text, default the server's idempotency.default_ttl);
-	// request (req => jsonb value to fingerprint; default method, path, body).
+	// request (req => jsonb value to fingerprint; default method, path, body);
+	// store (status => boolean: whether an answer is stored and replayed;
+	// default: not 408, 409, 425, 429 nor 5xx, which roll back so that a
+	// resend runs again).
 	constructor(opts) {
 		if (!opts || !opts.pool) throw new TypeError('idempotent: pool is required');
 		if (opts.scope === undefined) throw new TypeError('idempotent: scope is required');
@@ -128,6 +136,8 @@ class Guard {
 		this.required = opts.required ?? true;
 		this.ttl = opts.ttl ?? null;
 		this.request = opts.request;
+		this.store = opts.store ?? defaultStore;
+		if (typeof this.store !== 'function') throw new TypeError('idempotent: store must be a function');
 		const names = [...DEFAULT_HEADERS];
 		for (const h of opts.headers || [])
 			if (!names.some(n => n.toLowerCase() === String(h).toLowerCase())) names.push(String(h));
@@ -215,13 +225,13 @@ class Guard {
 		}
 	}
 
-	// finish(): store a final (< 500) response and commit, or roll back.
+	// finish(): store a final response (store(status)) and commit, or roll back.
 	// Returns null when the captured response may be sent, else a replacement.
 	async finish(state, status, getHeader, body) {
 		if (state.done) return null;
 		state.done = true;
 		const { client } = state;
-		if (status >= 500) {
+		if (!this.store(status)) {
 			await this.abortClient(client);
 			return null;
 		}
@@ -256,4 +266,4 @@ class Guard {
 	}
 }
 
-module.exports = { Guard, parseKey, problem, toBuffer, encodeResponse, decodeResponse };
+module.exports = { Guard, defaultStore, parseKey, problem, toBuffer, encodeResponse, decodeResponse };

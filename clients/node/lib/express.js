@@ -5,9 +5,35 @@
 // sends is captured (writeHead/write/end), stored by complete(), committed,
 // and only then written to the socket, so a client never sees an answer
 // that was not stored.  A client that goes away does not stop the handler:
-// its answer is still stored and a resend replays it.  Body parsers (express.json()) must run before it.
+// its answer is still stored and a resend replays it.
+//
+// The request body is fingerprinted as req.body when a body parser
+// (express.json(), ...) ran before the middleware.  Without one (req.body
+// undefined and the request has a body: Content-Length > 0 or
+// Transfer-Encoding), the middleware reads the raw bytes itself,
+// fingerprints their SHA-256 and leaves them in req.rawBody (a Buffer); a
+// body parser placed after it then finds the stream consumed.  Needs Express
+// 5 or later (Express 4 does not pass a rejected async handler to next(),
+// so the request would hang with its pooled client).
 
+const crypto = require('crypto');
 const { Guard, parseKey, problem, toBuffer } = require('./core');
+
+function hasBody(req) {
+	if (req.headers['transfer-encoding'] !== undefined) return true;
+	const n = Number(req.headers['content-length']);
+	return Number.isFinite(n) && n > 0;
+}
+
+function readRaw(req) {
+	return new Promise((resolve, reject) => {
+		const chunks = [];
+		req.on('data', c => chunks.push(c));
+		req.on('end', () => resolve(Buffer.concat(chunks)));
+		req.on('error', reject);
+		req.on('aborted', () => reject(new Error('request aborted')));
+	});
+}
 
 function send(res, { status, headers, body }, replayed) {
 	res.statusCode = status;
@@ -34,8 +60,14 @@ function idempotent(opts) {
 		}
 		if (parsed.error) return send(res, problem(400, 'Invalid Idempotency-Key', parsed.error), false);
 		const scope = guard.scopeFor(req);
-		const request = guard.requestFor(req, req.method, req.originalUrl || req.url, req.body);
-		guard.start(parsed.key, scope, request).then(started => {
+		const body = req.body === undefined && hasBody(req) && !req.readableEnded
+			? readRaw(req).then(raw => {
+				req.rawBody = raw;
+				return { sha256: crypto.createHash('sha256').update(raw).digest('hex') };
+			})
+			: Promise.resolve(req.body);
+		body.then(b => guard.start(parsed.key, scope, guard.requestFor(req, req.method, req.originalUrl || req.url, b)))
+		.then(started => {
 			if (started.send) return send(res, started.send, started.replayed);
 			const state = started.state;
 			req.idempotency = { client: state.client, key: state.key, scope, outcome: state.outcome, attempts: state.attempts };

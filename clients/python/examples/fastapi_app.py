@@ -23,6 +23,7 @@ bouncer = os.environ.get("IDEMPOTENCY_BOUNCER") == "1"
 pool = AsyncConnectionPool(conninfo, min_size=2, max_size=10, open=False,
                            kwargs={"prepare_threshold": None} if bouncer else {})
 app = FastAPI()
+throttled = set()
 
 
 @app.on_event("startup")
@@ -36,6 +37,7 @@ class Payment(BaseModel):
     decline: bool = False
     boom: bool = False
     binary: bool = False
+    throttle: bool = False
 
 
 def user(request: Request):
@@ -54,6 +56,9 @@ async def pay(p: Payment, request: Request, db: AsyncConnection):
         await db.execute("SELECT pg_sleep(%s)", (p.sleep,))
     if p.boom:
         raise RuntimeError("boom")
+    if p.throttle and request.state.idempotency["key"] not in throttled:
+        throttled.add(request.state.idempotency["key"])	# 429: rolled back, not stored
+        return JSONResponse({"error": "rate_limited"}, status_code=429, headers={"Retry-After": "1"})
     if p.binary:
         return Response(b"\xff\x00\xfe" + str(pid).encode(), media_type="application/octet-stream")
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.amount))

@@ -18,6 +18,7 @@ bouncer = os.environ.get("IDEMPOTENCY_BOUNCER") == "1"
 pool = ConnectionPool(conninfo, min_size=2, max_size=10,
                       kwargs={"prepare_threshold": None} if bouncer else {})
 app = Flask(__name__)
+throttled = set()
 
 
 @app.post("/payments")
@@ -32,6 +33,9 @@ def pay():
         g.db.execute("SELECT pg_sleep(%s)", (p["sleep"],))
     if p.get("boom"):
         raise RuntimeError("boom")
+    if p.get("throttle") and g.idempotency["key"] not in throttled:
+        throttled.add(g.idempotency["key"])	# 429: rolled back, not stored
+        return jsonify(error="rate_limited"), 429, {"Retry-After": "1"}
     if p.get("binary"):
         return b"\xff\x00\xfe" + str(pid).encode(), 200, {"Content-Type": "application/octet-stream"}
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.get("amount")))

@@ -19,6 +19,15 @@ COMPLETE_SQL = "SELECT idempotency.complete(%s, %s::jsonb, %s)"
 LOOKUP_SQL = "SELECT retry_after FROM idempotency.lookup(%s, %s)"
 HAS_LOOKUP_SQL = "SELECT to_regprocedure('idempotency.lookup(text,text)') IS NOT NULL"
 RETRYABLE = ("40001", "40P01")
+# answers that are not final: rolled back, not stored, a resend runs again
+# (Stripe's practice): 408 Request Timeout, 409 Conflict, 425 Too Early,
+# 429 Too Many Requests, and any 5xx
+TRANSIENT = (408, 409, 425, 429)
+
+
+def default_store(status: int) -> bool:
+    """Whether an answer with this status is stored (and replayed)."""
+    return status < 500 and status not in TRANSIENT
 
 
 @dataclass
@@ -118,10 +127,12 @@ class Options:
     """Shared settings: scope (str or callable(request)), user (callable(request)
     -> id or None: scope per authenticated user), lock_wait_ms (default 200),
     retries (40001/40P01, default 3), required (default True), headers (more
-    header names to store), ttl (interval text or None)."""
+    header names to store), ttl (interval text or None), store (callable(status)
+-> bool: whether an answer is stored and replayed; default ``default_store``:
+not 408, 409, 425, 429 nor 5xx, which roll back so that a resend runs again)."""
 
     def __init__(self, scope, user=None, lock_wait_ms=200, retries=3, required=True,
-                 headers=(), ttl=None):
+                 headers=(), ttl=None, store=default_store):
         self.scope = scope
         self.user = user
         self.lock_wait = f"{max(0, int(lock_wait_ms))}ms"
@@ -133,6 +144,7 @@ class Options:
                 names.append(h)
         self.header_names = names
         self.ttl = ttl
+        self.store = store
 
     def scope_for(self, request) -> str:
         scope = self.scope(request) if callable(self.scope) else self.scope

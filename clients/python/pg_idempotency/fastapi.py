@@ -1,14 +1,19 @@
 """FastAPI: ``@idempotent(pool, scope=...)`` under the route decorator.
 
-    @app.post("/payments")
-    @idempotent(pool, scope="payments", status_code=201)
+    @app.post("/payments", status_code=201, response_model=PaymentOut)
+    @idempotent(pool, scope="payments")
     async def pay(p: Payment, db: AsyncConnection): ...
 
 ``pool`` is a psycopg_pool.AsyncConnectionPool.  The endpoint's ``db``
 parameter (if it has one) receives the guarded transaction's connection;
-the endpoint returns a Response or a value (sent as JSONResponse with
-``status_code``).  An HTTPException it raises is a final answer like any
-other 4xx; any other exception rolls back and becomes FastAPI's 500.
+the endpoint returns a Response (sent as it is) or a value, which is
+serialized as FastAPI itself would: the route's ``response_model`` (and its
+include/exclude/by_alias settings), ``status_code`` and ``response_class``,
+and a ``response: Response`` parameter's status and headers.  What is stored
+and replayed is that response, byte for byte.  An HTTPException it raises is
+an answer like any other (stored unless ``store`` refuses its status: by
+default 408, 409, 425, 429 and 5xx are not); any other exception rolls back
+and becomes FastAPI's 500.
 """
 import functools
 import inspect
@@ -16,6 +21,13 @@ import inspect
 from fastapi import HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute, serialize_response
+
+try:
+    from fastapi.utils import is_body_allowed_for_status_code
+except ImportError:	# older FastAPI
+    def is_body_allowed_for_status_code(status_code):
+        return status_code is None or not (status_code < 200 or status_code in (204, 304))
 
 from ._core import KeyError400, Options, parse_key, problem, request_json
 from .guard import AsyncGuard, Captured
@@ -32,7 +44,39 @@ def _send(answer):
     return Response(content=answer.body, status_code=answer.status, headers=headers)
 
 
-def idempotent(pool, *, scope, status_code=200, **options):
+_SERIALIZE_ARGS = set(inspect.signature(serialize_response).parameters)
+
+
+async def _serialize(request: Request, result, sub_response, status_code):
+    """``result`` (not a Response) -> the Response FastAPI would have sent
+    for this route (fastapi.routing.get_request_handler, step for step)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return JSONResponse(jsonable_encoder(result), status_code=status_code or 200)
+    response_class = getattr(route.response_class, "value", route.response_class)	# DefaultPlaceholder
+    args = {}
+    code = route.status_code or status_code or (sub_response.status_code if sub_response else None)
+    if code is not None:
+        args["status_code"] = code
+    if sub_response is not None and sub_response.status_code:
+        args["status_code"] = sub_response.status_code
+    field = getattr(route, "secure_cloned_response_field", None) or getattr(route, "response_field", None)
+    kwargs = dict(field=field, response_content=result, include=route.response_model_include,
+                  exclude=route.response_model_exclude, by_alias=route.response_model_by_alias,
+                  exclude_unset=route.response_model_exclude_unset,
+                  exclude_defaults=route.response_model_exclude_defaults,
+                  exclude_none=route.response_model_exclude_none, is_coroutine=True)
+    content = await serialize_response(**{k: v for k, v in kwargs.items() if k in _SERIALIZE_ARGS})
+    response = response_class(content, **args)
+    if not is_body_allowed_for_status_code(response.status_code):
+        response.body = b""
+    if sub_response is not None:
+        response.headers.raw.extend(sub_response.headers.raw)
+    return response
+
+
+def idempotent(pool, *, scope, status_code=None, **options):
+    """``status_code``: only for a route that sets none (the route's wins)."""
     guard = AsyncGuard(pool, Options(scope, **options))
 
     def decorate(endpoint):
@@ -46,6 +90,9 @@ def idempotent(pool, *, scope, status_code=200, **options):
                     and issubclass(p.annotation, Request)), None)
         if own is None:
             params.append(inspect.Parameter(_REQ, inspect.Parameter.KEYWORD_ONLY, annotation=Request))
+        # a ``response: Response`` parameter: FastAPI's sub-response (status, headers)
+        sub = next((p.name for p in params if isinstance(p.annotation, type)
+                    and issubclass(p.annotation, Response)), None)
 
         @functools.wraps(endpoint)
         async def wrapper(*args, **kwargs):
@@ -73,7 +120,8 @@ def idempotent(pool, *, scope, status_code=200, **options):
                     result = JSONResponse({"detail": e.detail}, status_code=e.status_code,
                                           headers=e.headers)
                 if not isinstance(result, Response):
-                    result = JSONResponse(jsonable_encoder(result), status_code=status_code)
+                    result = await _serialize(request, result, kwargs.get(sub) if sub else None,
+                                              status_code)
                 body = getattr(result, "body", None)
                 if body is None:
                     raise TypeError("a streamed response cannot be stored for replay")

@@ -6,8 +6,10 @@
 
 ``pool`` is a psycopg_pool.ConnectionPool.  The view runs its queries on
 ``g.db``, the guarded transaction's connection; whatever it returns
-(anything Flask accepts, or an abort() with a 4xx) is stored and replayed;
-any other exception rolls back and becomes Flask's 500.
+(anything Flask accepts, or an abort() with a 4xx) is stored and replayed,
+unless ``store`` refuses its status (by default 408, 409, 425, 429 and 5xx:
+rolled back, a resend runs again); any other exception rolls back and
+becomes Flask's 500.
 """
 import functools
 

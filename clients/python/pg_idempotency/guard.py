@@ -4,12 +4,15 @@
     BEGIN; set_config('idempotency.lock_wait', ..., true)   -- SET LOCAL
     begin(key, request, scope, ttl)
       replay      -> ROLLBACK, the stored answer
-      new / retry -> work(conn) on this connection; a final (< 500) answer
+      new / retry -> work(conn) on this connection; an answer to store
                      is stored with complete(), then COMMIT
     IK001 -> 422, IK002 -> 409 + Retry-After, IK003 -> 400;
     40001 / 40P01 anywhere: ROLLBACK and run it all again (``retries`` times);
-    a 5xx answer or an exception: ROLLBACK, nothing stored (the exception
+    an answer that ``Options.store`` refuses (by default 408, 409, 425, 429
+    and any 5xx) or an exception: ROLLBACK, nothing stored (the exception
     propagates, so the framework answers 500 and a resend runs again).
+    The transaction is ``conn.transaction()``: pools in autocommit mode or
+    not both work.
 
 ``work(conn)`` returns ``Captured(status, get_header, body, original)``.
 """
@@ -61,38 +64,39 @@ class Guard:
 
     def _retry_after(self, conn, key, scope) -> str:
         try:
-            if self.pool not in _has_lookup:
-                _has_lookup[self.pool] = conn.execute(HAS_LOOKUP_SQL).fetchone()[0]
-                conn.rollback()
-            if _has_lookup[self.pool]:
-                row = conn.execute(LOOKUP_SQL, (key, scope)).fetchone()
-                conn.rollback()
-                if row and row[0] and row[0] > 0:
-                    return str(int(row[0]))
+            with conn.transaction():
+                if self.pool not in _has_lookup:
+                    _has_lookup[self.pool] = conn.execute(HAS_LOOKUP_SQL).fetchone()[0]
+                if _has_lookup[self.pool]:
+                    row = conn.execute(LOOKUP_SQL, (key, scope)).fetchone()
+                    if row and row[0] and row[0] > 0:
+                        return str(int(row[0]))
         except psycopg.Error:
-            conn.rollback()
+            pass
         return "1"
 
     def run(self, key: str, scope: str, request, work) -> Answer:
         for attempt in range(self.o.retries + 1):
             with self.pool.connection() as conn:
                 try:
-                    conn.execute(LOCK_WAIT_SQL, (self.o.lock_wait,))
-                    b = conn.execute(BEGIN_SQL, (key, Jsonb(request), scope, self.o.ttl)).fetchone()
-                    if b[0] == "replay":
-                        conn.rollback()
-                        return decode_response(b[2], b[1])
-                    got = work(conn)
-                    if got.status >= 500:
-                        conn.rollback()
-                        return Answer(got.status, original=got.original)
-                    stored = encode_response(got.status, got.get_header, got.body,
-                                             self.o.header_names)
-                    conn.execute(COMPLETE_SQL, (key, Jsonb(stored), scope))
-                    conn.commit()
-                    return Answer(got.status, original=got.original)
+                    # conn.transaction(): BEGIN ... COMMIT whether the pool's
+                    # connections are in autocommit or not; psycopg.Rollback
+                    # leaves it rolled back, any exception rolls it back
+                    with conn.transaction() as tx:
+                        conn.execute(LOCK_WAIT_SQL, (self.o.lock_wait,))
+                        b = conn.execute(BEGIN_SQL, (key, Jsonb(request), scope, self.o.ttl)).fetchone()
+                        if b[0] == "replay":
+                            answer = decode_response(b[2], b[1])
+                            raise psycopg.Rollback(tx)
+                        got = work(conn)
+                        answer = Answer(got.status, original=got.original)
+                        if not self.o.store(got.status):
+                            raise psycopg.Rollback(tx)
+                        stored = encode_response(got.status, got.get_header, got.body,
+                                                 self.o.header_names)
+                        conn.execute(COMPLETE_SQL, (key, Jsonb(stored), scope))
+                    return answer
                 except psycopg.Error as e:
-                    conn.rollback()
                     if e.sqlstate in RETRYABLE and attempt < self.o.retries:
                         time.sleep(_backoff(attempt))
                         continue
@@ -103,9 +107,6 @@ class Guard:
                     if answer is None:
                         raise
                     return answer
-                except BaseException:
-                    conn.rollback()
-                    raise
         raise AssertionError("unreachable")
 
 
@@ -116,39 +117,37 @@ class AsyncGuard:
 
     async def _retry_after(self, conn, key, scope) -> str:
         try:
-            if self.pool not in _has_lookup:
-                _has_lookup[self.pool] = (await (await conn.execute(HAS_LOOKUP_SQL)).fetchone())[0]
-                await conn.rollback()
-            if _has_lookup[self.pool]:
-                row = await (await conn.execute(LOOKUP_SQL, (key, scope))).fetchone()
-                await conn.rollback()
-                if row and row[0] and row[0] > 0:
-                    return str(int(row[0]))
+            async with conn.transaction():
+                if self.pool not in _has_lookup:
+                    _has_lookup[self.pool] = (await (await conn.execute(HAS_LOOKUP_SQL)).fetchone())[0]
+                if _has_lookup[self.pool]:
+                    row = await (await conn.execute(LOOKUP_SQL, (key, scope))).fetchone()
+                    if row and row[0] and row[0] > 0:
+                        return str(int(row[0]))
         except psycopg.Error:
-            await conn.rollback()
+            pass
         return "1"
 
     async def run(self, key: str, scope: str, request, work) -> Answer:
         for attempt in range(self.o.retries + 1):
             async with self.pool.connection() as conn:
                 try:
-                    await conn.execute(LOCK_WAIT_SQL, (self.o.lock_wait,))
-                    cur = await conn.execute(BEGIN_SQL, (key, Jsonb(request), scope, self.o.ttl))
-                    b = await cur.fetchone()
-                    if b[0] == "replay":
-                        await conn.rollback()
-                        return decode_response(b[2], b[1])
-                    got = await work(conn)
-                    if got.status >= 500:
-                        await conn.rollback()
-                        return Answer(got.status, original=got.original)
-                    stored = encode_response(got.status, got.get_header, got.body,
-                                             self.o.header_names)
-                    await conn.execute(COMPLETE_SQL, (key, Jsonb(stored), scope))
-                    await conn.commit()
-                    return Answer(got.status, original=got.original)
+                    async with conn.transaction() as tx:
+                        await conn.execute(LOCK_WAIT_SQL, (self.o.lock_wait,))
+                        cur = await conn.execute(BEGIN_SQL, (key, Jsonb(request), scope, self.o.ttl))
+                        b = await cur.fetchone()
+                        if b[0] == "replay":
+                            answer = decode_response(b[2], b[1])
+                            raise psycopg.Rollback(tx)
+                        got = await work(conn)
+                        answer = Answer(got.status, original=got.original)
+                        if not self.o.store(got.status):
+                            raise psycopg.Rollback(tx)
+                        stored = encode_response(got.status, got.get_header, got.body,
+                                                 self.o.header_names)
+                        await conn.execute(COMPLETE_SQL, (key, Jsonb(stored), scope))
+                    return answer
                 except psycopg.Error as e:
-                    await conn.rollback()
                     if e.sqlstate in RETRYABLE and attempt < self.o.retries:
                         await asyncio.sleep(_backoff(attempt))
                         continue
@@ -159,7 +158,4 @@ class AsyncGuard:
                     if answer is None:
                         raise
                     return answer
-                except BaseException:
-                    await conn.rollback()
-                    raise
         raise AssertionError("unreachable")

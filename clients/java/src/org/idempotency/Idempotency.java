@@ -10,11 +10,15 @@
  * One transaction on conn: set_config('idempotency.lock_wait', ..., true)
  * (SET LOCAL), begin(key, request, scope, ttl); a replay rolls back and
  * returns the stored response (replayed = true); new/retry runs the work on
- * conn, stores a final (< 500) response with complete() and commits.  A 5xx
- * or an exception rolls back (nothing stored: a resend runs again).
+ * conn, stores its response with complete() and commits.  A response that
+ * Options.store refuses (by default 408, 409, 425, 429 and any 5xx) or an
+ * exception rolls back (nothing stored: a resend runs again).
+ * conn must be in autocommit mode on entry (as a pool hands it out): run()
+ * owns the transaction, and would otherwise commit the caller's earlier,
+ * uncommitted work with it, so it throws IllegalStateException instead.
  * 40001/40P01 re-run the whole transaction, work included (`retries`).
  * IK001, IK002 and IK003 come back as 422, 409 (with Retry-After) and 400
- * problem+json responses.  The connection's autocommit is restored.
+ * problem+json responses.  The connection is left in autocommit mode.
  *
  * Stored response (the extension's byte-exact replay convention):
  * {"status": 201, "headers": {...}, "body": "<exact text>"}, or
@@ -37,6 +41,7 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.IntPredicate;
 
 public final class Idempotency {
 	private Idempotency() {}
@@ -69,6 +74,12 @@ public final class Idempotency {
 		Response run(Connection conn) throws Exception;
 	}
 
+	/** The default of Options.store: everything but 408, 409, 425, 429 and 5xx is stored
+	 *  (Stripe's practice: those are not final, a resend runs again). */
+	public static boolean defaultStore(int status) {
+		return status < 500 && status != 408 && status != 409 && status != 425 && status != 429;
+	}
+
 	/** Settings; the defaults suit a pool (lock_wait 200 ms: see the README). */
 	public static final class Options {
 		public String scope = "";
@@ -76,12 +87,15 @@ public final class Idempotency {
 		public int retries = 3;
 		public String ttl = null;
 		public List<String> headers = new ArrayList<>(List.of("Content-Type", "Location"));
+		/** Whether a response with this status is stored (and replayed); else rolled back. */
+		public IntPredicate store = Idempotency::defaultStore;
 
 		public Options scope(String s) { scope = s; return this; }
 		public Options lockWaitMillis(int ms) { lockWaitMillis = ms; return this; }
 		public Options retries(int n) { retries = n; return this; }
 		public Options ttl(String interval) { ttl = interval; return this; }
 		public Options header(String name) { headers.add(name); return this; }
+		public Options store(IntPredicate p) { store = p; return this; }
 	}
 
 	private static final String BEGIN_SQL =
@@ -104,7 +118,10 @@ public final class Idempotency {
 
 	public static Response run(Connection conn, String key, String requestJson, Options o, Work work)
 			throws Exception {
-		boolean autoCommit = conn.getAutoCommit();
+		if (!conn.getAutoCommit())
+			throw new IllegalStateException("Idempotency.run needs a connection in autocommit mode:"
+				+ " it runs its own transaction and would commit the caller's uncommitted work;"
+				+ " commit or roll back first, or call setAutoCommit(true)");
 		conn.setAutoCommit(false);
 		try {
 			for (int attempt = 0; ; attempt++) {
@@ -136,7 +153,7 @@ public final class Idempotency {
 				}
 			}
 		} finally {
-			conn.setAutoCommit(autoCommit);
+			conn.setAutoCommit(true);
 		}
 	}
 
@@ -161,7 +178,7 @@ public final class Idempotency {
 			}
 		}
 		Response r = work.run(conn);
-		if (r.status >= 500) {
+		if (!o.store.test(r.status)) {
 			conn.rollback();
 			return r;
 		}
@@ -223,7 +240,7 @@ public final class Idempotency {
 			String url = conn.getMetaData().getURL();
 			Boolean has = HAS_LOOKUP.get(url);
 			if (has == null) {
-				try (ResultSet rs = conn.createStatement().executeQuery(
+				try (java.sql.Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(
 						"SELECT to_regprocedure('idempotency.lookup(text,text)') IS NOT NULL")) {
 					rs.next();
 					has = rs.getBoolean(1);
