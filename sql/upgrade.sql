@@ -27,6 +27,26 @@ CREATE FUNCTION extension_objects() RETURNS SETOF text LANGUAGE sql AS $$
     FROM pg_class c WHERE relnamespace = 'idempotency'::regnamespace
   UNION ALL
   SELECT 'config ' || unnest(extconfig)::regclass FROM pg_extension WHERE extname = 'idempotency'
+  UNION ALL
+  SELECT 'function acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '(default)')
+         || ' definer ' || p.prosecdef::text || ' ' || coalesce(array_to_string(p.proconfig, ','), '')
+    FROM pg_proc p WHERE pronamespace = 'idempotency'::regnamespace
+  UNION ALL
+  SELECT 'constraint ' || conrelid::regclass || '.' || conname || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = 'idempotency'::regnamespace
+  UNION ALL
+  SELECT 'rls ' || relname || ' ' || relrowsecurity::text || relforcerowsecurity::text
+    FROM pg_class WHERE relnamespace = 'idempotency'::regnamespace AND relkind IN ('r', 'p')
+  UNION ALL
+  SELECT 'view ' || c.oid::regclass || ' ' || pg_get_viewdef(c.oid)
+    FROM pg_class c WHERE relnamespace = 'idempotency'::regnamespace AND relkind = 'v'
+  UNION ALL
+  SELECT 'trigger ' || tgrelid::regclass || ' ' || pg_get_triggerdef(oid)
+    FROM pg_trigger WHERE NOT tgisinternal
+     AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'idempotency'::regnamespace)
+  UNION ALL
+  SELECT 'type ' || t.oid::regtype || ' ' || t.typtype::text
+    FROM pg_type t WHERE typnamespace = 'idempotency'::regnamespace
 $$;
 
 SELECT name, version FROM pg_available_extension_versions
