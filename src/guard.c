@@ -105,13 +105,15 @@ hex_prefix(const uint8 *h)
 	return psprintf("%02x%02x%02x%02x%02x%02x", h[0], h[1], h[2], h[3], h[4], h[5]);
 }
 
-static Datum
-make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
-			Jsonb *response, int32 attempts, TimestampTz created_at)
+/*
+ * The row descriptor of the calling function's named result type, built
+ * once per call site and kept in fn_extra (a named type: no pg_proc
+ * rebuild per call).  For begin() and once().
+ */
+TupleDesc
+idem_result_desc(FunctionCallInfo fcinfo)
 {
 	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
-	Datum		values[5];
-	bool		nulls[5] = {false, false, false, false, false};
 
 	if (tupdesc == NULL)
 	{
@@ -124,6 +126,17 @@ make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
 		fcinfo->flinfo->fn_extra = tupdesc;
 		MemoryContextSwitchTo(old);
 	}
+	return tupdesc;
+}
+
+static Datum
+make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
+			Jsonb *response, int32 attempts, TimestampTz created_at)
+{
+	TupleDesc	tupdesc = idem_result_desc(fcinfo);
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+
 	values[0] = CStringGetTextDatum(outcome);
 	values[1] = CStringGetTextDatum(status);
 	if (response)

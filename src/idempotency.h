@@ -205,6 +205,7 @@ typedef struct StoredKey
 	bool		retryable;
 	int32		attempts;
 	TimestampTz created_at;
+	TimestampTz updated_at;
 	TimestampTz expires_at;
 	TimestampTz locked_until;	/* 0 when NULL */
 } StoredKey;
@@ -212,6 +213,8 @@ typedef struct StoredKey
 extern void idem_keystore_init(void);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
 								 MemoryContext outcxt);
+extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
+							   MemoryContext outcxt);
 extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
 								bool retryable);
@@ -240,6 +243,7 @@ typedef struct GuardBegin
 	TimestampTz created_at;
 } GuardBegin;
 
+extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
 extern void idem_guard_begin(const KeyId *id, Jsonb *request,
 							 TimestampTz expires_at, const Interval *lease,
 							 GuardBegin *out);

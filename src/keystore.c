@@ -123,7 +123,8 @@ static const char *const sql_select =
 "       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool,"
 "       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz,"
 "       k.expires_at::pg_catalog.timestamptz,"
-"       k.locked_until::pg_catalog.timestamptz, k.xmin"
+"       k.locked_until::pg_catalog.timestamptz, k.xmin,"
+"       k.updated_at::pg_catalog.timestamptz"
 "  FROM idempotency.idempotency_key AS k" KEY_WHERE;
 
 static const char *const sql_insert =
@@ -400,6 +401,7 @@ probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
 		out->retryable = isnull ? false : DatumGetBool(d);
 		out->attempts = DatumGetInt32(COL(COL_ATTEMPTS));
 		out->created_at = DatumGetTimestampTz(COL(COL_CREATED_AT));
+		out->updated_at = DatumGetTimestampTz(COL(COL_UPDATED_AT));
 		out->expires_at = DatumGetTimestampTz(COL(COL_EXPIRES_AT));
 		d = COL(COL_LOCKED_UNTIL);
 		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
@@ -529,6 +531,8 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		out->attempts = isnull ? 1 : DatumGetInt32(d);
 		d = SPI_getbinval(tup, td, 6, &isnull);
 		out->created_at = isnull ? 0 : DatumGetTimestampTz(d);
+		d = SPI_getbinval(tup, td, 10, &isnull);
+		out->updated_at = isnull ? 0 : DatumGetTimestampTz(d);
 		d = SPI_getbinval(tup, td, 7, &isnull);
 		if (isnull)
 			bad_table("A row has a null expires_at.");
@@ -558,8 +562,9 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
  * No privileges are checked: like the rest of this file, the lookup acts
  * as the table's owner, for the caller's own role only.
  */
-void
-idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+static void
+keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
+			  bool check_latest)
 {
 	TransactionId xmin = InvalidTransactionId;
 	ErrorContextCallback errcb;
@@ -584,7 +589,7 @@ idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 	else
 		(void) sql_probe(id, InvalidSnapshot, out, outcxt, &xmin);
 
-	if (IsolationUsesXactSnapshot())
+	if (check_latest && IsolationUsesXactSnapshot())
 	{
 		TransactionId latest_xmin = InvalidTransactionId;
 		bool		latest;
@@ -603,6 +608,22 @@ idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 	}
 	table_close(heap, NoLock);
 	error_context_stack = errcb.previous;
+}
+
+void
+idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+{
+	keystore_read(id, out, outcxt, true);
+}
+
+/*
+ * The same read for looking only (lookup()): no comparison with the latest
+ * committed version, since nothing is decided on it.
+ */
+void
+idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+{
+	keystore_read(id, out, outcxt, false);
 }
 
 /*

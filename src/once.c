@@ -42,9 +42,9 @@
  * and prepared again, so the parameter types are decided afresh.  The
  * plan cache re-analyses a kept plan when search_path or the role changes.
  *
- * lookup(key, scope) reads the caller's own key row with SPI, as the
- * caller (row-level security), without taking the key lock and without
- * writing; works on a hot standby.  A key that another transaction is
+ * lookup(key, scope) reads the caller's own key row the way the guard
+ * does (keystore.c), without taking the key lock, without the guard's
+ * serialization check and without writing; works on a hot standby.  A key that another transaction is
  * working on in single-transaction mode has no row yet: it is reported
  * from the lock table (keylock.c: idem_keylock_busy()).
  *
@@ -118,7 +118,6 @@ static FmgrInfo to_jsonb_finfo;
 static bool to_jsonb_ready = false;
 
 /* lookup()'s statement, kept */
-static SPIPlanPtr lookup_plan = NULL;
 
 static const char *const outcome_names[] = {"new", "retry", "replay"};
 
@@ -139,26 +138,6 @@ keyid_of(FunctionCallInfo fcinfo, int scopearg)
 		scope = PG_ARGISNULL(scopearg) ? NULL : PG_GETARG_TEXT_PP(scopearg);
 	return idem_make_keyid(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0), scope,
 						   "idempotency key");
-}
-
-/* a row descriptor of the function's named result type, kept in fn_extra */
-static TupleDesc
-result_desc(FunctionCallInfo fcinfo)
-{
-	TupleDesc	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
-
-	if (tupdesc == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-		TupleDesc	td;
-
-		if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
-			elog(ERROR, "return type must be a row type");
-		tupdesc = BlessTupleDesc(CreateTupleDescCopy(td));
-		fcinfo->flinfo->fn_extra = tupdesc;
-		MemoryContextSwitchTo(old);
-	}
-	return tupdesc;
 }
 
 /* a string argument: its type is decided by the statement */
@@ -581,7 +560,7 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 		result[1] = JsonbPGetDatum(response);
 	else
 		rnulls[1] = true;
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(result_desc(fcinfo),
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(idem_result_desc(fcinfo),
 													  result, rnulls)));
 }
 
@@ -699,87 +678,39 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	KeyId		id;
-	Datum		args[3];
+	StoredKey	stored;
 	Datum		out[7];
 	bool		onulls[7] = {false, false, false, false, false, false, false};
 	bool		have_row = false;
 	bool		finished = false;
 	TimestampTz now = GetCurrentTimestamp();
-	int			rc;
-	static Oid	argtypes[3] = {TEXTOID, TEXTOID, REGROLEOID};
 
 	idem_init_materialized_srf(fcinfo);
 	id = keyid_of(fcinfo, 1);
 
-	args[0] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
-	args[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
-	args[2] = ObjectIdGetDatum(id.owner);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (lookup_plan == NULL)
+	/* the guard's own read (keystore.c), for the caller's role only */
+	idem_keystore_peek(&id, &stored, CurrentMemoryContext);
+	if (stored.found && stored.expires_at > GetCurrentTransactionStartTimestamp())
 	{
-		SPIPlanPtr	plan = SPI_prepare(
-									   "SELECT k.status::pg_catalog.text, k.attempts::pg_catalog.int4,"
-									   "       k.created_at::pg_catalog.timestamptz,"
-									   "       k.updated_at::pg_catalog.timestamptz,"
-									   "       k.expires_at::pg_catalog.timestamptz,"
-									   "       k.locked_until::pg_catalog.timestamptz,"
-									   "       k.retryable::pg_catalog.bool"
-									   "  FROM idempotency.idempotency_key AS k"
-									   " WHERE k.key OPERATOR(pg_catalog.=) $1"
-									   "   AND k.scope OPERATOR(pg_catalog.=) $2"
-									   "   AND k.owner OPERATOR(pg_catalog.=) $3"
-									   "   AND k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()",
-									   3, argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		lookup_plan = plan;
-	}
-	rc = SPI_execute_plan(lookup_plan, args, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "idempotency lookup failed: %s", SPI_result_code_string(rc));
-
-	if (SPI_processed == 1)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	td = SPI_tuptable->tupdesc;
-		MemoryContext spi_cxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-		bool		isnull;
-		char	   *status;
-		bool		retryable;
-
 		have_row = true;
-		for (int i = 0; i < 6; i++)
-		{
-			out[i] = SPI_getbinval(tup, td, i + 1, &onulls[i]);
-			if (!onulls[i] && i == 0)
-				out[i] = PointerGetDatum(DatumGetTextPCopy(out[i]));
-		}
-		if (onulls[0])
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("table idempotency.idempotency_key cannot hold idempotency keys"),
-					 errdetail("The row of %s has a null status.", idem_describe_key(&id))));
-		status = TextDatumGetCString(out[0]);
-		retryable = DatumGetBool(SPI_getbinval(tup, td, 7, &isnull)) && !isnull;
-		MemoryContextSwitchTo(spi_cxt);
-
-		if (strcmp(status, "completed") == 0 ||
-			(strcmp(status, "failed") == 0 && !retryable))
+		out[0] = CStringGetTextDatum(stored.status == 'c' ? "completed" :
+									 stored.status == 'f' ? "failed" : "in_progress");
+		out[1] = Int32GetDatum(stored.attempts);
+		out[2] = TimestampTzGetDatum(stored.created_at);
+		out[3] = TimestampTzGetDatum(stored.updated_at);
+		out[4] = TimestampTzGetDatum(stored.expires_at);
+		out[5] = TimestampTzGetDatum(stored.locked_until);
+		onulls[5] = stored.locked_until == 0;
+		if (stored.status == 'c' || (stored.status == 'f' && !stored.retryable))
 		{
 			finished = true;
 			onulls[6] = true;
 		}
-		else if (strcmp(status, "in_progress") == 0 && !onulls[5])
-			out[6] = Int32GetDatum(seconds_until(DatumGetTimestampTz(out[5]), now));
+		else if (stored.status == 'i' && stored.locked_until != 0)
+			out[6] = Int32GetDatum(seconds_until(stored.locked_until, now));
 		else
 			out[6] = Int32GetDatum(0);
 	}
-	SPI_finish();
 
 	/*
 	 * Not finished: is another transaction working on it now?  In single-

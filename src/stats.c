@@ -433,30 +433,18 @@ idempotency_stats(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TupleDesc	tupdesc;
 	Tuplestorestate *store;
-	MemoryContext old;
 	HASH_SEQ_STATUS seq;
 	StatsEntry *e;
 	Oid			me = GetUserId();
 	bool		see_all = has_privs_of_role(me, ROLE_PG_READ_ALL_STATS);
 
 	require_shared_memory();
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		!(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-
-	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
+	idem_init_materialized_srf(fcinfo);
+	store = rsinfo->setResult;
+	tupdesc = rsinfo->setDesc;
 	if (tupdesc->natts != STATS_COLS)
 		elog(ERROR, "idempotency.stats() returns %d columns, the library %d",
 			 tupdesc->natts, STATS_COLS);
-	store = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = store;
-	rsinfo->setDesc = tupdesc;
-	MemoryContextSwitchTo(old);
 
 	LWLockAcquire(stats->lock, LW_SHARED);
 	hash_seq_init(&seq, stats_hash);
