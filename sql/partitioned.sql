@@ -1,6 +1,6 @@
 -- partitioned: the key table hash-partitioned by a DBA, with the recipe
 -- the README gives ("Partitioning the key table").  begin, complete,
--- replay, retry, leases, purge and the update to 0.4.0 work on it.
+-- replay, retry, leases, purge and the updates to 0.4.0 and 0.5.0 work on it.
 -- 0.3.0 crashed the server on the first begin().
 
 -- a key stored before the conversion
@@ -109,6 +109,12 @@ SELECT outcome, response FROM idempotency.begin('on-0.3.0');
 BEGIN;
 SELECT outcome FROM idempotency.begin('on-0.4.0');
 SELECT idempotency.complete('on-0.4.0', '"from 0.4.0"');
+COMMIT;
+ALTER EXTENSION idempotency UPDATE TO '0.5.0';
+SELECT outcome, response FROM idempotency.begin('on-0.4.0');
+BEGIN;
+SELECT outcome FROM idempotency.begin('on-0.5.0');
+SELECT idempotency.complete('on-0.5.0', '"from 0.5.0"');
 COMMIT;
 SELECT key, response FROM idempotency.idempotency_key ORDER BY key;
 

@@ -88,6 +88,8 @@ SELECT pg_get_indexdef('idempotency.seen_message_pkey'::regclass) AS seen_pkey;
 SELECT idempotency.first_seen('s', 'on 0.3.0') AS first_seen_on_030;
 ALTER EXTENSION idempotency UPDATE TO '0.4.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+ALTER EXTENSION idempotency UPDATE TO '0.5.0';
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 INSERT INTO objects SELECT 'updated', o FROM extension_objects() o;
 
 -- the updates changed nothing a fresh install would not have
@@ -100,7 +102,7 @@ SELECT how, object FROM (
 ) d ORDER BY 1, 2;
 SELECT count(*) > 40 AS compared_enough FROM objects WHERE how = 'fresh';
 
--- keys stored by 0.1.0 and 0.2.0 still replay, and 0.4.0 works on them
+-- keys stored by 0.1.0 and 0.2.0 still replay, and 0.5.0 works on them
 SELECT outcome, response FROM idempotency.begin('kept', '{"v": 1}');
 SELECT outcome, response FROM idempotency.begin('kept-2');
 SELECT outcome, response FROM idempotency.begin('kept-3');

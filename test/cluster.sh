@@ -14,7 +14,8 @@
 # ("could not change directory to ...") in a directory they cannot enter.
 # Its arguments must be absolute paths.
 
-PG_BINDIR=${PG_BINDIR:-$(${PG_CONFIG:-pg_config} --bindir)}
+# (empty until pg_config exists: ensure_packages and cluster_start set it)
+PG_BINDIR=${PG_BINDIR:-$(${PG_CONFIG:-pg_config} --bindir 2>/dev/null)}
 CLUSTER_DIR=""
 
 as_pg() {
@@ -26,6 +27,7 @@ as_pg() {
 }
 
 cluster_start() {
+	[ -n "$PG_BINDIR" ] || PG_BINDIR=$(${PG_CONFIG:-pg_config} --bindir)
 	CLUSTER_DIR=$(mktemp -d /tmp/idempotency-pg.XXXXXX)
 	chmod 755 "$CLUSTER_DIR"
 	[ "$(id -u)" = 0 ] && chown postgres: "$CLUSTER_DIR"
@@ -75,7 +77,8 @@ ensure_packages() {
 	fi
 	echo "installing ${pkgs[*]}"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >/dev/null && apt-get install -y -qq "${pkgs[@]}" >/dev/null
+	apt-get update -qq >/dev/null && apt-get install -y -qq "${pkgs[@]}" >/dev/null || return 1
+	[ -n "$PG_BINDIR" ] || PG_BINDIR=$(${PG_CONFIG:-pg_config} --bindir)
 }
 
 # bench_start [postgresql.conf lines...]: for the benchmarks: install what is

@@ -1,0 +1,516 @@
+/* idempotency--0.5.0.sql: install script of version 0.5.0 */
+
+\echo Use "CREATE EXTENSION idempotency" to load this file. \quit
+
+-- ---------------------------------------------------------------------
+-- The key table.  One row per (owner role, scope, key).  In single-
+-- transaction mode the row is written by complete()/fail(); until then the
+-- key is held by a transaction-level lock (pg_locks: advisory, objsubid
+-- 18756), so other transactions wait for the holder instead of seeing a row.
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.idempotency_key (
+    owner        pg_catalog.regrole     NOT NULL,
+    scope        pg_catalog.text        COLLATE "C" NOT NULL DEFAULT '',
+    key          pg_catalog.text        COLLATE "C" NOT NULL,
+    status       pg_catalog.text        NOT NULL,
+    request_hash pg_catalog.bytea,
+    response     pg_catalog.jsonb,
+    retryable    pg_catalog.bool,
+    attempts     pg_catalog.int4        NOT NULL DEFAULT 1,
+    created_at   pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at   pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    expires_at   pg_catalog.timestamptz NOT NULL,
+    locked_until pg_catalog.timestamptz,
+    -- key first: keys differ, while owner and scope repeat across most
+    -- rows, so a comparison in the index usually ends at the first column
+    -- (18k fewer instructions per guarded request than (owner, scope, key);
+    -- bench/instructions.sh)
+    CONSTRAINT idempotency_key_pkey PRIMARY KEY (key, scope, owner)
+);
+-- No CHECK constraints: only this extension's functions write the table
+-- (plain roles cannot), and they write status in ('in_progress',
+-- 'completed', 'failed'), 32-byte request hashes, attempts >= 1 and
+-- retryable exactly for failed rows.  PostgreSQL re-reads and prepares every
+-- CHECK expression on each INSERT; the four cost 27% of a guarded request's
+-- server time (bench/instructions.sh).
+
+COMMENT ON TABLE idempotency.idempotency_key IS
+'Idempotency keys: one row per (owner role, scope, key); written only by the idempotency functions';
+COMMENT ON COLUMN idempotency.idempotency_key.owner IS 'role that created the key; other roles never see it';
+COMMENT ON COLUMN idempotency.idempotency_key.scope IS 'caller-chosen namespace (endpoint, tenant, consumer group)';
+COMMENT ON COLUMN idempotency.idempotency_key.key IS 'the client''s idempotency key';
+COMMENT ON COLUMN idempotency.idempotency_key.status IS 'in_progress, completed or failed';
+COMMENT ON COLUMN idempotency.idempotency_key.request_hash IS 'idempotency.fingerprint() of the request, or NULL';
+COMMENT ON COLUMN idempotency.idempotency_key.response IS 'result stored by complete(), or error stored by fail(); replayed to duplicates';
+COMMENT ON COLUMN idempotency.idempotency_key.retryable IS 'for failed keys: whether the next begin() retries (true) or replays the failure (false)';
+COMMENT ON COLUMN idempotency.idempotency_key.attempts IS 'how many times the work was started under this key';
+COMMENT ON COLUMN idempotency.idempotency_key.expires_at IS 'after this the key behaves as absent';
+COMMENT ON COLUMN idempotency.idempotency_key.locked_until IS 'lease end (lease mode only)';
+
+-- purge() finds expired rows through this index
+CREATE INDEX idempotency_key_expires_at_idx ON idempotency.idempotency_key (expires_at);
+
+-- Rows belong to roles.  The functions reach the table as its owner and
+-- always filter on the caller's role; plain roles may read their own rows
+-- and nothing else, and may not write it directly.
+ALTER TABLE idempotency.idempotency_key ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idempotency_key_own_rows ON idempotency.idempotency_key
+    FOR SELECT
+    USING (owner OPERATOR(pg_catalog.=)
+           pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
+REVOKE ALL ON idempotency.idempotency_key FROM PUBLIC;
+GRANT SELECT ON idempotency.idempotency_key TO PUBLIC;
+GRANT USAGE ON SCHEMA idempotency TO PUBLIC;
+
+-- pg_dump keeps the rows.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.idempotency_key', '');
+
+-- The key lock's secret.  The lock of a key (pg_locks: advisory, objsubid
+-- 18756) is named by a keyed hash (SipHash-2-4) of (role, scope, key) with
+-- this per-database secret, so no role can craft a key whose lock collides
+-- with another role's key, or recognise another role's key in pg_locks.
+-- Only the extension's owner can read it; it is not dumped (a restored
+-- database gets a new one).  Changing it while keys are in flight lets two
+-- sessions hold the same key until they finish it: change it (UPDATE, a
+-- trigger tells every session) only while no keys are in flight.
+CREATE TABLE idempotency.lock_secret (
+    secret pg_catalog.bytea NOT NULL
+        CONSTRAINT lock_secret_length CHECK (pg_catalog.length(secret) OPERATOR(pg_catalog.=) 16)
+);
+CREATE UNIQUE INDEX lock_secret_one_row ON idempotency.lock_secret ((true));
+COMMENT ON TABLE idempotency.lock_secret IS
+'Secret key of the hash that names key locks; readable by the extension owner only';
+REVOKE ALL ON idempotency.lock_secret FROM PUBLIC;
+INSERT INTO idempotency.lock_secret (secret)
+SELECT pg_catalog.substr(pg_catalog.sha256(
+           pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) OPERATOR(pg_catalog.||)
+           pg_catalog.uuid_send(pg_catalog.gen_random_uuid())), 1, 16);
+-- a changed secret reaches every backend at its next transaction
+CREATE FUNCTION idempotency.lock_secret_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idempotency_lock_secret_changed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency.lock_secret_changed() IS
+'Trigger: makes every session read idempotency.lock_secret again at its next transaction';
+REVOKE ALL ON FUNCTION idempotency.lock_secret_changed() FROM PUBLIC;
+CREATE TRIGGER lock_secret_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idempotency.lock_secret
+    FOR EACH STATEMENT EXECUTE FUNCTION idempotency.lock_secret_changed();
+
+-- ---------------------------------------------------------------------
+-- Functions.  All SECURITY INVOKER; see src/keystore.c for how they reach
+-- the table.  VOLATILE and PARALLEL UNSAFE: they take locks and write.
+-- ---------------------------------------------------------------------
+-- begin() returns a named row type rather than OUT parameters: the row
+-- descriptor then comes from the type cache instead of being rebuilt from
+-- pg_proc at every execution (40% of a replay's cost over a plain SELECT;
+-- bench/instructions.sh).
+CREATE TYPE idempotency.begin_result AS (
+    outcome    pg_catalog.text,
+    status     pg_catalog.text,
+    response   pg_catalog.jsonb,
+    attempts   pg_catalog.int4,
+    created_at pg_catalog.timestamptz
+);
+
+CREATE FUNCTION idempotency.begin(
+    key        pg_catalog.text,
+    request    pg_catalog.jsonb    DEFAULT NULL,
+    scope      pg_catalog.text     DEFAULT '',
+    ttl        pg_catalog.interval DEFAULT NULL,
+    lease      pg_catalog.interval DEFAULT NULL)
+RETURNS idempotency.begin_result
+AS 'MODULE_PATHNAME', 'idempotency_begin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.begin(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.interval, pg_catalog.interval) IS
+'Start guarded work under an idempotency key: outcome new (do the work), retry (do it again) or replay (return response)';
+
+CREATE FUNCTION idempotency.complete(
+    key      pg_catalog.text,
+    response pg_catalog.jsonb,
+    scope    pg_catalog.text DEFAULT '',
+    attempt  pg_catalog.int4 DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idempotency_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.complete(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.int4) IS
+'Store the response of a key this transaction began (or, with attempt, of a lease begun earlier); duplicates get it back as a replay';
+
+CREATE FUNCTION idempotency.fail(
+    key       pg_catalog.text,
+    error     pg_catalog.jsonb,
+    scope     pg_catalog.text DEFAULT '',
+    retryable pg_catalog.bool DEFAULT true,
+    attempt   pg_catalog.int4 DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idempotency_fail'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.fail(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.bool, pg_catalog.int4) IS
+'Store the failure of a key this transaction began (or, with attempt, of a lease begun earlier): retryable failures are retried, others replayed';
+
+CREATE FUNCTION idempotency.fingerprint(request pg_catalog.jsonb)
+RETURNS pg_catalog.bytea
+AS 'MODULE_PATHNAME', 'idempotency_fingerprint'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION idempotency.fingerprint(pg_catalog.jsonb) IS
+'sha256 (32 bytes) of a jsonb value; equal jsonb values give equal fingerprints';
+
+-- ---------------------------------------------------------------------
+-- One-time tokens ("issue a token with the form, accept the submit once")
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.token (
+    token      pg_catalog.uuid        NOT NULL,
+    owner      pg_catalog.regrole     NOT NULL,
+    scope      pg_catalog.text        COLLATE "C" NOT NULL DEFAULT '',
+    created_at pg_catalog.timestamptz NOT NULL,
+    expires_at pg_catalog.timestamptz NOT NULL,
+    CONSTRAINT token_pkey PRIMARY KEY (token)
+);
+CREATE INDEX token_expires_at_idx ON idempotency.token (expires_at);
+COMMENT ON TABLE idempotency.token IS
+'One-time tokens: issue_token() adds one, consume_token() removes it, once';
+
+ALTER TABLE idempotency.token ENABLE ROW LEVEL SECURITY;
+CREATE POLICY token_own_rows ON idempotency.token
+    FOR SELECT
+    USING (owner OPERATOR(pg_catalog.=)
+           pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
+REVOKE ALL ON idempotency.token FROM PUBLIC;
+GRANT SELECT ON idempotency.token TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.token', '');
+
+-- ---------------------------------------------------------------------
+-- Consumer deduplication: message ids seen per (role, scope)
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.seen_message (
+    owner         pg_catalog.regrole     NOT NULL,
+    scope         pg_catalog.text        COLLATE "C" NOT NULL,
+    message_id    pg_catalog.text        COLLATE "C" NOT NULL,
+    first_seen_at pg_catalog.timestamptz NOT NULL,
+    expires_at    pg_catalog.timestamptz NOT NULL,
+    CONSTRAINT seen_message_pkey PRIMARY KEY (message_id, scope, owner)
+);
+CREATE INDEX seen_message_expires_at_idx ON idempotency.seen_message (expires_at);
+COMMENT ON TABLE idempotency.seen_message IS
+'Message ids seen by first_seen(), per (owner role, scope), until they expire';
+
+ALTER TABLE idempotency.seen_message ENABLE ROW LEVEL SECURITY;
+CREATE POLICY seen_message_own_rows ON idempotency.seen_message
+    FOR SELECT
+    USING (owner OPERATOR(pg_catalog.=)
+           pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
+REVOKE ALL ON idempotency.seen_message FROM PUBLIC;
+GRANT SELECT ON idempotency.seen_message TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message', '');
+
+-- ---------------------------------------------------------------------
+-- Lifecycle functions
+-- ---------------------------------------------------------------------
+CREATE FUNCTION idempotency.purge(batch_size pg_catalog.int4 DEFAULT 10000)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_purge'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.purge(pg_catalog.int4) IS
+'Delete up to batch_size of the calling role''s expired keys, tokens and messages per table; returns how many';
+
+CREATE FUNCTION idempotency.issue_token(
+    scope pg_catalog.text     DEFAULT '',
+    ttl   pg_catalog.interval DEFAULT '1 hour')
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'idempotency_issue_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.issue_token(pg_catalog.text, pg_catalog.interval) IS
+'Issue a one-time token that consume_token() accepts exactly once before it expires';
+
+CREATE FUNCTION idempotency.consume_token(
+    token pg_catalog.uuid,
+    scope pg_catalog.text DEFAULT '')
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_consume_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.consume_token(pg_catalog.uuid, pg_catalog.text) IS
+'true exactly once for a token issued to this role and scope; false when used, expired or unknown';
+
+CREATE FUNCTION idempotency.first_seen(
+    scope      pg_catalog.text,
+    message_id pg_catalog.text,
+    ttl        pg_catalog.interval DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_first_seen'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.first_seen(pg_catalog.text, pg_catalog.text, pg_catalog.interval) IS
+'true the first time a message id is seen in a scope, false for a redelivery; rolls back with the transaction';
+
+-- ---------------------------------------------------------------------
+-- Write helpers (SECURITY INVOKER: they run as the caller on the target)
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.state_machine (
+    machine     pg_catalog.text        NOT NULL,
+    transitions pg_catalog.jsonb       NOT NULL,
+    owner       pg_catalog.regrole     NOT NULL,
+    updated_at  pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT state_machine_pkey PRIMARY KEY (machine)
+);
+COMMENT ON TABLE idempotency.state_machine IS
+'State machines for transition(): from each state, the states it may move to';
+-- transition() reads it as the caller; only create_machine() writes it
+REVOKE ALL ON idempotency.state_machine FROM PUBLIC;
+GRANT SELECT ON idempotency.state_machine TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idempotency.state_machine', '');
+
+CREATE FUNCTION idempotency.create_machine(
+    machine     pg_catalog.text,
+    transitions pg_catalog.jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idempotency_create_machine'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.create_machine(pg_catalog.text, pg_catalog.jsonb) IS
+'Define or redefine a state machine: {"state": ["next state", ...], ...}';
+
+CREATE FUNCTION idempotency.transition(
+    target       pg_catalog.regclass,
+    id           anyelement,
+    to_state     pg_catalog.text,
+    machine      pg_catalog.text,
+    state_column pg_catalog.name DEFAULT 'status',
+    id_column    pg_catalog.name DEFAULT 'id')
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'idempotency_transition'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.transition(pg_catalog.regclass, anyelement, pg_catalog.text, pg_catalog.text, pg_catalog.name, pg_catalog.name) IS
+'Move a row to to_state if the machine allows it: applied, or already when it is there; IK005 otherwise';
+
+CREATE FUNCTION idempotency.update_versioned(
+    target           pg_catalog.regclass,
+    id               anyelement,
+    expected_version pg_catalog.int8,
+    changes          pg_catalog.jsonb,
+    version_column   pg_catalog.name DEFAULT 'version',
+    id_column        pg_catalog.name DEFAULT 'id')
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'idempotency_update_versioned'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.update_versioned(pg_catalog.regclass, anyelement, pg_catalog.int8, pg_catalog.jsonb, pg_catalog.name, pg_catalog.name) IS
+'Apply changes and bump the version if the row is still at expected_version; returns the new version, IK006 if stale';
+
+CREATE TYPE idempotency.insert_once_result AS (
+    inserted pg_catalog.bool,
+    "row"    pg_catalog.jsonb
+);
+
+CREATE FUNCTION idempotency.insert_once(
+    target           pg_catalog.regclass,
+    "row"            pg_catalog.jsonb,
+    conflict_columns pg_catalog.name[] DEFAULT NULL)
+RETURNS idempotency.insert_once_result
+AS 'MODULE_PATHNAME', 'idempotency_insert_once'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.insert_once(pg_catalog.regclass, pg_catalog.jsonb, pg_catalog.name[]) IS
+'Insert a row unless its key exists; returns (inserted, the new or the existing row)';
+
+-- ---------------------------------------------------------------------
+-- One round trip: once(), lookup(), HTTP responses
+-- ---------------------------------------------------------------------
+-- once(): begin(), the work and complete() in one statement (src/once.c).
+-- Two forms: VARIADIC text[] takes untyped bind parameters (node-postgres
+-- sends all of its parameters so, psycopg its strings); VARIADIC "any"
+-- takes typed ones.  A string argument gets the type the statement decides.
+-- SECURITY INVOKER: the work runs with the caller's privileges, row-level
+-- security and search_path.
+CREATE TYPE idempotency.once_result AS (
+    outcome  pg_catalog.text,
+    response pg_catalog.jsonb
+);
+
+CREATE FUNCTION idempotency.once(
+    key     pg_catalog.text,
+    request pg_catalog.jsonb,
+    sql     pg_catalog.text,
+    VARIADIC args pg_catalog.text[] DEFAULT '{}')
+RETURNS idempotency.once_result
+AS 'MODULE_PATHNAME', 'idempotency_once_text'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.once(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text[]) IS
+'Guarded request in one statement: run sql with args as the caller and store its result (new/retry), or return the stored result (replay); string arguments take the type the statement gives them';
+
+CREATE FUNCTION idempotency.once(
+    key     pg_catalog.text,
+    request pg_catalog.jsonb,
+    sql     pg_catalog.text,
+    VARIADIC args "any")
+RETURNS idempotency.once_result
+AS 'MODULE_PATHNAME', 'idempotency_once_any'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.once(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, "any") IS
+'Guarded request in one statement, typed arguments: run sql with args as the caller and store its result (new/retry), or return the stored result (replay)';
+
+-- lookup(): what a program needs to decide when to retry; reads only.
+CREATE TYPE idempotency.lookup_result AS (
+    status       pg_catalog.text,
+    attempts     pg_catalog.int4,
+    created_at   pg_catalog.timestamptz,
+    updated_at   pg_catalog.timestamptz,
+    expires_at   pg_catalog.timestamptz,
+    locked_until pg_catalog.timestamptz,
+    retry_after  pg_catalog.int4
+);
+
+CREATE FUNCTION idempotency.lookup(
+    key   pg_catalog.text,
+    scope pg_catalog.text DEFAULT '')
+RETURNS SETOF idempotency.lookup_result
+AS 'MODULE_PATHNAME', 'idempotency_lookup'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1;
+
+COMMENT ON FUNCTION idempotency.lookup(pg_catalog.text, pg_catalog.text) IS
+'The caller''s key, if live: status, attempts, timestamps and retry_after (seconds until a retry makes sense; NULL when finished); no lock, no write';
+
+-- http_response(): the byte-exact HTTP replay convention on top of response
+CREATE FUNCTION idempotency.http_response(
+    status  pg_catalog.int4,
+    body    pg_catalog.text,
+    headers pg_catalog.jsonb DEFAULT '{}')
+RETURNS pg_catalog.jsonb
+AS 'MODULE_PATHNAME', 'idempotency_http_response'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION idempotency.http_response(pg_catalog.int4, pg_catalog.text, pg_catalog.jsonb) IS
+'{"status": s, "headers": {...}, "body": "exact text"}: a response to replay byte for byte (response->>''body'' is the body as given)';
+
+CREATE FUNCTION idempotency.http_response(
+    status  pg_catalog.int4,
+    body    pg_catalog.bytea,
+    headers pg_catalog.jsonb DEFAULT '{}')
+RETURNS pg_catalog.jsonb
+AS 'MODULE_PATHNAME', 'idempotency_http_response_bytea'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION idempotency.http_response(pg_catalog.int4, pg_catalog.bytea, pg_catalog.jsonb) IS
+'Like http_response(int, text, jsonb) for a binary body: "body" when it is valid text without NUL, else "body_base64"';
+
+-- ---------------------------------------------------------------------
+-- Observability
+-- ---------------------------------------------------------------------
+-- Counters per database, role and scope, kept in shared memory when the
+-- library is preloaded (src/stats.c).  Column order is the C order.
+CREATE FUNCTION idempotency.stats(
+    OUT dbid              pg_catalog.oid,
+    OUT userid            pg_catalog.oid,
+    OUT scope             pg_catalog.text,
+    OUT begin_new         pg_catalog.int8,
+    OUT begin_retry       pg_catalog.int8,
+    OUT begin_replay      pg_catalog.int8,
+    OUT completed         pg_catalog.int8,
+    OUT failed_retryable  pg_catalog.int8,
+    OUT failed_final      pg_catalog.int8,
+    OUT ik001_reused      pg_catalog.int8,
+    OUT ik002_in_progress pg_catalog.int8,
+    OUT ik004_not_held    pg_catalog.int8,
+    OUT waits             pg_catalog.int8,
+    OUT lease_takeovers   pg_catalog.int8,
+    OUT zombies_refused   pg_catalog.int8,
+    OUT purged            pg_catalog.int8,
+    OUT forgotten         pg_catalog.int8,
+    OUT renewed           pg_catalog.int8,
+    OUT wait_total_ms     pg_catalog.float8,
+    OUT wait_max_ms       pg_catalog.float8,
+    OUT stats_since       pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idempotency_stats'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+COMMENT ON FUNCTION idempotency.stats() IS
+'Counters of the key guard per database, role and scope (the rows the caller may see); use the view idempotency.stats';
+
+CREATE VIEW idempotency.stats AS
+SELECT s.dbid, d.datname AS database, s.userid, r.rolname AS role, s.scope,
+       s.begin_new, s.begin_retry, s.begin_replay,
+       s.completed, s.failed_retryable, s.failed_final,
+       s.ik001_reused, s.ik002_in_progress, s.ik004_not_held,
+       s.waits, s.wait_total_ms, s.wait_max_ms,
+       s.lease_takeovers, s.zombies_refused, s.purged, s.forgotten, s.renewed,
+       s.stats_since
+  FROM idempotency.stats() AS s
+  LEFT JOIN pg_catalog.pg_database AS d ON d.oid OPERATOR(pg_catalog.=) s.dbid
+  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) s.userid;
+
+COMMENT ON VIEW idempotency.stats IS
+'How the key guard is used, per database, role and scope: outcomes, errors, waits, takeovers, purges (needs shared_preload_libraries; a role sees its own rows, pg_read_all_stats all)';
+COMMENT ON COLUMN idempotency.stats.scope IS 'the scope, clipped to 64 bytes (entries are kept by a hash of the whole scope)';
+COMMENT ON COLUMN idempotency.stats.begin_new IS 'begin() outcomes new: first time, the work was started';
+COMMENT ON COLUMN idempotency.stats.begin_retry IS 'begin() outcomes retry: after a retryable failure or a lapsed lease';
+COMMENT ON COLUMN idempotency.stats.begin_replay IS 'begin() outcomes replay: the stored response was returned, nothing was done';
+COMMENT ON COLUMN idempotency.stats.completed IS 'complete() calls that stored a response';
+COMMENT ON COLUMN idempotency.stats.failed_retryable IS 'fail(retryable => true) calls that stored a failure';
+COMMENT ON COLUMN idempotency.stats.failed_final IS 'fail(retryable => false) calls that stored a failure';
+COMMENT ON COLUMN idempotency.stats.ik001_reused IS 'IK001 raised: a key reused with a different request';
+COMMENT ON COLUMN idempotency.stats.ik002_in_progress IS 'IK002 raised: a key in progress elsewhere (lock wait over, live lease, forget() of a key in flight)';
+COMMENT ON COLUMN idempotency.stats.ik004_not_held IS 'IK004 raised: complete(), fail() or renew() of a key not held';
+COMMENT ON COLUMN idempotency.stats.waits IS 'waits for a key lock another transaction held (ended by taking it or by IK002)';
+COMMENT ON COLUMN idempotency.stats.wait_total_ms IS 'total time of those waits, milliseconds';
+COMMENT ON COLUMN idempotency.stats.wait_max_ms IS 'longest of those waits, milliseconds';
+COMMENT ON COLUMN idempotency.stats.lease_takeovers IS 'begin() calls that took over a key whose lease had lapsed';
+COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail() or renew() of an attempt whose key was taken over (IK004, counted there too)';
+COMMENT ON COLUMN idempotency.stats.purged IS 'expired rows deleted by purge() (the caller''s, scope '''') or the worker (its role, scope '''')';
+COMMENT ON COLUMN idempotency.stats.forgotten IS 'keys deleted by forget()';
+COMMENT ON COLUMN idempotency.stats.renewed IS 'leases extended by renew()';
+COMMENT ON COLUMN idempotency.stats.stats_since IS 'when this entry was created (counters start at zero then)';
+GRANT SELECT ON idempotency.stats TO PUBLIC;
+
+CREATE FUNCTION idempotency.stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idempotency_stats_reset'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+COMMENT ON FUNCTION idempotency.stats_reset() IS
+'Discard every counter of idempotency.stats (superuser only unless granted)';
+REVOKE ALL ON FUNCTION idempotency.stats_reset() FROM PUBLIC;
+
+CREATE FUNCTION idempotency.forget(
+    key   pg_catalog.text,
+    scope pg_catalog.text DEFAULT '')
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.forget(pg_catalog.text, pg_catalog.text) IS
+'Delete one of the caller''s own keys so the next begin() is new; false if there is none; IK002 while it is in flight';
+
+CREATE FUNCTION idempotency.renew(
+    key     pg_catalog.text,
+    lease   pg_catalog.interval,
+    attempt pg_catalog.int4,
+    scope   pg_catalog.text DEFAULT '')
+RETURNS pg_catalog.timestamptz
+AS 'MODULE_PATHNAME', 'idempotency_renew'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION idempotency.renew(pg_catalog.text, pg_catalog.interval, pg_catalog.int4, pg_catalog.text) IS
+'Extend the lease of the caller''s attempt to now + lease; returns the new locked_until; IK004 if taken over or finished';
+
+-- ---------------------------------------------------------------------
+-- 0.5.0 additions.  Each feature keeps its own section below (the upgrade
+-- script idempotency--0.4.0--0.5.0.sql has the same sections, same order).
+-- ---------------------------------------------------------------------
+
+-- == review fixes (issue 21) ==
+
+-- == recovery points (issue 19) ==
+
+-- == outbox (issue 18) ==
+
+-- == Citus (issue 17) ==
