@@ -27,6 +27,7 @@
 #include "parser/parse_relation.h"
 #endif
 #if PG_VERSION_NUM >= 170000
+#include "storage/procarray.h"
 #include "storage/procnumber.h"
 #else
 #include "storage/sinvaladt.h"
@@ -109,7 +110,16 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
  * executor: the range table takes permission infos since 16
  * ---------------------------------------------------------------------
  */
-#if PG_VERSION_NUM >= 160000
+#if PG_VERSION_NUM >= 180000
+/* 18: and the relids that partition pruning left (here: the one relation) */
+#define IDEM_INIT_RANGE_TABLE(estate, rte) \
+	do { \
+		List	   *perminfos_ = NIL; \
+		addRTEPermissionInfo(&perminfos_, (rte)); \
+		ExecInitRangeTable((estate), list_make1(rte), perminfos_, \
+						   bms_make_singleton(1)); \
+	} while (0)
+#elif PG_VERSION_NUM >= 160000
 #define IDEM_INIT_RANGE_TABLE(estate, rte) \
 	do { \
 		List	   *perminfos_ = NIL; \
@@ -119,6 +129,29 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
 #else
 #define IDEM_INIT_RANGE_TABLE(estate, rte) \
 	ExecInitRangeTable((estate), list_make1(rte))
+#endif
+
+/* the primary key index: 18 asks whether a deferrable one will do (no) */
+#if PG_VERSION_NUM >= 180000
+#define IDEM_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define IDEM_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex(rel)
+#endif
+
+/* index_beginscan takes scan instrumentation since 18 (none here) */
+#if PG_VERSION_NUM >= 180000
+#define IDEM_INDEX_BEGINSCAN(heap, index, snap, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snap), NULL, (nkeys), (norderbys))
+#else
+#define IDEM_INDEX_BEGINSCAN(heap, index, snap, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snap), (nkeys), (norderbys))
+#endif
+
+/* pg_b64_encode's source is uint8 since 18 */
+#if PG_VERSION_NUM >= 180000
+#define IDEM_B64_SRC(p) ((const uint8 *) (p))
+#else
+#define IDEM_B64_SRC(p) ((const char *) (p))
 #endif
 
 /* MERGE exists since 15 */

@@ -363,7 +363,7 @@ probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
 							   InvalidOid, index->rd_indcollation[i], F_TEXTEQ,
 							   PointerGetDatum(cstring_to_text_with_len(val, len)));
 	}
-	scan = index_beginscan(heap, index, snap, 3, 0);
+	scan = IDEM_INDEX_BEGINSCAN(heap, index, snap, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found && out != NULL)
