@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# test/pg15src.sh — PostgreSQL 15 built from Debian's source package, for what
+# the packaged server cannot do: assertions (test/cassert/run) and pg_upgrade
+# from 15 to 17 or 18 (test/upgrade/run), which needs the old and the new
+# major in one system while each Debian suite ships one.
+#
+#   test/pg15src.sh ensure          cached bookworm chroot with PostgreSQL 15
+#                                   from `apt-get source postgresql-15`,
+#                                   configured --enable-cassert --enable-debug,
+#                                   in /opt/pg15-cassert (with amcheck,
+#                                   pg_stat_statements and the isolation
+#                                   tester); built once, then reused: prints
+#                                   its directory
+#   test/pg15src.sh upgrade MAJOR   cached copy of `test/chroot.sh ensure MAJOR`
+#                                   (17: trixie, 18: sid) with that same
+#                                   /opt/pg15-cassert copied in: prints its
+#                                   directory
+#
+# One build serves both: the binaries are built against bookworm's glibc
+# (2.36) and link nothing else (no readline, zlib, ICU or OpenSSL), so they
+# run unchanged under trixie's and sid's newer glibc.  The old cluster of the
+# upgrade test therefore runs with assertions too; its catalog and on-disk
+# format are those of any 15 (pg_upgrade checks the catalog version and
+# pg_controldata, which --enable-cassert does not change).
+#
+# The cache lives in $IDEM_CACHE (default /var/cache/idempotency), beside
+# test/chroot.sh's: chroot/pg15-cassert and chroot/pgMAJOR-from15.  A build
+# that was interrupted has no .ready file and is done again; concurrent
+# callers wait for one another (flock).  Logs of a failed build stay in
+# chroot/NAME.log.
+set -eu -o pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${IDEM_CACHE:-/var/cache/idempotency}
+MIRROR=${IDEM_MIRROR:-http://deb.debian.org/debian}
+PREFIX=/opt/pg15-cassert
+JOBS=${IDEM_JOBS:-2}
+
+die() { echo "test/pg15src.sh: $*" >&2; exit 2; }
+
+# the build, run inside the bookworm chroot
+build_script() {
+	cat <<-EOF
+		set -eu
+		echo "deb-src $MIRROR bookworm main" >/etc/apt/sources.list.d/bookworm-src.list
+		apt-get update -qq
+		apt-get install -y -qq gcc make libc6-dev dpkg-dev bzip2 xz-utils perl \
+			libipc-run-perl ca-certificates >/dev/null
+		id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql \
+			--create-home --shell /bin/bash postgres
+		rm -rf /usr/src/pg15 && mkdir -p /usr/src/pg15 && cd /usr/src/pg15
+		apt-get source -qq postgresql-15 2>&1 | grep -v 'unsandboxed' || true
+		cd postgresql-15-*/
+		./configure --prefix=$PREFIX --enable-cassert --enable-debug \
+			--without-readline --without-zlib --without-icu >/dev/null
+		make -s -j$JOBS >/dev/null
+		make -s install >/dev/null
+		make -s -C src/test/isolation install >/dev/null
+		make -s -C contrib/amcheck install >/dev/null
+		make -s -C contrib/pg_stat_statements install >/dev/null
+		$PREFIX/bin/pg_config --version
+		$PREFIX/bin/pg_config --configure
+		cd / && rm -rf /usr/src/pg15
+	EOF
+}
+
+ensure() {
+	local dir=$CACHE/chroot/pg15-cassert t0
+	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
+	[ "$(id -u)" = 0 ] || die "building needs root"
+	mkdir -p "$CACHE/chroot"
+	exec 9>"$dir.lock"
+	flock 9
+	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
+	rm -rf "$dir"
+	t0=$(date +%s)
+	echo "building PostgreSQL 15 with assertions from Debian's source package (once)" >&2
+	bash "$here/chroot.sh" fresh 15 "$dir" >/dev/null
+	if ! bash "$here/chroot.sh" run "$dir" bash -c "$(build_script)" >"$dir.log" 2>&1; then
+		tail -n 30 "$dir.log" >&2
+		die "building PostgreSQL 15 in $dir failed (log: $dir.log)"
+	fi
+	echo "built in $(($(date +%s) - t0)) s: $(head -n 1 "$dir.log")" >&2
+	touch "$dir/.ready"
+	echo "$dir"
+}
+
+upgrade() {	# major
+	local major=$1 base src dir
+	case "$major" in 17 | 18) ;; *) die "pg_upgrade targets: 17 or 18" ;; esac
+	dir=$CACHE/chroot/pg$major-from15
+	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
+	[ "$(id -u)" = 0 ] || die "building needs root"
+	src=$(ensure)
+	base=$(bash "$here/chroot.sh" ensure "$major")
+	exec 8>"$dir.lock"
+	flock 8
+	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
+	rm -rf "$dir"
+	cp -a "$base" "$dir.tmp"
+	rm -f "$dir.tmp/.ready"
+	mkdir -p "$dir.tmp/opt"
+	cp -a "$src$PREFIX" "$dir.tmp/opt/"
+	mv "$dir.tmp" "$dir"
+	touch "$dir/.ready"
+	echo "$dir"
+}
+
+case "${1:-}" in
+ensure) ensure ;;
+upgrade) upgrade "${2:?MAJOR}" ;;
+*)
+	sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+	;;
+esac
