@@ -35,8 +35,23 @@ CACHE=${IDEM_CACHE:-/var/cache/idempotency}
 MIRROR=${IDEM_MIRROR:-http://deb.debian.org/debian}
 PREFIX=/opt/pg15-cassert
 JOBS=${IDEM_JOBS:-2}
+# bump when the build changes: a cache built by another recipe is built again
+RECIPE="pg15src 2: upstream tree of Debian's postgresql-15 source, --enable-cassert --enable-debug"
 
 die() { echo "test/pg15src.sh: $*" >&2; exit 2; }
+ready() { [ "$(cat "$1/.ready" 2>/dev/null)" = "$RECIPE" ]; }
+# remove a chroot that nothing runs in: a chroot in use has the host's
+# /etc/ssl/certs and the apt cache bind-mounted, which rm must never reach
+safe_rm() {
+	local d
+	for d in "$@"; do
+		[ -e "$d" ] || continue
+		if awk -v p="$d/" 'index($2, p) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
+			die "$d is in use (mounts below it); stop what runs there first"
+		fi
+		rm -rf --one-file-system "$d"
+	done
+}
 
 # the build, run inside the bookworm chroot
 build_script() {
@@ -44,12 +59,21 @@ build_script() {
 		set -eu
 		echo "deb-src $MIRROR bookworm main" >/etc/apt/sources.list.d/bookworm-src.list
 		apt-get update -qq
-		apt-get install -y -qq gcc make libc6-dev dpkg-dev bzip2 xz-utils perl \
-			libipc-run-perl ca-certificates >/dev/null
+		# the downloaded-package cache is shared by every chroot of the suite:
+		# wait while another chroot's apt-get holds its lock
+		for i in \$(seq 1 90); do
+			apt-get install -y -qq gcc make libc6-dev dpkg-dev bzip2 xz-utils perl \
+				libipc-run-perl ca-certificates >/dev/null && break
+			[ "\$i" = 90 ] && exit 1
+			sleep 10
+		done
 		id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql \
 			--create-home --shell /bin/bash postgres
 		rm -rf /usr/src/pg15 && mkdir -p /usr/src/pg15 && cd /usr/src/pg15
-		apt-get source -qq postgresql-15 2>&1 | grep -v 'unsandboxed' || true
+		# upstream's tree: Debian's patches move the server's files into
+		# Debian's layout (/usr/lib/postgresql/15/lib whatever the prefix)
+		apt-get source -qq --download-only postgresql-15 2>&1 | grep -v 'unsandboxed' || true
+		dpkg-source --skip-patches -x postgresql-15_*.dsc >/dev/null
 		cd postgresql-15-*/
 		./configure --prefix=$PREFIX --enable-cassert --enable-debug \
 			--without-readline --without-zlib --without-icu >/dev/null
@@ -66,22 +90,24 @@ build_script() {
 
 ensure() {
 	local dir=$CACHE/chroot/pg15-cassert t0
-	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
+	ready "$dir" && { echo "$dir"; return 0; }
 	[ "$(id -u)" = 0 ] || die "building needs root"
 	mkdir -p "$CACHE/chroot"
 	exec 9>"$dir.lock"
 	flock 9
-	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
-	rm -rf "$dir"
+	ready "$dir" && { echo "$dir"; return 0; }
+	safe_rm "$dir.build"
 	t0=$(date +%s)
 	echo "building PostgreSQL 15 with assertions from Debian's source package (once)" >&2
-	bash "$here/chroot.sh" fresh 15 "$dir" >/dev/null
-	if ! bash "$here/chroot.sh" run "$dir" bash -c "$(build_script)" >"$dir.log" 2>&1; then
+	bash "$here/chroot.sh" fresh 15 "$dir.build" >/dev/null
+	if ! bash "$here/chroot.sh" run "$dir.build" bash -c "$(build_script)" >"$dir.log" 2>&1; then
 		tail -n 30 "$dir.log" >&2
-		die "building PostgreSQL 15 in $dir failed (log: $dir.log)"
+		die "building PostgreSQL 15 in $dir.build failed (log: $dir.log)"
 	fi
-	echo "built in $(($(date +%s) - t0)) s: $(head -n 1 "$dir.log")" >&2
-	touch "$dir/.ready"
+	echo "built in $(($(date +%s) - t0)) s: $(grep -m1 "^PostgreSQL 15" "$dir.log")" >&2
+	echo "$RECIPE" >"$dir.build/.ready"
+	safe_rm "$dir"
+	mv "$dir.build" "$dir"
 	echo "$dir"
 }
 
@@ -89,20 +115,19 @@ upgrade() {	# major
 	local major=$1 base src dir
 	case "$major" in 17 | 18) ;; *) die "pg_upgrade targets: 17 or 18" ;; esac
 	dir=$CACHE/chroot/pg$major-from15
-	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
+	ready "$dir" && { echo "$dir"; return 0; }
 	[ "$(id -u)" = 0 ] || die "building needs root"
 	src=$(ensure)
 	base=$(bash "$here/chroot.sh" ensure "$major")
 	exec 8>"$dir.lock"
 	flock 8
-	[ -f "$dir/.ready" ] && { echo "$dir"; return 0; }
-	rm -rf "$dir"
+	ready "$dir" && { echo "$dir"; return 0; }
+	safe_rm "$dir" "$dir.tmp"
 	cp -a "$base" "$dir.tmp"
-	rm -f "$dir.tmp/.ready"
 	mkdir -p "$dir.tmp/opt"
 	cp -a "$src$PREFIX" "$dir.tmp/opt/"
+	echo "$RECIPE" >"$dir.tmp/.ready"
 	mv "$dir.tmp" "$dir"
-	touch "$dir/.ready"
 	echo "$dir"
 }
 

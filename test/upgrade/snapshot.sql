@@ -24,8 +24,8 @@ SELECT token, scope, created_at, expires_at FROM idempotency.token ORDER BY 1;
 SELECT machine, transitions::text FROM idempotency.state_machine ORDER BY 1;
 -- the key locks' names (the secret's hash of role, scope and key)
 BEGIN;
-SELECT count(*) FROM idempotency.begin('probe-1'), idempotency.begin('probe-2', scope => 's'),
-       idempotency.begin(repeat('x', 255), scope => 'tenant-a');
+SELECT count(*) FROM idempotency.begin('probe-1') AS p1, idempotency.begin('probe-2', scope => 's') AS p2,
+       idempotency.begin(repeat('x', 255), scope => 'tenant-a') AS p3;
 SELECT classid, objid FROM pg_locks
  WHERE locktype = 'advisory' AND objsubid = 18756 AND pid = pg_backend_pid()
  ORDER BY 1, 2;
