@@ -68,3 +68,11 @@ demo:
 .PHONY: bench
 bench:
 	bash bench/run
+
+# as root, in cached chroots (test/pg15src.sh): the assertion build, pg_upgrade
+.PHONY: test-cassert test-upgrade
+test-cassert:
+	bash test/cassert/run
+
+test-upgrade:
+	bash test/upgrade/run
