@@ -188,7 +188,7 @@ def idempotent(*, scope: Union[str, Callable[[Any], str]], using: str = "default
 
     def decorate(view: Any) -> Any:
         if isinstance(view, type):	# a class-based view: guard its dispatch
-            view.dispatch = guard(view.dispatch)
+            setattr(view, "dispatch", guard(getattr(view, "dispatch")))
             return view
         return guard(view)
 
