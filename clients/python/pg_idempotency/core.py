@@ -73,8 +73,9 @@ def default_store(status: int) -> bool:
 
 @dataclass
 class Answer:
-    """What to send: a stored or error response, or (``original``) the
-    framework's own response object, already stored."""
+    """What to send: status, headers, body (``replayed``: the stored answer);
+    ``original``: the framework's own response object when the handler ran,
+    which an integration sends instead."""
     status: int
     headers: Headers = field(default_factory=dict)
     body: bytes = b""
@@ -335,6 +336,18 @@ def begin_params(key: str, request: Any, scope: str, options: Options) -> Tuple[
     return (key, json.dumps(request), scope, options.ttl)
 
 
+def fresh_answer(got: Captured, options: Options) -> Answer:
+    """The Answer of a handler that ran: its status, body and the headers
+    that are stored (Content-Type, Location, ``options.headers``), and its
+    own response object (``original``), which an integration sends as it is."""
+    headers: Headers = {}
+    for name in options.header_names:
+        v = got.get_header(name)
+        if v is not None:
+            headers[name] = str(v)
+    return Answer(got.status, headers, got.body, original=got.original)
+
+
 def run(transactions: Transactions, key: str, scope: str, request: Any, work: Work,
         options: Options, sleep: Callable[[float], None] = time.sleep) -> Answer:
     """Run ``work`` once for (key, scope): the guarded transaction above.
@@ -355,7 +368,7 @@ def run(transactions: Transactions, key: str, scope: str, request: Any, work: Wo
                     answer = decode_response(b[2], str(b[1]))
                 else:
                     got = work(tx)
-                    answer = Answer(got.status, original=got.original)
+                    answer = fresh_answer(got, options)
                     if options.store(got.status):
                         stored = encode_response(got.status, got.get_header, got.body,
                                                  options.header_names)

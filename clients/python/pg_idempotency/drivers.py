@@ -16,13 +16,19 @@ Each function opens one guarded transaction on a connection and yields a
                  {"method": "POST", "path": "/payments", "body": body},
                  work, Options("payments"))
 
+A SQLAlchemy ``Session`` (psycopg2, or psycopg 3 on SQLAlchemy 2):
+``sqlalchemy_transaction(session)``: ``session.begin()`` when the session has
+no transaction, ``session.begin_nested()`` (a savepoint, ``nested``) when it
+has; the ORM's flushes and the guard's statements share the connection.
+
 The drivers are imported only when one of these is called: the package
 needs neither.
 """
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Sequence
 
-__all__ = ["psycopg_transaction", "psycopg_pool_transaction", "psycopg2_transaction"]
+__all__ = ["psycopg_transaction", "psycopg_pool_transaction", "psycopg2_transaction",
+           "sqlalchemy_transaction"]
 
 _SAVEPOINT = "pg_idempotency_guard"
 
@@ -114,3 +120,36 @@ def psycopg2_transaction(conn: Any) -> Iterator[_Tx]:
             pass
         raise
     end(not tx.rollback_only)
+
+
+class _Rollback(Exception):
+    """Ends a SQLAlchemy transaction block by rolling it back."""
+
+
+class _SessionTx(_Tx):
+    """A core.Transaction on a SQLAlchemy Session: statements on its DB-API
+    connection (in the session's transaction), %s parameters."""
+
+    def __init__(self, session: Any, nested: bool) -> None:
+        super().__init__(session.connection().connection, nested)
+        self.session = session
+
+    def execute(self, sql: str, params: Sequence[Any]) -> Optional[Sequence[Any]]:
+        self.session.flush()	# the ORM's pending writes first, in order
+        return super().execute(sql, params)
+
+
+@contextmanager
+def sqlalchemy_transaction(session: Any) -> Iterator[_Tx]:
+    """A SQLAlchemy ``Session``: ``session.begin()`` (committed at the end),
+    or ``session.begin_nested()`` inside the session's open transaction.
+    ``tx.session`` is the session the work uses."""
+    nested = bool(session.in_transaction())
+    try:
+        with (session.begin_nested() if nested else session.begin()):
+            tx = _SessionTx(session, nested)
+            yield tx
+            if tx.rollback_only:
+                raise _Rollback
+    except _Rollback:
+        pass

@@ -25,7 +25,7 @@ import psycopg
 
 from .core import (BEGIN_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOCK_WAIT_SQL, LOOKUP_SQL, RETRYABLE,
                    Answer, Captured, Options, Transaction, _backoff, begin_params, decode_response,
-                   encode_response, error_answer, message_of, problem, run)
+                   encode_response, error_answer, fresh_answer, message_of, problem, run)
 from .drivers import psycopg_pool_transaction
 
 __all__ = ["AsyncGuard", "Captured", "Guard"]
@@ -85,7 +85,7 @@ class AsyncGuard:
                             answer = decode_response(b[2], b[1])
                             raise psycopg.Rollback(tx)
                         got = await work(conn)
-                        answer = Answer(got.status, original=got.original)
+                        answer = fresh_answer(got, self.o)
                         if not self.o.store(got.status):
                             raise psycopg.Rollback(tx)
                         stored = encode_response(got.status, got.get_header, got.body,

@@ -177,5 +177,87 @@ for d in drivers:
     outer.close()
     conn.close()
 
+
+# --- a SQLAlchemy Session (1.4, psycopg2): ORM writes in the guarded transaction
+from sqlalchemy import Column, Integer, Numeric, Text, create_engine, text  # noqa: E402
+from sqlalchemy.orm import Session, declarative_base  # noqa: E402
+
+from pg_idempotency.drivers import sqlalchemy_transaction  # noqa: E402
+
+Base = declarative_base()
+
+
+class PaymentRow(Base):  # type: ignore[misc, valid-type]
+    __tablename__ = "payment"
+    id = Column(Integer, primary_key=True)
+    idem_key = Column(Text, nullable=False)
+    amount = Column(Numeric)
+
+
+engine = create_engine("postgresql+psycopg2://", creator=lambda: psycopg2.connect(conninfo))
+session = Session(engine)
+P = f"core-{MODE}-sqlalchemy-{uuid.uuid4().hex[:6]}-"
+o = Options("core", lock_wait_ms=50)
+
+
+def sa_work(key: str, status: int = 201, fail: Optional[str] = None,
+            calls: Optional[List[int]] = None) -> Callable[[Transaction], Captured]:
+    def work(tx: Transaction) -> Captured:
+        if calls is not None:
+            calls.append(1)
+        row = PaymentRow(idem_key=key, amount=1)
+        session.add(row)
+        session.flush()
+        if fail == "error":
+            raise RuntimeError("work failed")
+        if fail:
+            session.execute(text("DO $$ BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '%s'; END $$" % fail))
+        return Captured(status, {"Content-Type": "application/json"}.get, json.dumps({"id": row.id}).encode())
+    return work
+
+
+def sa() -> Any:
+    return sqlalchemy_transaction(session)
+
+
+k = P + "first"
+calls = []
+a1 = run(sa, k, "core", req(1), sa_work(k, calls=calls), o)
+committed = (rows(k), stored(k), session.in_transaction())
+a2 = run(sa, k, "core", req(1), sa_work(k, calls=calls), o)
+a3 = run(sa, k, "core", req(2), sa_work(k, calls=calls), o)
+check("SQLAlchemy Session: the ORM insert commits with the key (session.begin()); the resend replays "
+      "without running the work; another request -> 422",
+      a1.status == 201 and committed == (1, 1, False) and a2.replayed and a2.body == a1.body
+      and len(calls) == 1 and a3.status == 422 and rows(k) == 1, [a1, committed, a2, a3, calls])
+k = P + "429"
+a = run(sa, k, "core", req(1), sa_work(k, status=429), o)
+check("SQLAlchemy Session: a 429 rolls back the ORM insert, nothing stored",
+      a.status == 429 and rows(k) == 0 and stored(k) == 0, a)
+k = P + "error"
+try:
+    run(sa, k, "core", req(1), sa_work(k, fail="error"), o)
+    err = ""
+except RuntimeError as e:
+    err = str(e)
+a = run(sa, k, "core", req(1), sa_work(k), o)
+check("SQLAlchemy Session: an exception rolls back; the session is usable and the resend runs (1 row)",
+      err == "work failed" and a.status == 201 and rows(k) == 1, [err, a])
+k = P + "40001"
+calls = []
+a = run(sa, k, "core", req(1), sa_work(k, fail="40001", calls=calls), o)
+check("SQLAlchemy Session: 40001 (wrapped in sqlalchemy.exc.OperationalError) retried, 4 attempts, then 503",
+      a.status == 503 and len(calls) == 4 and rows(k) == 0 and stored(k) == 0, [a, calls])
+k = P + "nested"
+session.execute(text("SELECT 1"))	# the session's own transaction is open
+a = run(sa, k, "core", req(1), sa_work(k), o)
+inside = (session.in_transaction(), rows(k))
+session.rollback()
+check("SQLAlchemy Session inside its own transaction: a savepoint (begin_nested); the session's "
+      "rollback forgets the row and the key",
+      a.status == 201 and inside == (True, 0) and rows(k) == 0 and stored(k) == 0, [a, inside])
+session.close()
+engine.dispose()
+
 look.close()
 sys.exit(1 if failed else 0)
