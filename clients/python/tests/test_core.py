@@ -106,9 +106,10 @@ for d in drivers:
     committed = (rows(k), stored(k), d.idle(conn))
     a2 = run(tr, k, "core", req(1), lambda tx: insert(tx, k, calls=calls), o)
     a3 = run(tr, k, "core", req(2), lambda tx: insert(tx, k, calls=calls), o)
-    check(f"{n}: first run commits the work and the key (connection idle after); the resend replays "
-          f"the body byte for byte without running the work; another request -> 422",
+    check(f"{n}: first run commits the work and the key (connection idle after), its Answer carries "
+          f"the body and stored headers; the resend replays them byte for byte without running the work; another request -> 422",
           a1.status == 201 and not a1.replayed and committed == (1, 1, True) and a2.replayed
+          and a1.body == a2.body and a1.headers == a2.headers == {"Content-Type": "application/json"}
           and a2.status == 201 and a2.body == json.dumps({"id": json.loads(a2.body)["id"]}).encode()
           and len(calls) == 1 and a3.status == 422 and rows(k) == 1, [a1, committed, a2, a3, calls])
 
