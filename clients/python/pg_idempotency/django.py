@@ -9,7 +9,8 @@
         return JsonResponse({"id": p.id}, status=201, headers={"Location": f"/payments/{p.id}"})
 
 The view runs inside ``transaction.atomic(using)`` on ``connections[using]``
-(Django's connection, psycopg2 on Django 3.2, psycopg 3 or psycopg2 on 4.2+),
+(Django's connection: psycopg2 on Django 3.2; psycopg 3 on 4.2+ goes through
+the same code, untested under Django 4.2),
 with ``idempotency.begin()`` before it and ``complete()`` after it in the same
 transaction: its ORM writes commit with the stored answer or roll back with
 it.  Answers as the FastAPI and Flask decorators: a missing key 400 (unless
