@@ -8,6 +8,7 @@ for anything else.  clients/python/README.md documents them all.
 
 Importing the package imports no driver: ``Guard`` and ``AsyncGuard``
 (psycopg 3) load on first use."""
+import importlib
 from typing import Any
 
 from .core import (Answer, Captured, InvalidKey, Options, decode_response, default_store,
@@ -20,8 +21,21 @@ __all__ = ["Answer", "AsyncGuard", "Captured", "Guard", "InvalidKey", "Options",
 __version__ = "0.5.0"
 
 
+# names whose modules import a driver (psycopg 3): loaded on first use, so
+# that `import pg_idempotency` (and a Django app on psycopg2) needs none
+_LAZY = {"Guard": "guard", "AsyncGuard": "guard",
+         # recovery points (pg_idempotency.phases, psycopg 3), where present
+         "Phase": "phases", "PhaseContext": "phases", "PhaseError": "phases",
+         "PhasesResult": "phases", "run_phases": "phases"}
+
+
 def __getattr__(name: str) -> Any:
-    if name in ("Guard", "AsyncGuard"):
-        from . import guard
-        return getattr(guard, name)
+    if name in _LAZY:
+        try:
+            module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{_LAZY[name]}":
+                raise	# the module is there; a driver it needs is not
+            raise AttributeError(f"module 'pg_idempotency' has no attribute {name!r}") from None
+        return getattr(module, name)
     raise AttributeError(f"module 'pg_idempotency' has no attribute {name!r}")
