@@ -20,7 +20,9 @@ finished key the stored status, headers and body byte for byte as an
 HttpResponse with ``Idempotent-Replayed: true``; errors are
 application/problem+json.  What is stored: ``store`` (``default_store``:
 not 408, 409, 425, 429 nor 5xx: those roll back, ORM writes included, and a
-resend runs again); an exception rolls back and Django answers 500.
+resend runs again).  Http404, PermissionDenied, BadRequest and
+SuspiciousOperation are answers (Django's 404, 403 and 400 responses, stored
+by default); any other exception rolls back and Django answers 500.
 
 A TemplateResponse (or a finalized DRF Response: put the decorator above
 ``@api_view`` or on ``dispatch``) is rendered before it is stored.  A
@@ -45,8 +47,10 @@ import json
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.db import connections, transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.http.request import RawPostDataException
 
 from .core import (Answer, Captured, InvalidKey, Options, Transaction, default_store, parse_key,
@@ -55,6 +59,9 @@ from .core import (Answer, Captured, InvalidKey, Options, Transaction, default_s
 __all__ = ["UNSAFE_METHODS", "django_transaction", "idempotent", "send"]
 
 UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+# exceptions Django itself answers with a 4xx: answers like any other (stored
+# by default), as Flask's abort(4xx) and FastAPI's HTTPException
+CLIENT_ERRORS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
 View = Callable[..., Any]
 
 
@@ -180,7 +187,12 @@ def idempotent(*, scope: Union[str, Callable[[Any], str]], using: str = "default
                 info: Dict[str, Any] = {"key": key, "scope": scope_, "using": using,
                                         "conn": tx.connection}
                 setattr(request, "idempotency", info)
-                return _capture(view(*args, **kwargs))
+                try:
+                    response = view(*args, **kwargs)
+                except CLIENT_ERRORS as e:	# Django's own 404/403/400 page
+                    from django.core.handlers.exception import response_for_exception
+                    response = response_for_exception(request, e)
+                return _capture(response)
 
             return send(run(lambda: django_transaction(using), key, scope_, fingerprint, work,
                             options))

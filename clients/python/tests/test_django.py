@@ -172,6 +172,13 @@ r2 = post("/orders-429", {"amount": "4.00", "throttle": True}, k)
 check("store=lambda s: s < 500 stores the 429 (and its insert); the resend replays it",
       r1.status_code == 429 and replayed(r2) and same(r1, r2) and rows(k) == 1, [show(r1), show(r2)])
 
+k = P + "404"
+r1 = post("/orders", {"amount": "4.50", "missing": True}, k)
+r2 = post("/orders", {"amount": "4.50", "missing": True}, k)
+check("Http404 raised by the view is an answer (Django's 404 page), stored and replayed; the view ran once",
+      r1.status_code == 404 and not replayed(r1) and replayed(r2) and same(r1, r2)
+      and views.ATTEMPTS[k] == 1 and stored(k) == 1, [show(r1), show(r2)])
+
 # --- 40001: retried outside a transaction -------------------------------------
 k = P + "40001"
 r = post("/orders", {"amount": "5.00", "serialization": True}, k)

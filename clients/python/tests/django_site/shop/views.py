@@ -3,14 +3,15 @@
 POST body {"amount": "1.00"} -> 201, {"id", "amount", "created_at", "key"}
 with Location; {"fail": true} raises after its insert; {"sleep": s} holds the
 transaction; {"throttle": true} -> 429 after its insert; {"stream": true}
--> a StreamingHttpResponse; {"serialization": true} raises 40001 after its
+-> a StreamingHttpResponse; {"missing": true} raises Http404 before any
+write; {"serialization": true} raises 40001 after its
 insert (attempts counted in ATTEMPTS)."""
 import json
 from collections import Counter
 from typing import Any
 
 from django.db import connections
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
 from django.views import View
@@ -29,6 +30,8 @@ def handle(request: Any, alias: str) -> HttpResponse:
     p = json.loads(request.body)
     key = request.idempotency["key"]
     ATTEMPTS[key] += 1
+    if p.get("missing"):
+        raise Http404("no such customer")
     order = Order.objects.using(alias).create(idem_key=key, amount=p["amount"])
     if p.get("sleep"):
         with connections[alias].cursor() as c:
