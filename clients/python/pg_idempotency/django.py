@@ -43,7 +43,7 @@ whole outer transaction can be retried).
 ``request.idempotency``: {"key", "scope", "using", "conn"} while the view runs.
 """
 import functools
-import json
+import inspect
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
@@ -164,6 +164,10 @@ def idempotent(*, scope: Union[str, Callable[[Any], str]], using: str = "default
     guarded = frozenset(m.upper() for m in methods)
 
     def guard(view: View) -> View:
+        if inspect.iscoroutinefunction(view):
+            raise TypeError("@idempotent guards sync views: the transaction is Django's "
+                            "(sync) connection's; write the view as a def")
+
         @functools.wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             request = _find_request(args)

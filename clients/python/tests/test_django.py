@@ -234,6 +234,18 @@ check("required=False: no key runs the view unguarded; with a key it is guarded"
       r1.status_code == 201 and json.loads(r1.content) == {"guarded": False}
       and json.loads(r2.content) == {"guarded": True} and stored(P + "opt") == 1, [show(r1), show(r2)])
 
+try:
+    from pg_idempotency.django import idempotent
+
+    @idempotent(scope="async")
+    async def async_view(request: Any) -> Any:
+        return None
+    msg = ""
+except TypeError as e:
+    msg = str(e)
+check("an async view is refused when it is decorated, with a TypeError that says why",
+      "sync views" in msg, msg)
+
 # --- ATOMIC_REQUESTS: the guard is a savepoint in Django's transaction ---------
 k = P + "atomic"
 r1 = post("/orders-atomic", {"amount": "11.00"}, k)
