@@ -40,10 +40,12 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -89,7 +91,19 @@ le64(const uint8 *p)
 	return v;
 }
 
-/* Read the secret (see the file comment); sets secret_state. */
+/*
+ * Read the secret (see the file comment); sets secret_state.
+ *
+ * The read uses a fresh snapshot, not the transaction's: under REPEATABLE
+ * READ the transaction's snapshot may predate the change whose invalidation
+ * brought us here, and the old secret read with it would be kept for good.
+ * The relation is locked before that snapshot is taken, so an invalidation
+ * still queued is processed first (it marks the secret stale again: one
+ * extra read next transaction, never a missed one).  The secret counts as
+ * read for this transaction (secret_lxid, secret_stale) only once the read
+ * has succeeded: an error mid-read leaves it stale, and the next key_hash()
+ * reads again even in the same transaction (after a rolled-back savepoint).
+ */
 static void
 load_secret(void)
 {
@@ -99,38 +113,53 @@ load_secret(void)
 	Datum		d;
 	bytea	   *secret;
 
-	secret_stale = false;
-	secret_lxid = IDEM_MY_LXID;
 	secret_relid = rel;
 	if (!OidIsValid(rel))
 	{
+		secret_stale = false;
+		secret_lxid = IDEM_MY_LXID;
 		secret_state = SECRET_LEGACY;
 		return;
 	}
-	SPI_connect();
-	if (idem_run_as_owner(&plan_secret,
-						  "SELECT s.secret FROM idempotency.lock_secret AS s",
-						  0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.lock_secret must hold exactly one row"),
-				 errhint("Insert one random 16-byte secret (see the README, \"Table idempotency.lock_secret\").")));
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull || SPI_gettypeid(SPI_tuptable->tupdesc, 1) != BYTEAOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.lock_secret holds no usable secret"),
-				 errdetail("Its column secret must be a non-null bytea of %d bytes.", SECRET_LEN)));
-	secret = DatumGetByteaPP(d);
-	if (VARSIZE_ANY_EXHDR(secret) != SECRET_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.lock_secret holds no usable secret"),
-				 errdetail("The secret has %d bytes; it must have %d.",
-						   (int) VARSIZE_ANY_EXHDR(secret), SECRET_LEN)));
-	secret_k0 = le64((const uint8 *) VARDATA_ANY(secret));
-	secret_k1 = le64((const uint8 *) VARDATA_ANY(secret) + 8);
-	SPI_finish();
+	/* from here an invalidation marks the secret stale again */
+	secret_stale = false;
+	PG_TRY();
+	{
+		LockRelationOid(rel, AccessShareLock);
+		SPI_connect();
+		if (idem_run_as_owner_snap(&plan_secret,
+								   "SELECT s.secret FROM idempotency.lock_secret AS s",
+								   0, NULL, NULL, NULL, SPI_OK_SELECT,
+								   GetLatestSnapshot()) != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.lock_secret must hold exactly one row"),
+					 errhint("Insert one random 16-byte secret (see the README, \"Table idempotency.lock_secret\").")));
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (isnull || SPI_gettypeid(SPI_tuptable->tupdesc, 1) != BYTEAOID)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.lock_secret holds no usable secret"),
+					 errdetail("Its column secret must be a non-null bytea of %d bytes.", SECRET_LEN)));
+		secret = DatumGetByteaPP(d);
+		if (VARSIZE_ANY_EXHDR(secret) != SECRET_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.lock_secret holds no usable secret"),
+					 errdetail("The secret has %d bytes; it must have %d.",
+							   (int) VARSIZE_ANY_EXHDR(secret), SECRET_LEN)));
+		secret_k0 = le64((const uint8 *) VARDATA_ANY(secret));
+		secret_k1 = le64((const uint8 *) VARDATA_ANY(secret) + 8);
+		SPI_finish();
+	}
+	PG_CATCH();
+	{
+		secret_stale = true;
+		secret_lxid = InvalidLocalTransactionId;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	secret_lxid = IDEM_MY_LXID;
 	secret_state = SECRET_KEYED;
 }
 
