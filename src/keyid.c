@@ -3,7 +3,8 @@
  * keyid.c
  *	  Ground floor: the identity of a key (owner role, scope, key): building
  *	  and validating it from SQL arguments, hashing it, describing it in
- *	  messages; and the expiry of a new key.
+ *	  messages; and the expiry of a new key and the seconds until a lease
+ *	  ends.
  *
  * Design of the hash.  KeyId.hash names the key lock (keylock.c: an
  * advisory lock tag, visible to every role in pg_locks) and keys the
@@ -377,6 +378,21 @@ idem_expiry_of(const Interval *ttl, TimestampTz now)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be positive")));
 	return expires_at;
+}
+
+/*
+ * ceil of (until - now) in whole seconds, at least 0 and at most INT32_MAX
+ * (a lease may last longer than 2^31 seconds): lookup()'s retry_after and
+ * IK002's "retry after N seconds"
+ */
+int32
+idem_seconds_until(TimestampTz until, TimestampTz now)
+{
+	int64		us = until - now;
+
+	if (us <= 0)
+		return 0;
+	return (int32) Min((us + USECS_PER_SEC - 1) / USECS_PER_SEC, PG_INT32_MAX);
 }
 
 /* idem_expiry_of() of SQL argument ttlarg */

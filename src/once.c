@@ -564,17 +564,6 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 													  result, rnulls)));
 }
 
-/* ceil of (until - now) in whole seconds, at least 0 */
-static int32
-seconds_until(TimestampTz until, TimestampTz now)
-{
-	int64		us = until - now;
-
-	if (us <= 0)
-		return 0;
-	return (int32) Min((us + USECS_PER_SEC - 1) / USECS_PER_SEC, PG_INT32_MAX);
-}
-
 /* ---------------------------------------------------------------------
  * SQL-callable functions
  * ---------------------------------------------------------------------
@@ -707,7 +696,7 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 			onulls[6] = true;
 		}
 		else if (stored.status == 'i' && stored.locked_until != 0)
-			out[6] = Int32GetDatum(seconds_until(stored.locked_until, now));
+			out[6] = Int32GetDatum(idem_seconds_until(stored.locked_until, now));
 		else
 			out[6] = Int32GetDatum(0);
 	}
@@ -724,7 +713,7 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 		have_row = true;
 		out[0] = CStringGetTextDatum("in_progress");
 		out[6] = Int32GetDatum(Max(1, onulls[5] ? 1 :
-								   seconds_until(DatumGetTimestampTz(out[5]), now)));
+								   idem_seconds_until(DatumGetTimestampTz(out[5]), now)));
 		onulls[6] = false;
 	}
 
