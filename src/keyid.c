@@ -114,6 +114,12 @@ load_secret(void)
 	Datum		d;
 	bytea	   *secret;
 
+	/*
+	 * A parallel worker may not take a new snapshot; the guard refuses to
+	 * work there anyway (25000), after the key's hash is computed.
+	 */
+	bool		parallel = IsInParallelMode();
+
 	secret_relid = rel;
 	if (!OidIsValid(rel))
 	{
@@ -131,7 +137,7 @@ load_secret(void)
 		if (idem_run_as_owner_snap(&plan_secret,
 								   "SELECT s.secret FROM idempotency.lock_secret AS s",
 								   0, NULL, NULL, NULL, SPI_OK_SELECT,
-								   GetLatestSnapshot()) != 1)
+								   parallel ? InvalidSnapshot : GetLatestSnapshot()) != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table idempotency.lock_secret must hold exactly one row"),
@@ -162,6 +168,9 @@ load_secret(void)
 	PG_END_TRY();
 	secret_lxid = IDEM_MY_LXID;
 	secret_state = SECRET_KEYED;
+	/* read with the transaction's snapshot: read it again next time */
+	if (parallel)
+		secret_stale = true;
 }
 
 /* ---------------------------------------------------------------------
