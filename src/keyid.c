@@ -22,7 +22,10 @@
  * for the rest of the transaction that read it even if an invalidation
  * arrives meanwhile, so a transaction never hashes one key two ways.  A
  * trigger on the table (lock_secret_changed) invalidates it when the row
- * changes, so every backend reads a new secret at its next transaction.  Until
+ * changes, so every backend reads a new secret at its next transaction.
+ * That read takes a fresh snapshot, not the transaction's (under
+ * REPEATABLE READ that one may predate the change), and only a read that
+ * succeeded clears the invalidation (load_secret()).  Until
  * ALTER EXTENSION idempotency UPDATE has created the table, the 0.3.0 hash
  * is used, so old and new libraries agree during the update.
  *
