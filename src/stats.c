@@ -463,22 +463,11 @@ scope_for_reader(const char *scope, int encoding)
 		return pstrdup(scope);
 	if (encoding != PG_SQL_ASCII)
 		proc = FindDefaultConversionProc(encoding, db);
+	out = palloc((Size) len * MAX_CONVERSION_GROWTH + 4);
 	if (OidIsValid(proc))
-	{
-		out = palloc((Size) len * MAX_CONVERSION_GROWTH + 4);
-		done = pg_do_encoding_conversion_buf(proc, encoding, db,
-											 (unsigned char *) scope, len,
-											 (unsigned char *) out,
-											 len * MAX_CONVERSION_GROWTH + 1, true);
-	}
-	else
-	{
-		/* nothing converts it: keep what is valid here as it is */
-		done = pg_encoding_verifymbstr(db, scope, len);
-		out = palloc(len + 4);
-		memcpy(out, scope, done);
-		out[done] = '\0';
-	}
+		done = idem_convert_prefix(proc, encoding, db, scope, len, out);
+	else						/* nothing converts it: what is valid here */
+		done = idem_valid_prefix(db, scope, len, out);
 	if (done < len)
 		strcat(out, "...");
 	return out;
