@@ -3,9 +3,10 @@
 -- would take that schema (it uses an existing schema named in the control
 -- file as it is), and its owner could drop our objects and create its own
 -- beside them.  The install and update scripts refuse a schema owned by a
--- role that is not a superuser, or on which such a role may create (42P06),
--- and nothing is left behind.  The key statements run as the extension's
--- owner (pg_extension.extowner), never as the schema's owner.
+-- role that is not a superuser, on which such a role may create, or that
+-- holds objects of such a role (42P06), and nothing is left behind.  The
+-- key statements run as the extension's owner (pg_extension.extowner),
+-- never as the schema's owner.
 SELECT current_database() AS regress_db \gset
 CREATE DATABASE review_schema;
 CREATE ROLE regress_squatter NOLOGIN;
@@ -26,7 +27,17 @@ ALTER SCHEMA idempotency OWNER TO CURRENT_USER;
 GRANT CREATE ON SCHEMA idempotency TO regress_squatter;
 CREATE EXTENSION idempotency;
 \echo :LAST_ERROR_SQLSTATE
+-- the squatter put an overload of begin() there while it could: after the
+-- REVOKE the schema is the superuser's, but the function is still its own
+-- ("begin" quoted: psql reads CREATE FUNCTION ... BEGIN as a BEGIN ATOMIC body)
+SET ROLE regress_squatter;
+CREATE FUNCTION idempotency."begin"(key int) RETURNS text LANGUAGE sql AS $$ SELECT 'mine' $$;
+RESET ROLE;
 REVOKE CREATE ON SCHEMA idempotency FROM regress_squatter;
+CREATE EXTENSION idempotency;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS extensions FROM pg_extension WHERE extname = 'idempotency';
+DROP FUNCTION idempotency."begin"(int);
 -- a superuser's schema is taken (what a pg_dump restore does: CREATE SCHEMA,
 -- then CREATE EXTENSION), and so is the one DROP EXTENSION leaves behind
 CREATE EXTENSION idempotency;
