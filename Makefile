@@ -21,7 +21,9 @@ OBJS = \
 	src/machine.o \
 	src/versioned.o \
 	src/insert_once.o \
-	src/once.o
+	src/once.o \
+	src/lookup.o \
+	src/http.o
 
 EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)

@@ -8,7 +8,9 @@
  *
  *	  idempotency.c   _PG_init: GUCs, one idem_xxx_init() per file
  *	  worker.c        the purge background worker
- *	  once.c          once(), lookup(), http_response()  (features)
+ *	  once.c          once()                           (features)
+ *	  lookup.c        lookup()
+ *	  http.c          http_response()
  *	  guard.c         begin(), complete(), fail()      (features)
  *	  lifecycle.c     purge(), tokens, first_seen()
  *	  ops.c           forget(), renew()
@@ -258,7 +260,7 @@ extern void idem_guard_lease_holder(const KeyId *id, int32 attempt,
 /* worker.c */
 extern void idem_purge_worker_register(void);
 
-/* once.c */
+/* lookup.c */
 extern bool idem_keylock_busy(const KeyId *id);	/* in keylock.c */
 
 #endif							/* IDEMPOTENCY_H */
