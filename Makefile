@@ -23,7 +23,8 @@ OBJS = \
 	src/insert_once.o \
 	src/once.o \
 	src/lookup.o \
-	src/http.o
+	src/http.o \
+	src/recovery.o
 
 EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)

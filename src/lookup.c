@@ -8,7 +8,9 @@
  * serialization check and without writing; works on a hot standby.  A key
  * that another transaction is working on in single-transaction mode has
  * no row yet: it is reported from the lock table (keylock.c:
- * idem_keylock_busy()).
+ * idem_keylock_busy()).  The recovery point and state are the last ones a
+ * committed checkpoint() recorded (recovery.c); a 0.4.0 lookup_result
+ * (before ALTER EXTENSION UPDATE) has no columns for them.
  *
  * Locking: none taken.
  *
@@ -48,7 +50,8 @@ seconds_until(TimestampTz until, TimestampTz now)
 
 /*
  * lookup(key, scope) -> at most one row (status, attempts, created_at,
- * updated_at, expires_at, locked_until, retry_after) of the caller's key
+ * updated_at, expires_at, locked_until, retry_after, recovery_point,
+ * recovery_state) of the caller's key
  */
 PG_FUNCTION_INFO_V1(idempotency_lookup);
 
@@ -58,13 +61,17 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	KeyId		id;
 	StoredKey	stored;
-	Datum		out[7];
-	bool		onulls[7] = {false, false, false, false, false, false, false};
+	Datum		out[9];
+	bool		onulls[9] = {false, false, false, false, false, false, false,
+							 true, true};
 	bool		have_row = false;
 	bool		finished = false;
 	TimestampTz now = GetCurrentTimestamp();
 
 	idem_init_materialized_srf(fcinfo);
+	/* lookup_result has 7 columns before 0.5.0, 9 since (recovery point) */
+	if (rsinfo->setDesc->natts != 7 && rsinfo->setDesc->natts != 9)
+		elog(ERROR, "idempotency.lookup_result has %d columns", rsinfo->setDesc->natts);
 	id = idem_keyid(fcinfo, 0, 1, "idempotency key");
 
 	/* the guard's own read (keystore.c), for the caller's role only */
@@ -89,6 +96,16 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 			out[6] = Int32GetDatum(seconds_until(stored.locked_until, now));
 		else
 			out[6] = Int32GetDatum(0);
+		if (stored.recovery_point)
+		{
+			out[7] = PointerGetDatum(stored.recovery_point);
+			onulls[7] = false;
+		}
+		if (stored.recovery_state)
+		{
+			out[8] = JsonbPGetDatum(stored.recovery_state);
+			onulls[8] = false;
+		}
 	}
 
 	/*
