@@ -79,6 +79,10 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION idempotency.derive_key(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
 'Idempotency key for step of the caller''s key to send to another system: the same for every attempt, different per step, role and scope, unguessable without the database''s secret (idk_ + 26 base32 characters)';
 
+-- checkpoint() refuses like complete() and renew(), counted with them
+COMMENT ON COLUMN idempotency.stats.ik004_not_held IS 'IK004 raised: complete(), fail(), renew() or checkpoint() of a key not held';
+COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail(), renew() or checkpoint() of an attempt whose key was taken over (IK004, counted there too)';
+
 -- == outbox (issue 18) ==
 
 -- == Citus (issue 17) ==

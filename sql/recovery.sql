@@ -225,6 +225,20 @@ SELECT idempotency.derive_key('pay-1', 'charge');
 INSERT INTO idempotency.derive_secret SELECT * FROM saved_secret;
 SELECT idempotency.derive_key('pay-1', 'charge') = :'charge_key' AS restored;
 
+-- refused checkpoints are counted in idempotency.stats (ik004, zombies)
+SELECT idempotency.stats_reset();
+SELECT outcome FROM idempotency.begin('pay-s', lease => '1 hour', scope => 'rp-stats');
+SELECT lapse('pay-s');
+SELECT outcome, attempts FROM idempotency.begin('pay-s', lease => '1 hour', scope => 'rp-stats');
+SELECT idempotency.checkpoint('pay-s', 'zombie', '{}', 1, 'rp-stats');
+BEGIN;
+SELECT outcome FROM idempotency.begin('pay-t', scope => 'rp-stats');
+SELECT idempotency.checkpoint('pay-t', 'p', '{}', 1, 'rp-stats');
+ROLLBACK;
+SELECT idempotency.checkpoint('pay-s', 'charged', '{}', 2, 'rp-stats');
+SELECT begin_new, begin_retry, lease_takeovers, ik004_not_held, zombies_refused
+  FROM idempotency.stats WHERE scope = 'rp-stats';
+
 -- ---------------------------------------------------------------------
 -- the library on a table without the recovery point columns (a 0.4.0
 -- table, see upgrade.sql for the real one): begin() works, checkpoint()
