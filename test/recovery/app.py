@@ -18,7 +18,8 @@ from pg_idempotency.phases import Json, Phase, PhaseContext, State, run_phases  
 
 KILL_AT = os.environ.get("KILL_AT", "")
 PROCESSOR = os.environ["PROCESSOR_URL"]
-pool = ConnectionPool("", min_size=1, max_size=4, kwargs={"autocommit": True})
+# not in autocommit: run_phases works in conn.transaction() either way
+pool = ConnectionPool("", min_size=1, max_size=4)
 
 
 def die(at: str) -> None:

@@ -27,6 +27,9 @@ retryably, so a resend retries from the last point; raise
 ``PhaseError(..., permanent=True)`` to end the request for good
 (``fail(retryable => false)``, replayed from then on).
 
+Every unit runs in ``conn.transaction()``: pools in autocommit mode or not
+both work.
+
 Store the response as the exact bytes to answer with (e.g.
 ``{"status": 201, "body": json.dumps(...)}``): jsonb reorders object keys,
 so a replay of a stored object would not send the same bytes.
@@ -106,7 +109,7 @@ class _Renewer:
     def loop(self) -> None:
         while not self.stop.wait(self.every):
             try:
-                with self.pool.connection() as conn:
+                with self.pool.connection() as conn, conn.transaction():
                     conn.execute(RENEW_SQL, (self.key, self.lease, self.attempt, self.scope))
             except psycopg.Error as e:
                 if e.sqlstate == "IK004":
@@ -132,8 +135,7 @@ def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
     lease_td = timedelta(seconds=lease)
     hook: Callable[[str], None] = after_commit or (lambda name: None)
 
-    with pool.connection() as conn:
-        conn.autocommit = True
+    with pool.connection() as conn, conn.transaction():
         row = conn.execute(BEGIN_SQL, (key, None if request is None else Jsonb(request), scope,
                                        None if ttl is None else timedelta(seconds=ttl),
                                        lease_td)).fetchone()
@@ -159,7 +161,7 @@ def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
 
     def derive_key(step: str) -> str:
         if step not in derived:
-            with pool.connection() as c:
+            with pool.connection() as c, c.transaction():
                 r = c.execute(DERIVE_SQL, (key, step, scope)).fetchone()
             assert r is not None
             derived[step] = str(r[0])
@@ -173,8 +175,7 @@ def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
     try:
         if start == len(phases):	# resumed after the last phase, before complete()
             out = response(state)
-            with pool.connection() as conn:
-                conn.autocommit = True
+            with pool.connection() as conn, conn.transaction():
                 conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
             hook("(complete)")
         for i in range(start, len(phases)):
@@ -183,25 +184,22 @@ def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
             if phase.external:
                 result = phase.run(ctx(None))
                 state = {**state, phase.name: result}
-                with pool.connection() as conn:
-                    conn.autocommit = True
+                with pool.connection() as conn, conn.transaction():
                     if last:
                         out = response(state)
                         conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
                     else:
                         conn.execute(CHECKPOINT_SQL, (key, phase.name, Jsonb(state), attempt, scope))
             else:
-                with pool.connection() as conn:
-                    conn.autocommit = True
-                    with conn.transaction():
-                        result = phase.run(ctx(conn))
-                        state = {**state, phase.name: result}
-                        if last:
-                            out = response(state)
-                            conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
-                        else:
-                            conn.execute(CHECKPOINT_SQL,
-                                         (key, phase.name, Jsonb(state), attempt, scope))
+                with pool.connection() as conn, conn.transaction():
+                    result = phase.run(ctx(conn))
+                    state = {**state, phase.name: result}
+                    if last:
+                        out = response(state)
+                        conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
+                    else:
+                        conn.execute(CHECKPOINT_SQL,
+                                     (key, phase.name, Jsonb(state), attempt, scope))
             hook("(complete)" if last else phase.name)
         return PhasesResult(outcome, out, attempt, point)
     except BaseException as e:
@@ -209,8 +207,7 @@ def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
         if not taken_over and not renewer.taken_over.is_set() and isinstance(e, Exception):
             permanent = isinstance(e, PhaseError) and e.permanent
             try:
-                with pool.connection() as conn:
-                    conn.autocommit = True
+                with pool.connection() as conn, conn.transaction():
                     conn.execute(FAIL_SQL, (key, Jsonb({"error": str(e)}), scope,
                                             not permanent, attempt))
             except psycopg.Error:
