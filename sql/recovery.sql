@@ -225,6 +225,23 @@ SELECT idempotency.derive_key('pay-1', 'charge');
 INSERT INTO idempotency.derive_secret SELECT * FROM saved_secret;
 SELECT idempotency.derive_key('pay-1', 'charge') = :'charge_key' AS restored;
 
+-- the same on the SQL path (a DBA's trigger on the key table turns the
+-- fast path off): the prepared SELECT reads the point back
+CREATE FUNCTION rp_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER rp_noop BEFORE INSERT OR UPDATE ON idempotency.idempotency_key
+    FOR EACH ROW EXECUTE FUNCTION rp_noop();
+SELECT outcome FROM idempotency.begin('pay-sql', lease => '1 hour');
+SELECT idempotency.checkpoint('pay-sql', 'order_created', '{"order": 11}', 1);
+SELECT lapse('pay-sql');
+SELECT outcome, attempts, recovery_point, recovery_state FROM idempotency.begin('pay-sql', lease => '1 hour');
+SELECT idempotency.checkpoint('pay-sql', 'zombie', '{}', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.complete('pay-sql', '"done"', attempt => 2);
+SELECT outcome, response, recovery_point FROM idempotency.begin('pay-sql');
+SELECT status, recovery_point, recovery_state FROM idempotency.lookup('pay-sql');
+DROP TRIGGER rp_noop ON idempotency.idempotency_key;
+DROP FUNCTION rp_noop();
+
 -- refused checkpoints are counted in idempotency.stats (ik004, zombies)
 SELECT idempotency.stats_reset();
 SELECT outcome FROM idempotency.begin('pay-s', lease => '1 hour', scope => 'rp-stats');
