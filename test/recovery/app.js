@@ -4,7 +4,8 @@
 // order -> charge -> record -> receipt with runPhases() (pg-idempotency).
 // KILL_AT=<boundary> makes the process SIGKILL itself at that boundary:
 // (begin), order, charge:called (the processor charged, no checkpoint yet),
-// charge, record, (complete) (stored, not yet answered).
+// charge, record, (complete) (stored, not yet answered).  SLOW_CHARGE_MS
+// makes the charge phase take that long (longer than the lease: renewal).
 const http = require('http');
 const path = require('path');
 const ROOT = path.resolve(__dirname, '../..');
@@ -12,11 +13,13 @@ const { Pool } = require(path.join(ROOT, 'clients/node/node_modules/pg'));
 const { runPhases } = require(path.join(ROOT, 'clients/node'));
 
 const KILL_AT = process.env.KILL_AT || '';
+const SLOW_CHARGE_MS = Number(process.env.SLOW_CHARGE_MS || 0);	// a charge slower than the lease
 const PROCESSOR = process.env.PROCESSOR_URL;
 const pool = new Pool({ max: 4 });
 const die = at => { if (KILL_AT === at) process.kill(process.pid, 'SIGKILL'); };
 
 async function charge(ctx) {
+	if (SLOW_CHARGE_MS) await new Promise(r => setTimeout(r, SLOW_CHARGE_MS));
 	const res = await fetch(`${PROCESSOR}/charges`, {
 		method: 'POST',
 		headers: { 'Content-Type': 'application/json', 'Idempotency-Key': await ctx.deriveKey('charge') },

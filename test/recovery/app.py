@@ -2,11 +2,12 @@
 process: POST /payments (Idempotency-Key header, {"amount": n}) runs
 order -> charge -> record -> receipt with pg_idempotency.run_phases.
 KILL_AT=<boundary> makes the process SIGKILL itself at that boundary (see
-app.js for the list).  Prints "listening <port>" when ready."""
+app.js for the list); SLOW_CHARGE_MS slows the charge phase.  Prints "listening <port>" when ready."""
 import json
 import os
 import signal
 import sys
+import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict
@@ -17,6 +18,7 @@ from psycopg_pool import ConnectionPool  # noqa: E402
 from pg_idempotency.phases import Json, Phase, PhaseContext, State, run_phases  # noqa: E402
 
 KILL_AT = os.environ.get("KILL_AT", "")
+SLOW_CHARGE = float(os.environ.get("SLOW_CHARGE_MS", "0")) / 1000  # longer than the lease: renewal
 PROCESSOR = os.environ["PROCESSOR_URL"]
 # not in autocommit: run_phases works in conn.transaction() either way
 pool = ConnectionPool("", min_size=1, max_size=4)
@@ -36,6 +38,8 @@ def order(ctx: PhaseContext) -> Json:
 
 
 def charge(ctx: PhaseContext) -> Json:
+    if SLOW_CHARGE:
+        time.sleep(SLOW_CHARGE)
     o: Any = ctx.state["order"]
     req = urllib.request.Request(
         f"{PROCESSOR}/charges", method="POST",

@@ -33,10 +33,10 @@ function check(ok, what, extra) {
 }
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 
-function startApp(app, killAt) {
+function startApp(app, killAt, extraEnv = {}) {
 	return new Promise((resolve, reject) => {
 		const child = spawn(app.argv[0], app.argv.slice(1), {
-			env: { ...process.env, KILL_AT: killAt, PROCESSOR_URL: PROCESSOR },
+			env: { ...process.env, KILL_AT: killAt, PROCESSOR_URL: PROCESSOR, ...extraEnv },
 			stdio: ['ignore', 'pipe', 'pipe'],
 		});
 		let out = '';
@@ -113,6 +113,31 @@ async function main() {
 			check(ch.length === 1 && body.charge === ch[0].charge_id,
 				`${what} the answer names the charge that was recorded`, { body, ch });
 		}
+	}
+	// a phase slower than the lease (2.5 s against 1 s): the helper renews the
+	// lease while it runs, so a duplicate sent meanwhile is told to wait (409)
+	// instead of taking the key over and charging a second time
+	for (const app of APPS) {
+		const key = `${app.label}-slow`;
+		const what = `[${app.label}] a charge slower than the lease:`;
+		const a = await startApp(app, '', { SLOW_CHARGE_MS: '2500' });
+		const firstP = post(a.port, key);
+		await sleep(1600);
+		const dup = await post(a.port, key);
+		const first = await firstP;
+		const again = await post(a.port, key);
+		a.child.kill('SIGTERM');
+		await a.exited;
+		check(dup.status === 409, `${what} a duplicate during the phase gets 409 (the lease was renewed)`, dup);
+		check(first.status === 201 && again.status === 201 && again.body === first.body && again.replayed,
+			`${what} the request completes, and a resend replays it`, { first, again });
+		const s = await stats();
+		const c = (await pool.query(
+			`SELECT (SELECT count(*) FROM shop_order WHERE idem_key = $1)::int AS orders,
+			        (SELECT attempts FROM idempotency.idempotency_key WHERE key = $1 AND scope = 'payments') AS attempts`,
+			[key])).rows[0];
+		check(s.byRequest[key] === 1 && c.orders === 1 && c.attempts === 1,
+			`${what} one attempt, one order, one charge`, { charges: s.byRequest[key], c });
 	}
 	await pool.end();
 	console.log(`# ${n} checks in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
