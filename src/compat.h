@@ -227,4 +227,15 @@ idem_request_shmem(IdemShmemRequestFn fn)
 }
 #endif
 
+/* ---------------------------------------------------------------------
+ * a database left half-dropped by an interrupted DROP DATABASE (marked by
+ * datconnlimit since 15.4, 14.9, 13.12): nobody may connect to it
+ * ---------------------------------------------------------------------
+ */
+#ifdef DATCONNLIMIT_INVALID_DB
+#define IDEM_DATABASE_IS_INVALID(form) database_is_invalid_form(form)
+#else
+#define IDEM_DATABASE_IS_INVALID(form) false
+#endif
+
 #endif							/* IDEMPOTENCY_COMPAT_H */
