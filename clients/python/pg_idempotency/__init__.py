@@ -4,7 +4,8 @@ psycopg 3), ``pg_idempotency.flask.idempotent`` (sync, psycopg 3),
 ``pg_idempotency.django.idempotent`` (Django's own connection: psycopg2 or
 psycopg 3); ``Guard`` / ``AsyncGuard`` on psycopg 3 pools, and
 ``pg_idempotency.core.run`` with a driver from ``pg_idempotency.drivers``
-for anything else.  clients/python/README.md documents them all.
+for anything else; ``run_phases`` / ``run_phases_async`` for requests that
+call other systems, in phases resumable after a crash.  clients/python/README.md documents them all.
 
 Importing the package imports no driver: ``Guard`` and ``AsyncGuard``
 (psycopg 3) load on first use."""
@@ -17,7 +18,9 @@ from .core import (Answer, Captured, InvalidKey, Options, decode_response, defau
 
 __all__ = ["Answer", "AsyncGuard", "Captured", "Guard", "InvalidKey", "Options",
            "decode_response", "default_store", "encode_response", "error_answer", "message_of",
-           "parse_key", "problem", "request_json", "run", "sqlstate_of"]
+           "parse_key", "problem", "request_json", "run", "sqlstate_of",
+           "AsyncPhase", "AsyncPhaseContext", "Phase", "PhaseContext", "PhaseError", "PhasesResult",
+           "run_phases", "run_phases_async"]
 __version__ = "0.5.0"
 
 
@@ -26,7 +29,8 @@ __version__ = "0.5.0"
 _LAZY = {"Guard": "guard", "AsyncGuard": "guard",
          # recovery points (pg_idempotency.phases, psycopg 3), where present
          "Phase": "phases", "PhaseContext": "phases", "PhaseError": "phases",
-         "PhasesResult": "phases", "run_phases": "phases"}
+         "PhasesResult": "phases", "run_phases": "phases",
+         "AsyncPhase": "phases", "AsyncPhaseContext": "phases", "run_phases_async": "phases"}
 
 
 def __getattr__(name: str) -> Any:
