@@ -68,3 +68,10 @@ demo:
 .PHONY: bench
 bench:
 	bash bench/run
+
+# PGXN release zip (META.json): git archive of HEAD (.gitattributes leaves
+# out clients/, debian/, bench/, .ci/), as pg_partman and pgmq make theirs
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/idempotency.control)
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
