@@ -55,6 +55,12 @@ all install installcheck:
 	@echo "PGXS not found: install postgresql-server-dev-15, or run make test / make demo" >&2; exit 1
 endif
 
+# a VPATH build (Debian's pg_buildext builds in build-MAJOR/) needs src/
+# for the objects
+ifdef VPATH
+$(shell mkdir -p src)
+endif
+
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
 
