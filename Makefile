@@ -24,7 +24,8 @@ OBJS = \
 	src/once.o
 
 EXTENSION = idempotency
-DATA = $(wildcard idempotency--*.sql)
+# (names relative to the source directory, also in a VPATH build)
+DATA = $(notdir $(wildcard $(if $(VPATH),$(VPATH)/)idempotency--*.sql))
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
 REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http
