@@ -27,7 +27,8 @@ OBJS = \
 	src/recovery.o
 
 EXTENSION = idempotency
-DATA = $(wildcard idempotency--*.sql)
+# (names relative to the source directory, also in a VPATH build)
+DATA = $(notdir $(wildcard $(if $(VPATH),$(VPATH)/)idempotency--*.sql))
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
 REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http review_transition review_retry_after review_schema review_purge review_insert_path review_once_evict recovery
@@ -58,6 +59,12 @@ all install installcheck:
 	@echo "PGXS not found: install postgresql-server-dev-15, or run make test / make demo" >&2; exit 1
 endif
 
+# a VPATH build (Debian's pg_buildext builds in build-MAJOR/) needs src/
+# for the objects
+ifdef VPATH
+$(shell mkdir -p src)
+endif
+
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
 
@@ -79,3 +86,10 @@ test-cassert:
 
 test-upgrade:
 	bash test/upgrade/run
+
+# PGXN release zip (META.json): git archive of HEAD (.gitattributes leaves
+# out clients/, debian/, bench/, .ci/), as pg_partman and pgmq make theirs
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/idempotency.control)
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
