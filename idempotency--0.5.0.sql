@@ -514,3 +514,51 @@ COMMENT ON FUNCTION idempotency.renew(pg_catalog.text, pg_catalog.interval, pg_c
 -- == outbox (issue 18) ==
 
 -- == Citus (issue 17) ==
+-- One set-up step on a Citus coordinator (README "Scaling out with
+-- Citus"): the key table and seen_message distributed by key and message
+-- id in one co-location group (a business table distributed by the same
+-- key, text COLLATE "C", joins it), tokens distributed by token, the state
+-- machines a reference table.  The C code detects the distribution
+-- (src/keystore.c) and serialises each key on its shard.  Without Citus it
+-- only raises 55000.  SECURITY INVOKER: distributing needs the tables'
+-- owner, as create_distributed_table() does.
+CREATE FUNCTION idempotency.distribute()
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idempotency.distribute() needs the citus extension'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The citus extension is not installed in this database, so there is nothing to distribute the idempotency tables over.',
+                  HINT = 'On a Citus coordinator: CREATE EXTENSION citus; then call idempotency.distribute() again. A single server needs no set-up.';
+    END IF;
+    FOR t IN
+        SELECT v.tab, v.col, v.colocate
+          FROM (VALUES (1, 'idempotency.idempotency_key', 'key', 'default'),
+                       (2, 'idempotency.seen_message', 'message_id', 'idempotency.idempotency_key'),
+                       (3, 'idempotency.token', 'token', 'default'),
+                       (4, 'idempotency.state_machine', NULL, NULL))
+               AS v(n, tab, col, colocate)
+         ORDER BY v.n
+    LOOP
+        -- a table Citus knows already stays as it is (a second call is harmless)
+        CONTINUE WHEN EXISTS (
+            SELECT FROM pg_catalog.pg_dist_partition AS p
+             WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.tab::pg_catalog.regclass);
+        IF t.col IS NULL THEN
+            PERFORM pg_catalog.create_reference_table(t.tab::pg_catalog.regclass);
+        ELSE
+            PERFORM pg_catalog.create_distributed_table(t.tab::pg_catalog.regclass, t.col,
+                                                        colocate_with => t.colocate);
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION idempotency.distribute() IS
+'Citus coordinator: distribute the key table, seen messages and tokens, make state machines a reference table; 55000 without Citus';
+REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;

@@ -96,6 +96,9 @@ extern void idem_as_caller(const SavedUser *saved);
 extern uint64 idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs,
 								Oid *argtypes, Datum *values,
 								const char *nulls, int expect_rc);
+extern uint64 idem_run_as_owner_once(const char *sql, int nargs,
+									 Oid *argtypes, Datum *values,
+									 const char *nulls, int expect_rc);
 extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 									 int nargs, Oid *argtypes, Datum *values,
 									 const char *nulls, int expect_rc,
@@ -218,6 +221,12 @@ extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
 extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
 								bool retryable);
+/* Citus (issue 17): the key's shard serialises it */
+extern bool idem_citus_table(Oid relid);
+extern bool idem_keystore_distributed(void);
+extern bool idem_keystore_claim(const HeldKey *h);
+extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
+							   MemoryContext outcxt);
 
 /* ---- features ---- */
 

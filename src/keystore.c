@@ -26,6 +26,22 @@
  *		   (length limits and domain constraints included); the SELECT
  *		   casts every column back to the type the guard expects.
  *
+ *	Citus  the table is distributed by Citus (it is in pg_dist_partition,
+ *		   which Citus keeps on the coordinator and on every worker): the
+ *		   relation this node sees is a shell whose rows live in shards,
+ *		   perhaps on another node.  Only SQL reaches the rows, so the SQL
+ *		   path is taken, and Citus routes each statement to the shard of
+ *		   the key (the key is the distribution column).  The key lock
+ *		   (keylock.c) is local to one node, so on Citus it is not what
+ *		   serialises a key: the shard's primary key is.  begin() claims a
+ *		   key with idem_keystore_claim() (an in_progress row, INSERT ... ON
+ *		   CONFLICT DO NOTHING, uncommitted until the transaction ends: a
+ *		   concurrent claim from any node waits for it on the shard) or
+ *		   locks the existing row with idem_keystore_lock() (SELECT ... FOR
+ *		   UPDATE on the shard).  Detected once and cached like the path
+ *		   (Citus invalidates the table's relcache entry when it changes
+ *		   pg_dist_partition).
+ *
  * Updates (a retry, the end of a lease) are always a prepared UPDATE.
  * Every statement is schema-qualified, every operator OPERATOR(pg_catalog.=),
  * every value a parameter; it runs as the extension's owner (runas.c) for
@@ -59,6 +75,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -106,11 +123,14 @@ static const bool col_notnull[NUM_COLS] = {
 
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static bool store_fast = false;			/* see the file comment */
+static bool store_citus = false;		/* distributed by Citus (ditto) */
 static AttrNumber store_attnums[NUM_COLS];
 
 static SPIPlanPtr plan_select = NULL;
 static SPIPlanPtr plan_insert = NULL;
 static SPIPlanPtr plan_update = NULL;
+static SPIPlanPtr plan_select_lock = NULL;	/* Citus */
+static SPIPlanPtr plan_claim = NULL;
 
 #define KEY_WHERE \
 	" WHERE k.owner OPERATOR(pg_catalog.=) $1" \
@@ -126,6 +146,25 @@ static const char *const sql_select =
 "       k.locked_until::pg_catalog.timestamptz, k.xmin,"
 "       k.updated_at::pg_catalog.timestamptz"
 "  FROM idempotency.idempotency_key AS k" KEY_WHERE;
+
+/* Citus: the same read, locking the row on the shard */
+static const char *const sql_select_lock =
+"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea,"
+"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool,"
+"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz,"
+"       k.expires_at::pg_catalog.timestamptz,"
+"       k.locked_until::pg_catalog.timestamptz, k.xmin,"
+"       k.updated_at::pg_catalog.timestamptz"
+"  FROM idempotency.idempotency_key AS k" KEY_WHERE
+"   FOR UPDATE OF k";
+
+/* Citus: claim a key with an in_progress row; a row there wins */
+static const char *const sql_claim =
+"INSERT INTO idempotency.idempotency_key AS k"
+"  (owner, scope, key, status, request_hash, response, retryable, attempts,"
+"   created_at, updated_at, expires_at, locked_until)"
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+" ON CONFLICT DO NOTHING";
 
 static const char *const sql_insert =
 "INSERT INTO idempotency.idempotency_key AS k"
@@ -177,6 +216,37 @@ bad_table(const char *detail)
 }
 
 /*
+ * Is relid a table Citus knows (distributed, reference or Citus-managed
+ * local): a row of pg_dist_partition, which Citus keeps on the coordinator
+ * and, with its metadata synced, on every worker?  false when Citus is not
+ * installed (no pg_dist_partition).  Reads the catalog table directly (no
+ * SQL); callers cache the answer.  For keystore.c and lifecycle.c.
+ */
+bool
+idem_citus_table(Oid relid)
+{
+	Oid			catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	AttrNumber	att;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData skey;
+	bool		found;
+
+	if (!OidIsValid(catalog))
+		return false;
+	att = get_attnum(catalog, "logicalrelid");
+	if (att == InvalidAttrNumber)
+		return false;
+	rel = table_open(catalog, AccessShareLock);
+	ScanKeyInit(&skey, att, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &skey);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
  * Find the table, check that it can hold keys, and choose the path (see
  * the file comment).  Cached until the table changes.
  */
@@ -189,6 +259,7 @@ store_resolve(void)
 	TupleDesc	td;
 	int			ncols = 0;
 	bool		fast;
+	bool		citus;
 
 	if (OidIsValid(store_relid))
 		return;
@@ -206,8 +277,9 @@ store_resolve(void)
 	if (rel->rd_rel->relkind != RELKIND_RELATION &&
 		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
 		bad_table("It is not a table.");
+	citus = idem_citus_table(relid);
 	fast = rel->rd_rel->relkind == RELKIND_RELATION &&
-		rel->trigdesc == NULL && rel->rd_rules == NULL;
+		rel->trigdesc == NULL && rel->rd_rules == NULL && !citus;
 	for (int i = 0; i < td->natts; i++)
 		if (!TupleDescAttr(td, i)->attisdropped)
 			ncols++;
@@ -257,6 +329,7 @@ store_resolve(void)
 	}
 	relation_close(rel, NoLock);
 	store_fast = fast;
+	store_citus = citus;
 	store_relid = relid;
 }
 
@@ -471,7 +544,7 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
  */
 static bool
 sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
-		  TransactionId *xmin)
+		  TransactionId *xmin, bool lock)
 {
 	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
 	Datum		values[3];
@@ -483,8 +556,12 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 
 	key_values(id, values);
 	SPI_connect();
-	n = idem_run_as_owner_snap(&plan_select, sql_select, 3, argtypes, values,
-							   NULL, SPI_OK_SELECT, snap);
+	if (lock)
+		n = idem_run_as_owner(&plan_select_lock, sql_select_lock, 3, argtypes,
+							  values, NULL, SPI_OK_SELECT);
+	else
+		n = idem_run_as_owner_snap(&plan_select, sql_select, 3, argtypes, values,
+								   NULL, SPI_OK_SELECT, snap);
 	if (n > 1)
 		bad_table(psprintf("It holds " UINT64_FORMAT " rows for one key: its primary key on (key, scope, owner) is missing.", n));
 	if (n == 0)
@@ -564,7 +641,7 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
  */
 static void
 keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
-			  bool check_latest)
+			  bool check_latest, bool lock)
 {
 	TransactionId xmin = InvalidTransactionId;
 	ErrorContextCallback errcb;
@@ -587,9 +664,14 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 		PopActiveSnapshot();
 	}
 	else
-		(void) sql_probe(id, InvalidSnapshot, out, outcxt, &xmin);
+		(void) sql_probe(id, InvalidSnapshot, out, outcxt, &xmin, lock);
 
-	if (check_latest && IsolationUsesXactSnapshot())
+	/*
+	 * On Citus the row lives on the shard's node, where a locking read
+	 * raises the serialization failure itself; a local snapshot says
+	 * nothing about it.
+	 */
+	if (check_latest && IsolationUsesXactSnapshot() && !store_citus)
 	{
 		TransactionId latest_xmin = InvalidTransactionId;
 		bool		latest;
@@ -597,7 +679,8 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 		if (store_fast)
 			latest = probe(heap, id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
 		else
-			latest = sql_probe(id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
+			latest = sql_probe(id, GetLatestSnapshot(), NULL, outcxt,
+							   &latest_xmin, false);
 		if (latest != out->found || (latest && latest_xmin != xmin))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -613,7 +696,7 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 void
 idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
-	keystore_read(id, out, outcxt, true);
+	keystore_read(id, out, outcxt, true, false);
 }
 
 /*
@@ -623,7 +706,32 @@ idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 void
 idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
-	keystore_read(id, out, outcxt, false);
+	keystore_read(id, out, outcxt, false, false);
+}
+
+/*
+ * Is the key table distributed by Citus?  Then a key's serialization point
+ * is its shard's primary key (idem_keystore_claim(), idem_keystore_lock()),
+ * not the node-local key lock.  Cached (see the file comment).
+ */
+bool
+idem_keystore_distributed(void)
+{
+	store_resolve();
+	return store_citus;
+}
+
+/*
+ * The lookup of idem_keystore_lookup() locking the row where it lives
+ * (SELECT ... FOR UPDATE): on Citus, a transaction that holds the row
+ * (a claim or a lock from any node) is waited for, and the row read is
+ * the latest committed one.  Without Citus, the same as the lookup (the
+ * key lock serialises).
+ */
+void
+idem_keystore_lock(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+{
+	keystore_read(id, out, outcxt, true, idem_keystore_distributed());
 }
 
 /*
@@ -631,25 +739,13 @@ idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
  * was there at begin(), else an INSERT.  An UPDATE that finds nothing
  * (the expired row was purged meanwhile) falls back to the INSERT.
  */
-void
-idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
-					bool retryable_null, bool retryable)
+static void
+row_values(const HeldKey *h, const char *status, Jsonb *response,
+		   bool retryable_null, bool retryable, Datum *values, char *nulls)
 {
-	Datum		values[NUM_COLS];
-	char		nulls[NUM_COLS];
-	bytea	   *hash = NULL;
-	bool		connected = false;
-	bool		done = false;
-	ErrorContextCallback errcb;
-	StoreErrorArg arg = {&h->id, "storing"};
+	bytea	   *hash;
 
-	check_writable(&h->id);
-	errcb.callback = store_error_context;
-	errcb.arg = &arg;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
-
-	memset(nulls, ' ', sizeof(nulls));
+	memset(nulls, ' ', NUM_COLS);
 	key_values(&h->id, values);
 	values[COL_STATUS] = CStringGetTextDatum(status);
 	if (h->has_hash)
@@ -675,6 +771,25 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	values[COL_LOCKED_UNTIL] = TimestampTzGetDatum(h->locked_until);
 	if (h->locked_until == 0)
 		nulls[COL_LOCKED_UNTIL] = 'n';
+}
+
+void
+idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
+					bool retryable_null, bool retryable)
+{
+	Datum		values[NUM_COLS];
+	char		nulls[NUM_COLS];
+	bool		connected = false;
+	bool		done = false;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {&h->id, "storing"};
+
+	check_writable(&h->id);
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	row_values(h, status, response, retryable_null, retryable, values, nulls);
 
 	if (h->row_exists)
 	{
@@ -714,6 +829,38 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	if (connected)
 		SPI_finish();
 	error_context_stack = errcb.previous;
+}
+
+/*
+ * Citus: claim key h->id for this transaction with an in_progress row
+ * (INSERT ... ON CONFLICT DO NOTHING, routed to the key's shard).  Returns
+ * true when the row was inserted: until this transaction ends, a claim of
+ * the same key from any node waits for it on the shard's primary key, and
+ * then finds the row this transaction left (or none, after a rollback).
+ * false when a committed row is there (perhaps committed while we waited):
+ * the caller locks and reads it (idem_keystore_lock()).
+ */
+bool
+idem_keystore_claim(const HeldKey *h)
+{
+	Datum		values[NUM_COLS];
+	char		nulls[NUM_COLS];
+	bool		inserted;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {&h->id, "claiming"};
+
+	check_writable(&h->id);
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	row_values(h, "in_progress", NULL, true, false, values, nulls);
+	SPI_connect();
+	inserted = idem_run_as_owner(&plan_claim, sql_claim, NUM_COLS, col_types,
+								 values, nulls, SPI_OK_INSERT) > 0;
+	SPI_finish();
+	error_context_stack = errcb.previous;
+	return inserted;
 }
 
 void

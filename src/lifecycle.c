@@ -16,6 +16,21 @@
  * purges one batch of the caller's own rows; the background worker
  * (worker.c) purges every role's rows, a committed batch at a time.
  *
+ * On Citus (a table in pg_dist_partition, idem_citus_table()) Citus cannot
+ * run the ctid statement above (ctids are per shard, and a locking
+ * subquery over many shards is not routable).  There a batch is
+ *
+ *	  DELETE ... WHERE (primary key) IN (SELECT primary key ... WHERE
+ *									   expires_at <= now LIMIT n)
+ *				  AND expires_at <= now
+ *
+ * which Citus plans in two steps (the subquery's rows gathered first, then
+ * one DELETE per shard), planned afresh with its values each time (Citus
+ * cannot split a generic plan).  It does not skip locked rows: it waits for a
+ * transaction that holds one (a begin() retrying an expired key), then
+ * rechecks the expiry and leaves a row that was renewed.  Asked per batch,
+ * so a table distributed while the worker runs is purged the new way.
+ *
  * Tokens: issue_token() inserts a random uuid; consume_token() deletes it.
  * Concurrent consumers serialise on the row lock of the DELETE: exactly one
  * deletes it, the others then find nothing.  A rolled-back consumer gives
@@ -55,8 +70,13 @@ static const char *const purge_tables[PURGE_NTABLES] = {
 	"idempotency_key", "token", "seen_message"
 };
 
-/* [table][0 = one role, 1 = every role] */
+/* [table][0 = one role, 1 = every role]; none on Citus (planned afresh) */
 static SPIPlanPtr purge_plans[PURGE_NTABLES][2];
+
+/* each table's primary key, for the Citus statement */
+static const char *const purge_keys[PURGE_NTABLES] = {
+	"key, scope, owner", "token", "message_id, scope, owner"
+};
 
 static const char *const purge_sql =
 "DELETE FROM idempotency.%s AS t"
@@ -64,6 +84,15 @@ static const char *const purge_sql =
 "         SELECT s.ctid FROM idempotency.%s AS s"
 "          WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
 "          LIMIT $2 FOR UPDATE SKIP LOCKED))"
+"   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
+
+/* Citus: by primary key (see the file comment) */
+static const char *const purge_sql_citus =
+"DELETE FROM idempotency.%s AS t"
+" WHERE (%s) IN ("
+"         SELECT %s FROM idempotency.%s AS s"
+"          WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"          LIMIT $2)"
 "   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
 
 /*
@@ -85,18 +114,32 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		Oid			argtypes[3] = {TIMESTAMPTZOID, INT4OID, REGROLEOID};
 		Datum		values[3];
 		char	   *sql;
+		Oid			relid = InvalidOid;
+		int			citus;
 
 		counts[i] = 0;
-		if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid(purge_tables[i], nsp)))
+		if (OidIsValid(nsp))
+			relid = get_relname_relid(purge_tables[i], nsp);
+		if (!OidIsValid(relid))
 			continue;			/* an older version of the extension */
+		citus = idem_citus_table(relid) ? 1 : 0;
 
 		values[0] = TimestampTzGetDatum(now);
 		values[1] = Int32GetDatum(batch_size);
 		values[2] = ObjectIdGetDatum(owner);
-		sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
-					   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
-		counts[i] = idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
-								 values, NULL, SPI_OK_DELETE);
+		if (citus)
+			sql = psprintf(purge_sql_citus, purge_tables[i], purge_keys[i],
+						   purge_keys[i], purge_tables[i],
+						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
+		else
+			sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
+						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
+		if (citus)
+			counts[i] = idem_run_as_owner_once(sql, all ? 2 : 3, argtypes, values,
+											   NULL, SPI_OK_DELETE);
+		else
+			counts[i] = idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3,
+										  argtypes, values, NULL, SPI_OK_DELETE);
 		pfree(sql);
 		total += counts[i];
 	}

@@ -96,7 +96,8 @@ idempotency_forget(PG_FUNCTION_ARGS)
 				 errhint("Try again when that request has finished.")));
 	}
 
-	idem_keystore_lookup(&id, &stored, CurrentMemoryContext);
+	/* on Citus, the row lock on the shard keeps a begin() from any node out */
+	idem_keystore_lock(&id, &stored, CurrentMemoryContext);
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
 	{
 		/* absent, expired (the purge takes it), or another role's */

@@ -149,6 +149,26 @@ idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
 								  expect_rc, InvalidSnapshot);
 }
 
+/*
+ * The same for a statement planned afresh with its parameter values (no
+ * kept plan): for Citus, which cannot plan a generic plan of a statement
+ * it must split into steps (lifecycle.c's purge of a distributed table).
+ */
+uint64
+idem_run_as_owner_once(const char *sql, int nargs, Oid *argtypes,
+					   Datum *values, const char *nulls, int expect_rc)
+{
+	SavedUser	saved;
+	int			rc;
+
+	idem_as_owner(&saved);
+	rc = SPI_execute_with_args(sql, nargs, argtypes, values, nulls, false, 0);
+	if (rc != expect_rc)
+		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));
+	idem_as_caller(&saved);
+	return SPI_processed;
+}
+
 void
 idem_runas_init(void)
 {
