@@ -557,6 +557,24 @@ BEGIN
                                                         colocate_with => t.colocate);
         END IF;
     END LOOP;
+    -- On Citus a transaction's writes to a group of co-located shards go
+    -- through one connection per role, and the caller's own work writes
+    -- there too: so the functions write keys, tokens and messages as the
+    -- caller (src/runas.c), and each role may write only its own rows.
+    FOR t IN SELECT v.tab FROM (VALUES ('idempotency_key'), ('token'), ('seen_message')) AS v(tab)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_policy AS p
+                        WHERE p.polrelid OPERATOR(pg_catalog.=)
+                              ('idempotency.' OPERATOR(pg_catalog.||) t.tab)::pg_catalog.regclass
+                          AND p.polname OPERATOR(pg_catalog.=) (t.tab OPERATOR(pg_catalog.||) '_own_rows_write')) THEN
+            EXECUTE pg_catalog.format(
+                'CREATE POLICY %I ON idempotency.%I FOR ALL'
+                ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))'
+                ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
+                t.tab OPERATOR(pg_catalog.||) '_own_rows_write', t.tab);
+        END IF;
+        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency.%I TO PUBLIC', t.tab);
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION idempotency.distribute() IS

@@ -96,6 +96,10 @@ extern void idem_as_caller(const SavedUser *saved);
 extern uint64 idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs,
 								Oid *argtypes, Datum *values,
 								const char *nulls, int expect_rc);
+extern Datum idem_owner_name(Oid owner);
+extern uint64 idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql,
+						  int nargs, Oid *argtypes, Datum *values,
+						  const char *nulls, int expect_rc);
 extern uint64 idem_run_as_owner_once(const char *sql, int nargs,
 									 Oid *argtypes, Datum *values,
 									 const char *nulls, int expect_rc);
@@ -211,6 +215,7 @@ typedef struct StoredKey
 	TimestampTz updated_at;
 	TimestampTz expires_at;
 	TimestampTz locked_until;	/* 0 when NULL */
+	Oid			shard_owner;	/* Citus: the owner's oid on the shard's node */
 } StoredKey;
 
 extern void idem_keystore_init(void);
@@ -222,7 +227,30 @@ extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
 								bool retryable);
 /* Citus (issue 17): the key's shard serialises it */
+typedef enum IdemTable
+{
+	IDEM_TABLE_TOKEN,			/* idempotency.token */
+	IDEM_TABLE_SEEN,			/* idempotency.seen_message */
+	IDEM_TABLE_MACHINE,			/* idempotency.state_machine */
+	IDEM_NTABLES
+} IdemTable;
+
+/*
+ * SQL comparing an owner column (regrole) with a parameter: a regrole, or
+ * on a table Citus knows, the role's name as text (idem_owner_name()).
+ * Role oids differ from node to node (Citus creates roles by name), and
+ * Citus ships a regrole compared as an oid with the oid of the node where
+ * the statement starts; the column's name is taken where the row lives.
+ * (A text parameter, not a cast of a regrole one: Citus 13.2 cannot plan a
+ * generic UPDATE with a cast of a parameter, and crashes trying.)
+ */
+#define IDEM_OWNER_EQ(col, param) \
+	col " OPERATOR(pg_catalog.=) " param
+#define IDEM_OWNER_EQ_CITUS(col, param) \
+	col "::pg_catalog.text OPERATOR(pg_catalog.=) " param
+
 extern bool idem_citus_table(Oid relid);
+extern bool idem_table_distributed(IdemTable t);
 extern bool idem_keystore_distributed(void);
 extern bool idem_keystore_claim(const HeldKey *h);
 extern void idem_keystore_lock(const KeyId *id, StoredKey *out,

@@ -124,39 +124,52 @@ static const bool col_notnull[NUM_COLS] = {
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static bool store_fast = false;			/* see the file comment */
 static bool store_citus = false;		/* distributed by Citus (ditto) */
+
+/* the other tables: distributed by Citus?  (idem_table_distributed) */
+static const char *const table_names[IDEM_NTABLES] = {
+	"token", "seen_message", "state_machine"
+};
+static Oid	table_relid[IDEM_NTABLES];	/* InvalidOid: not looked yet */
+static bool table_citus[IDEM_NTABLES];
 static AttrNumber store_attnums[NUM_COLS];
 
 static SPIPlanPtr plan_select = NULL;
 static SPIPlanPtr plan_insert = NULL;
 static SPIPlanPtr plan_update = NULL;
-static SPIPlanPtr plan_select_lock = NULL;	/* Citus */
+static SPIPlanPtr plan_select_citus = NULL;	/* Citus */
+static SPIPlanPtr plan_upsert_citus = NULL;
+static SPIPlanPtr plan_select_lock = NULL;
 static SPIPlanPtr plan_claim = NULL;
 
 #define KEY_WHERE \
-	" WHERE k.owner OPERATOR(pg_catalog.=) $1" \
+	" WHERE " IDEM_OWNER_EQ("k.owner", "$1") \
 	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
 	"   AND k.key OPERATOR(pg_catalog.=) $3"
 
-/* columns in StoredKey order, cast to the types the guard reads */
-static const char *const sql_select =
-"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea,"
-"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool,"
-"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz,"
-"       k.expires_at::pg_catalog.timestamptz,"
-"       k.locked_until::pg_catalog.timestamptz, k.xmin,"
-"       k.updated_at::pg_catalog.timestamptz"
-"  FROM idempotency.idempotency_key AS k" KEY_WHERE;
+/* on Citus: the owner by name (idempotency.h) */
+#define KEY_WHERE_CITUS \
+	" WHERE " IDEM_OWNER_EQ_CITUS("k.owner", "$1") \
+	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
+	"   AND k.key OPERATOR(pg_catalog.=) $3"
 
-/* Citus: the same read, locking the row on the shard */
-static const char *const sql_select_lock =
-"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea,"
-"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool,"
-"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz,"
-"       k.expires_at::pg_catalog.timestamptz,"
-"       k.locked_until::pg_catalog.timestamptz, k.xmin,"
+#define SELECT_COLS_11 \
+"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea," \
+"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool," \
+"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz," \
+"       k.expires_at::pg_catalog.timestamptz," \
+"       k.locked_until::pg_catalog.timestamptz, k.xmin," \
 "       k.updated_at::pg_catalog.timestamptz"
-"  FROM idempotency.idempotency_key AS k" KEY_WHERE
-"   FOR UPDATE OF k";
+#define FROM_KEYS "  FROM idempotency.idempotency_key AS k"
+#define SELECT_COLS SELECT_COLS_11 FROM_KEYS
+
+#define UPDATE_SET \
+"UPDATE idempotency.idempotency_key AS k" \
+"   SET status = $4, request_hash = $5, response = $6, retryable = $7," \
+"       attempts = $8, created_at = $9, updated_at = $10, expires_at = $11," \
+"       locked_until = $12"
+
+/* columns in StoredKey order, cast to the types the guard reads */
+static const char *const sql_select = SELECT_COLS KEY_WHERE;
 
 /* Citus: claim a key with an in_progress row; a row there wins */
 static const char *const sql_claim =
@@ -172,11 +185,32 @@ static const char *const sql_insert =
 "   created_at, updated_at, expires_at, locked_until)"
 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
-static const char *const sql_update =
-"UPDATE idempotency.idempotency_key AS k"
-"   SET status = $4, request_hash = $5, response = $6, retryable = $7,"
-"       attempts = $8, created_at = $9, updated_at = $10, expires_at = $11,"
-"       locked_until = $12" KEY_WHERE;
+static const char *const sql_update = UPDATE_SET KEY_WHERE;
+
+/*
+ * Citus: a write is an upsert, which names the owner only as a value (Citus
+ * refuses the owner-by-name comparison in an UPDATE: a STABLE function of
+ * a column), and a value of type regrole travels by name
+ */
+static const char *const sql_upsert_citus =
+"INSERT INTO idempotency.idempotency_key AS k"
+"  (owner, scope, key, status, request_hash, response, retryable, attempts,"
+"   created_at, updated_at, expires_at, locked_until)"
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+" ON CONFLICT (key, scope, owner) DO UPDATE"
+"   SET status = EXCLUDED.status, request_hash = EXCLUDED.request_hash,"
+"       response = EXCLUDED.response, retryable = EXCLUDED.retryable,"
+"       attempts = EXCLUDED.attempts, created_at = EXCLUDED.created_at,"
+"       updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at,"
+"       locked_until = EXCLUDED.locked_until";
+
+/* Citus: column 11, the owner's oid where the row lives (for forget()) */
+#define SELECT_COLS_CITUS SELECT_COLS_11 ", k.owner::pg_catalog.oid" FROM_KEYS
+
+static const char *const sql_select_citus = SELECT_COLS_CITUS KEY_WHERE_CITUS;
+/* Citus: the same read, locking the row on the shard */
+static const char *const sql_select_lock =
+SELECT_COLS_CITUS KEY_WHERE_CITUS "   FOR UPDATE OF k";
 
 /* what an error context callback says */
 typedef struct StoreErrorArg
@@ -194,6 +228,9 @@ store_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
 {
 	if (relid == InvalidOid || relid == store_relid)
 		store_relid = InvalidOid;
+	for (int i = 0; i < IDEM_NTABLES; i++)
+		if (relid == InvalidOid || relid == table_relid[i])
+			table_relid[i] = InvalidOid;
 }
 
 static void
@@ -244,6 +281,27 @@ idem_citus_table(Oid relid)
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return found;
+}
+
+/*
+ * Is table t of the extension known to Citus?  Then its statements compare
+ * owners by name (IDEM_OWNER_EQ_CITUS).  Cached until the table changes;
+ * false when it does not exist (an older version of the extension).
+ */
+bool
+idem_table_distributed(IdemTable t)
+{
+	if (!OidIsValid(table_relid[t]))
+	{
+		Oid			nsp = get_namespace_oid("idempotency", true);
+		Oid			relid = OidIsValid(nsp) ? get_relname_relid(table_names[t], nsp) : InvalidOid;
+
+		if (!OidIsValid(relid))
+			return false;
+		table_citus[t] = idem_citus_table(relid);
+		table_relid[t] = relid;
+	}
+	return table_citus[t];
 }
 
 /*
@@ -555,9 +613,18 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	Datum		d;
 
 	key_values(id, values);
+	if (store_citus)
+	{
+		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
+		argtypes[0] = TEXTOID;
+		values[0] = idem_owner_name(id->owner);
+	}
 	SPI_connect();
 	if (lock)
-		n = idem_run_as_owner(&plan_select_lock, sql_select_lock, 3, argtypes,
+		n = idem_run_as(false, &plan_select_lock, sql_select_lock, 3, argtypes,
+							  values, NULL, SPI_OK_SELECT);
+	else if (store_citus)
+		n = idem_run_as(false, &plan_select_citus, sql_select_citus, 3, argtypes,
 							  values, NULL, SPI_OK_SELECT);
 	else
 		n = idem_run_as_owner_snap(&plan_select, sql_select, 3, argtypes, values,
@@ -616,6 +683,8 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		out->expires_at = DatumGetTimestampTz(d);
 		d = SPI_getbinval(tup, td, 8, &isnull);
 		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
+		if (store_citus)
+			out->shard_owner = DatumGetObjectId(SPI_getbinval(tup, td, 11, &isnull));
 	}
 	SPI_finish();
 	return true;
@@ -791,7 +860,16 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	error_context_stack = &errcb;
 	row_values(h, status, response, retryable_null, retryable, values, nulls);
 
-	if (h->row_exists)
+	store_resolve();
+	if (store_citus)
+	{
+		/* the row this transaction claimed or locked, or a new one */
+		SPI_connect();
+		connected = true;
+		done = idem_run_as(false, &plan_upsert_citus, sql_upsert_citus, NUM_COLS,
+								 col_types, values, nulls, SPI_OK_INSERT) > 0;
+	}
+	else if (h->row_exists)
 	{
 		SPI_connect();
 		connected = true;
@@ -856,7 +934,7 @@ idem_keystore_claim(const HeldKey *h)
 	error_context_stack = &errcb;
 	row_values(h, "in_progress", NULL, true, false, values, nulls);
 	SPI_connect();
-	inserted = idem_run_as_owner(&plan_claim, sql_claim, NUM_COLS, col_types,
+	inserted = idem_run_as(false, &plan_claim, sql_claim, NUM_COLS, col_types,
 								 values, nulls, SPI_OK_INSERT) > 0;
 	SPI_finish();
 	error_context_stack = errcb.previous;

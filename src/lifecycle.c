@@ -127,10 +127,15 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		values[0] = TimestampTzGetDatum(now);
 		values[1] = Int32GetDatum(batch_size);
 		values[2] = ObjectIdGetDatum(owner);
+		if (citus && !all)
+		{
+			argtypes[2] = TEXTOID;	/* the owner by name */
+			values[2] = idem_owner_name(owner);
+		}
 		if (citus)
 			sql = psprintf(purge_sql_citus, purge_tables[i], purge_keys[i],
 						   purge_keys[i], purge_tables[i],
-						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
+						   all ? "" : "AND " IDEM_OWNER_EQ_CITUS("s.owner", "$3"));
 		else
 			sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
 						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
@@ -174,6 +179,23 @@ idempotency_purge(PG_FUNCTION_ARGS)
  */
 static SPIPlanPtr plan_issue = NULL;
 static SPIPlanPtr plan_consume = NULL;
+static SPIPlanPtr plan_consume_citus = NULL;
+static SPIPlanPtr plan_consume_lock_citus = NULL;
+
+#define CONSUME_LOCK_SQL_CITUS \
+	"SELECT t.owner::pg_catalog.oid FROM idempotency.token AS t" \
+	" WHERE t.token OPERATOR(pg_catalog.=) $1" \
+	"   AND " IDEM_OWNER_EQ_CITUS("t.owner", "$2") \
+	"   AND t.scope OPERATOR(pg_catalog.=) $3" \
+	"   AND t.expires_at OPERATOR(pg_catalog.>) $4" \
+	"   FOR UPDATE OF t"
+
+#define CONSUME_SQL(owner_eq) \
+	"DELETE FROM idempotency.token AS t" \
+	" WHERE t.token OPERATOR(pg_catalog.=) $1" \
+	"   AND " owner_eq("t.owner", "$2") \
+	"   AND t.scope OPERATOR(pg_catalog.=) $3" \
+	"   AND t.expires_at OPERATOR(pg_catalog.>) $4"
 
 /* issue_token(scope, ttl) -> uuid: a token that consume_token() accepts once */
 PG_FUNCTION_INFO_V1(idempotency_issue_token);
@@ -201,7 +223,7 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	values[4] = TimestampTzGetDatum(expires_at);
 
 	SPI_connect();
-	if (idem_run_as_owner(&plan_issue,
+	if (idem_run_as(!idem_table_distributed(IDEM_TABLE_TOKEN), &plan_issue,
 						  "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
 						  " VALUES ($1, $2, $3, $4, $5)",
 						  5, argtypes, values, NULL, SPI_OK_INSERT) != 1)
@@ -233,13 +255,29 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 
 	SPI_connect();
-	consumed = idem_run_as_owner(&plan_consume,
-							"DELETE FROM idempotency.token AS t"
-							" WHERE t.token OPERATOR(pg_catalog.=) $1"
-							"   AND t.owner OPERATOR(pg_catalog.=) $2"
-							"   AND t.scope OPERATOR(pg_catalog.=) $3"
-							"   AND t.expires_at OPERATOR(pg_catalog.>) $4",
-							4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	if (idem_table_distributed(IDEM_TABLE_TOKEN))
+	{
+		/*
+		 * Citus: lock the token where it lives, then delete it by the
+		 * owner's oid there (role oids differ between nodes; idempotency.h)
+		 */
+		argtypes[1] = TEXTOID;
+		values[1] = idem_owner_name(GetUserId());
+		consumed = idem_run_as(false, &plan_consume_lock_citus, CONSUME_LOCK_SQL_CITUS,
+									 4, argtypes, values, NULL, SPI_OK_SELECT) > 0;
+		if (consumed)
+		{
+			bool		isnull;
+
+			argtypes[1] = OIDOID;
+			values[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+			consumed = idem_run_as(false, &plan_consume_citus, CONSUME_SQL(IDEM_OWNER_EQ),
+										 4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+		}
+	}
+	else
+		consumed = idem_run_as_owner(&plan_consume, CONSUME_SQL(IDEM_OWNER_EQ),
+									 4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(consumed);
 }
@@ -250,6 +288,27 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
  */
 static SPIPlanPtr plan_seen_insert = NULL;
 static SPIPlanPtr plan_seen_rearm = NULL;
+static SPIPlanPtr plan_seen_rearm_citus = NULL;
+
+/*
+ * On Citus, the re-arm is an upsert, which names the owner only as a value
+ * (role oids differ between nodes; idempotency.h)
+ */
+#define REARM_SQL_CITUS \
+	"INSERT INTO idempotency.seen_message AS m" \
+	"  (owner, scope, message_id, first_seen_at, expires_at)" \
+	" VALUES ($1, $2, $3, $4, $5)" \
+	" ON CONFLICT (owner, scope, message_id) DO UPDATE" \
+	"   SET first_seen_at = EXCLUDED.first_seen_at, expires_at = EXCLUDED.expires_at" \
+	" WHERE m.expires_at OPERATOR(pg_catalog.<=) EXCLUDED.first_seen_at"
+
+#define REARM_SQL(owner_eq) \
+	"UPDATE idempotency.seen_message AS m" \
+	"   SET first_seen_at = $4, expires_at = $5" \
+	" WHERE " owner_eq("m.owner", "$1") \
+	"   AND m.scope OPERATOR(pg_catalog.=) $2" \
+	"   AND m.message_id OPERATOR(pg_catalog.=) $3" \
+	"   AND m.expires_at OPERATOR(pg_catalog.<=) $4"
 
 /* first_seen(scope, message_id, ttl) -> true the first time, false for a redelivery */
 PG_FUNCTION_INFO_V1(idempotency_first_seen);
@@ -270,21 +329,18 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	values[4] = TimestampTzGetDatum(idem_expiry(fcinfo, 2, now));
 
 	SPI_connect();
-	first = idem_run_as_owner(&plan_seen_insert,
+	first = idem_run_as(!idem_table_distributed(IDEM_TABLE_SEEN), &plan_seen_insert,
 						 "INSERT INTO idempotency.seen_message AS m"
 						 "  (owner, scope, message_id, first_seen_at, expires_at)"
 						 " VALUES ($1, $2, $3, $4, $5)"
 						 " ON CONFLICT (owner, scope, message_id) DO NOTHING",
 						 5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
-	if (!first)					/* seen before: first again only if expired */
-		first = idem_run_as_owner(&plan_seen_rearm,
-							 "UPDATE idempotency.seen_message AS m"
-							 "   SET first_seen_at = $4, expires_at = $5"
-							 " WHERE m.owner OPERATOR(pg_catalog.=) $1"
-							 "   AND m.scope OPERATOR(pg_catalog.=) $2"
-							 "   AND m.message_id OPERATOR(pg_catalog.=) $3"
-							 "   AND m.expires_at OPERATOR(pg_catalog.<=) $4",
-							 5, argtypes, values, NULL, SPI_OK_UPDATE) > 0;
+	if (!first && idem_table_distributed(IDEM_TABLE_SEEN))
+		first = idem_run_as(false, &plan_seen_rearm_citus, REARM_SQL_CITUS,
+								  5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
+	else if (!first)			/* seen before: first again only if expired */
+		first = idem_run_as_owner(&plan_seen_rearm, REARM_SQL(IDEM_OWNER_EQ),
+								  5, argtypes, values, NULL, SPI_OK_UPDATE) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(first);
 }

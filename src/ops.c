@@ -40,6 +40,13 @@
 #include "idempotency.h"
 
 static SPIPlanPtr plan_forget = NULL;
+static SPIPlanPtr plan_forget_citus = NULL;
+
+#define FORGET_SQL(owner_eq) \
+	"DELETE FROM idempotency.idempotency_key AS k" \
+	" WHERE " owner_eq("k.owner", "$1") \
+	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
+	"   AND k.key OPERATOR(pg_catalog.=) $3"
 
 /* 25006 unless this transaction may write (before any lock is taken) */
 static void
@@ -121,12 +128,20 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
 	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
 	SPI_connect();
-	deleted = idem_run_as_owner(&plan_forget,
-								"DELETE FROM idempotency.idempotency_key AS k"
-								" WHERE k.owner OPERATOR(pg_catalog.=) $1"
-								"   AND k.scope OPERATOR(pg_catalog.=) $2"
-								"   AND k.key OPERATOR(pg_catalog.=) $3",
-								3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	if (idem_keystore_distributed())
+	{
+		/*
+		 * the owner's oid where the row lives, as the locking lookup read
+		 * it (role oids differ between nodes; idempotency.h)
+		 */
+		argtypes[0] = OIDOID;
+		values[0] = ObjectIdGetDatum(stored.shard_owner);
+		deleted = idem_run_as(false, &plan_forget_citus, FORGET_SQL(IDEM_OWNER_EQ),
+									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	}
+	else
+		deleted = idem_run_as_owner(&plan_forget, FORGET_SQL(IDEM_OWNER_EQ),
+									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	SPI_finish();
 
 	if (deleted)

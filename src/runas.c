@@ -31,6 +31,8 @@
 #include "catalog/pg_namespace.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/syscache.h"
 
@@ -147,6 +149,40 @@ idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
 {
 	return idem_run_as_owner_snap(cache, sql, nargs, argtypes, values, nulls,
 								  expect_rc, InvalidSnapshot);
+}
+
+/*
+ * idem_run_as_owner(), or with as_owner false the same statement as the
+ * caller: on Citus, where a transaction's writes to a group of co-located
+ * shards must go through one connection, which is per role (the caller's
+ * own work writes there too).  distribute() grants the caller what it
+ * needs, under row-level security that confines it to its own rows.
+ */
+uint64
+idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql, int nargs,
+			Oid *argtypes, Datum *values, const char *nulls, int expect_rc)
+{
+	int			rc;
+
+	if (as_owner)
+		return idem_run_as_owner(cache, sql, nargs, argtypes, values, nulls,
+								 expect_rc);
+	idem_prepare(cache, sql, nargs, argtypes);
+	rc = SPI_execute_plan(*cache, values, nulls, false, 0);
+	if (rc != expect_rc)
+		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/*
+ * Role owner's name as a text datum, as a regrole column prints it (quoted
+ * where needed): for IDEM_OWNER_EQ_CITUS.
+ */
+Datum
+idem_owner_name(Oid owner)
+{
+	return CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(regroleout,
+																	ObjectIdGetDatum(owner))));
 }
 
 /*
