@@ -272,7 +272,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	 * may write; a read-only one only looks, and is refused below unless
 	 * it replays.
 	 */
-	citus = !(RecoveryInProgress() || XactReadOnly) && idem_keystore_distributed();
+	citus = !(RecoveryInProgress() || XactReadOnly) && idem_keystore_distributed(&id);
 	lock = idem_keylock_try(&id);
 	switch (lock)
 	{

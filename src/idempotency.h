@@ -251,7 +251,7 @@ typedef enum IdemTable
 
 extern bool idem_citus_table(Oid relid);
 extern bool idem_table_distributed(IdemTable t);
-extern bool idem_keystore_distributed(void);
+extern bool idem_keystore_distributed(const KeyId *id);
 extern bool idem_keystore_claim(const HeldKey *h);
 extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
 							   MemoryContext outcxt);

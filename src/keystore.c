@@ -784,9 +784,20 @@ idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
  * not the node-local key lock.  Cached (see the file comment).
  */
 bool
-idem_keystore_distributed(void)
+idem_keystore_distributed(const KeyId *id)
 {
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {id, "reading"};
+
+	if (OidIsValid(store_relid))
+		return store_citus;
+	/* a table that cannot hold keys is reported as the read would */
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
 	store_resolve();
+	error_context_stack = errcb.previous;
 	return store_citus;
 }
 
@@ -800,7 +811,7 @@ idem_keystore_distributed(void)
 void
 idem_keystore_lock(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
-	keystore_read(id, out, outcxt, true, idem_keystore_distributed());
+	keystore_read(id, out, outcxt, true, idem_keystore_distributed(id));
 }
 
 /*

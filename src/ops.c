@@ -128,7 +128,7 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
 	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
 	SPI_connect();
-	if (idem_keystore_distributed())
+	if (idem_keystore_distributed(&id))
 	{
 		/*
 		 * the owner's oid where the row lives, as the locking lookup read

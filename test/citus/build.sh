@@ -18,8 +18,8 @@
 # values a failure (its log is printed).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# ../shared/vendor beside the checkout
 VENDOR_DIR=${VENDOR_DIR:-$(cd "$here/../../.." && pwd)/shared/vendor}
-[ -d "$VENDOR_DIR" ] || VENDOR_DIR=/work/shared/vendor
 CITUS_VERSION=${CITUS_VERSION:-13.2.2}
 PGMAJOR=15
 TARBALL=$VENDOR_DIR/citus-$CITUS_VERSION.tar.gz
