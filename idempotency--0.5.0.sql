@@ -518,7 +518,8 @@ COMMENT ON FUNCTION idempotency.renew(pg_catalog.text, pg_catalog.interval, pg_c
 -- Citus"): the key table and seen_message distributed by key and message
 -- id in one co-location group (a business table distributed by the same
 -- key, text COLLATE "C", joins it), tokens distributed by token, the state
--- machines a reference table.  The C code detects the distribution
+-- machines a reference table; once() delegated to the node of its key.
+-- The C code detects the distribution
 -- (src/keystore.c) and serialises each key on its shard.  Without Citus it
 -- only raises 55000.  SECURITY INVOKER: distributing needs the tables'
 -- owner, as create_distributed_table() does.
@@ -557,6 +558,23 @@ BEGIN
                                                         colocate_with => t.colocate);
         END IF;
     END LOOP;
+    -- once() in autocommit runs on the node of its key's shard, in one
+    -- round trip: Citus delegates the call by its key argument (co-located
+    -- with the keys).  Inside a transaction block it is not delegated, and
+    -- its statements are routed one by one.
+    FOR t IN
+        SELECT v.fn::pg_catalog.regprocedure AS fn
+          FROM (VALUES ('idempotency.once(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.text[])'),
+                       ('idempotency.once(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, "any")')) AS v(fn)
+    LOOP
+        CONTINUE WHEN EXISTS (
+            SELECT FROM pg_catalog.pg_dist_object AS o
+             WHERE o.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND o.objid OPERATOR(pg_catalog.=) t.fn::pg_catalog.oid
+               AND o.distribution_argument_index IS NOT NULL);
+        PERFORM pg_catalog.create_distributed_function(t.fn, 'key',
+                                                       colocate_with => 'idempotency.idempotency_key');
+    END LOOP;
     -- On Citus a transaction's writes to a group of co-located shards go
     -- through one connection per role, and the caller's own work writes
     -- there too: so the functions write keys, tokens and messages as the
@@ -578,5 +596,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION idempotency.distribute() IS
-'Citus coordinator: distribute the key table, seen messages and tokens, make state machines a reference table; 55000 without Citus';
+'Citus coordinator: distribute the key table, seen messages and tokens, make state machines a reference table, delegate once() to the node of its key; 55000 without Citus';
 REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;
