@@ -37,6 +37,7 @@ citus_start() {
 			echo "fsync = off"
 			echo "log_line_prefix = '%m [%p] %q%a '"
 			echo "citus.node_conninfo = 'sslmode=disable'"
+			echo "citus.local_hostname = '$CITUS_DIR'"
 			echo "idempotency.purge_interval = 0"
 			for line in "$@"; do echo "$line"; done
 		} >>"$CITUS_DIR/$n/postgresql.conf"
