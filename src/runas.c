@@ -15,6 +15,14 @@
  * An error inside the statement is cleaned up by (sub)transaction abort,
  * which restores the user id.
  *
+ * Citus (issue 17): on a distributed table some statements run as the
+ * caller instead (idem_run_as): Citus sends a transaction's writes to one
+ * group of co-located shards through one connection per role, and the
+ * caller's own work writes there too.  idempotency.distribute() grants the
+ * caller those writes under row-level security confining it to its own
+ * rows.  idem_run_as_owner_once() plans a statement afresh with its values,
+ * for Citus statements that have no generic plan.
+ *
  * Statements are prepared once per backend (SPI_prepare_cursor with a
  * generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr; every name
  * in them is schema-qualified and every value a parameter.  The plan
