@@ -27,9 +27,10 @@ WORK=$(mktemp -d /tmp/idempotency-citus-bench.XXXXXX)
 chmod 755 "$WORK"
 . test/citus/cluster.sh
 trap 'citus_stop; rm -rf "$WORK"' EXIT
-prefix=${CITUS_BIN%/lib/postgresql/15/bin}
+PGMAJOR=${PGMAJOR:-15}
+prefix=${CITUS_BIN%/lib/postgresql/$PGMAJOR/bin}
 cp -a "$prefix/lib" "$prefix/share" "$prefix/include" "$WORK/" || exit 2
-CITUS_BIN=$WORK/lib/postgresql/15/bin
+CITUS_BIN=$WORK/lib/postgresql/$PGMAJOR/bin
 make -s PG_CONFIG="$CITUS_BIN/pg_config" >/dev/null 2>&1 &&
 	make -s PG_CONFIG="$CITUS_BIN/pg_config" install >/dev/null 2>&1 || { echo "build failed" >&2; exit 2; }
 export PATH=$CITUS_BIN:$PATH

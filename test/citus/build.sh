@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test/citus/build.sh — a private PostgreSQL 15 prefix with Citus 13.2.2 built
-# into it, for the Citus suite (test/citus/run) and bench/citus.sh.
+# into it, for the Citus suite (test/citus/run) and bench/citus.sh
+# (PGMAJOR=N for another installed major).
 #
 #   bash test/citus/build.sh        prints the prefix's bin directory
 #
@@ -20,8 +21,11 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 # ../shared/vendor beside the checkout
 VENDOR_DIR=${VENDOR_DIR:-$(cd "$here/../../.." && pwd)/shared/vendor}
+# PGMAJOR (15) picks the server; Citus 13.2.2 builds against 15-17, 14.0.1
+# against 16-18 (18 needs a system that has PostgreSQL 18: a chroot)
+PGMAJOR=${PGMAJOR:-15}
+if [ "$PGMAJOR" -ge 18 ]; then CITUS_VERSION=${CITUS_VERSION:-14.0.1}; fi
 CITUS_VERSION=${CITUS_VERSION:-13.2.2}
-PGMAJOR=15
 TARBALL=$VENDOR_DIR/citus-$CITUS_VERSION.tar.gz
 PREFIX=${CITUS_PREFIX:-/var/cache/idempotency/citus-pg$PGMAJOR}
 HOSTBIN=/usr/lib/postgresql/$PGMAJOR/bin
