@@ -92,7 +92,8 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'issue_token', 'consume_token', 'first_seen',
                                         'create_machine', 'transition', 'update_versioned', 'insert_once',
                                         'forget', 'renew', 'stats', 'stats_reset',
-                                        'once', 'lookup', 'http_response', 'lock_secret_changed']);
+                                        'once', 'lookup', 'http_response', 'lock_secret_changed',
+                                        'distribute']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');
