@@ -509,6 +509,87 @@ COMMENT ON FUNCTION idempotency.renew(pg_catalog.text, pg_catalog.interval, pg_c
 
 -- == review fixes (issue 21) ==
 
+-- Schema idempotency must be ours.  CREATE EXTENSION uses an existing schema
+-- named in the control file as it finds it, so a role with CREATE on the
+-- database could have created it first: as its owner that role could drop
+-- the extension's objects and put its own beside them.  Refuse a schema
+-- owned by a role that is not a superuser, on which such a role (or
+-- PUBLIC) may create objects, or holding objects such a role owns; a
+-- schema a superuser created (a pg_dump
+-- restore creates it before CREATE EXTENSION) or that DROP EXTENSION left
+-- behind is taken.  An update from 0.4.0 checks the same.
+DO $$
+DECLARE
+    bad pg_catalog.text;
+BEGIN
+    SELECT pg_catalog.format('it belongs to role %I', r.rolname) INTO bad
+      FROM pg_catalog.pg_namespace AS n
+      JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency' AND NOT r.rolsuper;
+    IF bad IS NULL THEN
+        SELECT pg_catalog.format('role %s may create objects in it',
+                                 CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END) INTO bad
+          FROM pg_catalog.pg_namespace AS n,
+               pg_catalog.aclexplode(n.nspacl) AS a
+          LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency'
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+           AND NOT coalesce(r.rolsuper, false)
+         LIMIT 1;
+    END IF;
+    IF bad IS NULL THEN
+        -- objects another role put there while it could (an overload of
+        -- one of our functions would catch calls meant for ours)
+        SELECT pg_catalog.format('role %I owns %s', r.rolname,
+                                 pg_catalog.pg_describe_object(o.classid, o.objid, 0)) INTO bad
+          FROM (SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid,
+                       c.relowner AS owner, c.relnamespace AS nsp FROM pg_catalog.pg_class AS c
+                UNION ALL
+                SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, p.oid, p.proowner, p.pronamespace
+                  FROM pg_catalog.pg_proc AS p
+                UNION ALL
+                SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid, t.typowner, t.typnamespace
+                  FROM pg_catalog.pg_type AS t
+                UNION ALL
+                SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, op.oid, op.oprowner, op.oprnamespace
+                  FROM pg_catalog.pg_operator AS op
+                UNION ALL
+                SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, co.oid, co.collowner, co.collnamespace
+                  FROM pg_catalog.pg_collation AS co
+                UNION ALL
+                SELECT 'pg_catalog.pg_conversion'::pg_catalog.regclass, cv.oid, cv.conowner, cv.connamespace
+                  FROM pg_catalog.pg_conversion AS cv
+                UNION ALL
+                SELECT 'pg_catalog.pg_opclass'::pg_catalog.regclass, oc.oid, oc.opcowner, oc.opcnamespace
+                  FROM pg_catalog.pg_opclass AS oc
+                UNION ALL
+                SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, f.oid, f.opfowner, f.opfnamespace
+                  FROM pg_catalog.pg_opfamily AS f
+                UNION ALL
+                SELECT 'pg_catalog.pg_ts_config'::pg_catalog.regclass, tc.oid, tc.cfgowner, tc.cfgnamespace
+                  FROM pg_catalog.pg_ts_config AS tc
+                UNION ALL
+                SELECT 'pg_catalog.pg_ts_dict'::pg_catalog.regclass, td.oid, td.dictowner, td.dictnamespace
+                  FROM pg_catalog.pg_ts_dict AS td
+                UNION ALL
+                SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, se.oid, se.stxowner, se.stxnamespace
+                  FROM pg_catalog.pg_statistic_ext AS se) AS o
+          JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) o.owner
+         WHERE o.nsp OPERATOR(pg_catalog.=) (SELECT n.oid FROM pg_catalog.pg_namespace AS n
+                                              WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency')
+           AND NOT r.rolsuper
+         LIMIT 1;
+    END IF;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'schema idempotency is not safe for the extension: %', bad
+            USING ERRCODE = 'duplicate_schema',
+                  DETAIL = 'The extension''s schema and everything in it must belong to superusers, and no other role may create objects in it: such a role could drop the extension''s tables or put its own objects beside them.',
+                  HINT = 'Check what the schema holds, then drop it, or give it to a superuser (ALTER SCHEMA idempotency OWNER TO ...), revoke CREATE on it and drop the objects of other roles, and run the command again.';
+    END IF;
+END
+$$;
+
 -- == recovery points (issue 19) ==
 
 -- == outbox (issue 18) ==

@@ -12,6 +12,7 @@
 
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "utils/tuplestore.h"
@@ -226,5 +227,67 @@ idem_request_shmem(IdemShmemRequestFn fn)
 	fn();
 }
 #endif
+
+/* ---------------------------------------------------------------------
+ * a database left half-dropped by an interrupted DROP DATABASE (marked by
+ * datconnlimit since 15.4, 14.9, 13.12): nobody may connect to it
+ * ---------------------------------------------------------------------
+ */
+#ifdef DATCONNLIMIT_INVALID_DB
+#define IDEM_DATABASE_IS_INVALID(form) database_is_invalid_form(form)
+#else
+#define IDEM_DATABASE_IS_INVALID(form) false
+#endif
+
+/* ---------------------------------------------------------------------
+ * Encoding conversion that stops at what it cannot convert, and the
+ * valid prefix of a string: both since 14 (pg_do_encoding_conversion_buf
+ * with noError, pg_encoding_verifymbstr).  13 converts only whole strings
+ * and raises on what it cannot: there, keep the ASCII prefix, which every
+ * server encoding spells alike.  dest has room for len *
+ * MAX_CONVERSION_GROWTH + 1 bytes; both return the bytes of src taken.
+ * ---------------------------------------------------------------------
+ */
+static inline int
+idem_ascii_prefix(const char *src, int len, char *dest)
+{
+	int			n = 0;
+
+	while (n < len && !IS_HIGHBIT_SET(src[n]))
+	{
+		dest[n] = src[n];
+		n++;
+	}
+	dest[n] = '\0';
+	return n;
+}
+
+static inline int
+idem_convert_prefix(Oid proc, int src_encoding, int dest_encoding,
+					const char *src, int len, char *dest)
+{
+#if PG_VERSION_NUM >= 140000
+	return pg_do_encoding_conversion_buf(proc, src_encoding, dest_encoding,
+										 (unsigned char *) src, len,
+										 (unsigned char *) dest,
+										 len * MAX_CONVERSION_GROWTH + 1, true);
+#else
+	return idem_ascii_prefix(src, len, dest);
+#endif
+}
+
+static inline int
+idem_valid_prefix(int encoding, const char *src, int len, char *dest)
+{
+#if PG_VERSION_NUM >= 140000
+	int			n = pg_encoding_verifymbstr(encoding, src, len);
+
+	memcpy(dest, src, n);
+	dest[n] = '\0';
+	return n;
+#else
+	return idem_ascii_prefix(src, len, dest);
+#endif
+}
 
 #endif							/* IDEMPOTENCY_COMPAT_H */

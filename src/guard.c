@@ -348,7 +348,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 					 errmsg("%s is in progress under a lease", idem_describe_key(&id)),
 					 errdetail("Attempt %d holds it until %s; retry after %d seconds.",
 							   stored.attempts, iso8601_utc(stored.locked_until),
-							   (int) ((stored.locked_until - clock + USECS_PER_SEC - 1) / USECS_PER_SEC)),
+							   idem_seconds_until(stored.locked_until, clock)),
 					 errhint("Retry after the lease ends (HTTP 409 with Retry-After); the first begin() after that takes the key over.")));
 	}
 

@@ -119,6 +119,7 @@ extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
 						const char *what);
 extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
+extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
 							   TimestampTz now);
 

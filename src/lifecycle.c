@@ -6,11 +6,20 @@
  * purge: every table of the extension has owner and expires_at columns and
  * an index on expires_at.  One batch is one statement per table:
  *
- *	  DELETE ... WHERE ctid = ANY (ARRAY(SELECT ctid ... WHERE expires_at <= now
- *									 LIMIT n FOR UPDATE SKIP LOCKED))
+ *	  WITH l AS (SELECT tableoid, ctid ... WHERE expires_at <= now [AND owner = r]
+ *				 LIMIT n FOR UPDATE SKIP LOCKED)
+ *	  DELETE ... WHERE ctid = ANY (l's ctids)				-- a TID scan
+ *				   AND (tableoid, ctid) = ANY (l's pairs)	-- only rows l locked
+ *				   AND expires_at <= now [AND owner = r]
  *
  * so a batch takes only row locks, never waits for a row another
- * transaction has locked, and rechecks the expiry of each row it deletes.
+ * transaction has locked, and rechecks the expiry (and owner) of each row
+ * it deletes.  A ctid is unique only within one table: on a partitioned key
+ * table (the README's recipe) another partition has a row at the same
+ * ctid, perhaps another role's, perhaps locked by another transaction, so
+ * the DELETE matches the pair (tableoid, ctid), which the filter checks
+ * before the row is locked: it never touches, nor waits for, a row the
+ * batch did not lock.
  * A begin() that found an expired row and later writes it copes with the
  * row vanishing (idem_keystore_write falls back to INSERT).  The SQL function
  * purges one batch of the caller's own rows; the background worker
@@ -79,12 +88,14 @@ static const char *const purge_keys[PURGE_NTABLES] = {
 };
 
 static const char *const purge_sql =
-"DELETE FROM idempotency.%s AS t"
-" WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-"         SELECT s.ctid FROM idempotency.%s AS s"
-"          WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
-"          LIMIT $2 FOR UPDATE SKIP LOCKED))"
-"   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
+"WITH l AS MATERIALIZED ("
+"  SELECT s.tableoid AS rel, s.ctid AS tid FROM idempotency.%s AS s"
+"   WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"   LIMIT $2 FOR UPDATE SKIP LOCKED)"
+" DELETE FROM idempotency.%s AS t"
+" WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT l.tid FROM l))"
+"   AND (t.tableoid, t.ctid) OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT (l.rel, l.tid) FROM l))"
+"   AND t.expires_at OPERATOR(pg_catalog.<=) $1 %s";
 
 /* Citus: by primary key (see the file comment) */
 static const char *const purge_sql_citus =
@@ -137,8 +148,10 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 						   purge_keys[i], purge_tables[i],
 						   all ? "" : "AND " IDEM_OWNER_EQ_CITUS("s.owner", "$3"));
 		else
-			sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
-						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
+			sql = psprintf(purge_sql, purge_tables[i],
+						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3",
+						   purge_tables[i],
+						   all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $3");
 		if (citus)
 			counts[i] = idem_run_as_owner_once(sql, all ? 2 : 3, argtypes, values,
 											   NULL, SPI_OK_DELETE);

@@ -37,7 +37,11 @@
  *
  * Plans: each (statement text, argument types) is prepared once per
  * backend with SPI and kept, in a cache of at most ONCE_PLAN_CACHE_SIZE
- * plans (least recently used goes first, with SPI_freeplan).  A plan that
+ * plans (least recently used goes first, with SPI_freeplan).  Each plan's
+ * own data and its input functions live in a memory context of their own
+ * (a child of plan_cxt): the input functions of domain, array and record
+ * types keep state in fn_extra (a domain's constraint reference and
+ * ExprContext), which goes when the plan's context is deleted with it.  A plan that
  * SPI_plan_is_valid() says is stale (say, a column changed type) is freed
  * and prepared again, so the parameter types are decided afresh.  The
  * plan cache re-analyses a kept plan when search_path or the role changes.
@@ -94,7 +98,9 @@ typedef struct OncePlan
 {
 	uint64		hash;			/* hash key: statement text and argument types */
 	dlist_node	lru;			/* in plan_lru, most recently used first */
-	char	   *sql;			/* the rest lives in plan_cxt */
+	MemoryContext cxt;			/* the rest lives here (a child of plan_cxt),
+								 * with the input functions' fn_extra state */
+	char	   *sql;
 	char	   *search_path;	/* the search_path and role it was analysed */
 	Oid			userid;			/* under: they decide untyped arguments' types */
 	int			nargs;
@@ -170,16 +176,8 @@ plan_free(OncePlan *p)
 	dlist_delete(&p->lru);
 	if (p->plan)
 		SPI_freeplan(p->plan);
-	pfree(p->sql);
-	pfree(p->search_path);
-	if (p->nargs > 0)
-	{
-		pfree(p->argtypes);
-		pfree(p->paramtypes);
-		pfree(p->untyped);
-		pfree(p->infuncs);
-		pfree(p->ioparams);
-	}
+	/* with whatever the input functions kept (a domain's ExprContext ...) */
+	MemoryContextDelete(p->cxt);
 	plan_count--;
 	hash_search(plan_cache, &p->hash, HASH_REMOVE, &found);
 }
@@ -350,7 +348,9 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 	}
 
 	p = hash_search(plan_cache, &hash, HASH_ENTER, &found);
-	old = MemoryContextSwitchTo(plan_cxt);
+	p->cxt = AllocSetContextCreate(plan_cxt, "idempotency once() plan",
+								   ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(p->cxt);
 	p->hash = hash;
 	p->sql = pstrdup(sql);
 	p->search_path = pstrdup(namespace_search_path);
@@ -373,7 +373,7 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 				continue;
 			p->untyped[i] = true;
 			p->ioparams[i] = ioparams[i];
-			fmgr_info_cxt(infuncs[i], &p->infuncs[i], plan_cxt);
+			fmgr_info_cxt(infuncs[i], &p->infuncs[i], p->cxt);
 		}
 	}
 	MemoryContextSwitchTo(old);
@@ -564,17 +564,6 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 													  result, rnulls)));
 }
 
-/* ceil of (until - now) in whole seconds, at least 0 */
-static int32
-seconds_until(TimestampTz until, TimestampTz now)
-{
-	int64		us = until - now;
-
-	if (us <= 0)
-		return 0;
-	return (int32) Min((us + USECS_PER_SEC - 1) / USECS_PER_SEC, PG_INT32_MAX);
-}
-
 /* ---------------------------------------------------------------------
  * SQL-callable functions
  * ---------------------------------------------------------------------
@@ -707,7 +696,7 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 			onulls[6] = true;
 		}
 		else if (stored.status == 'i' && stored.locked_until != 0)
-			out[6] = Int32GetDatum(seconds_until(stored.locked_until, now));
+			out[6] = Int32GetDatum(idem_seconds_until(stored.locked_until, now));
 		else
 			out[6] = Int32GetDatum(0);
 	}
@@ -724,7 +713,7 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 		have_row = true;
 		out[0] = CStringGetTextDatum("in_progress");
 		out[6] = Int32GetDatum(Max(1, onulls[5] ? 1 :
-								   seconds_until(DatumGetTimestampTz(out[5]), now)));
+								   idem_seconds_until(DatumGetTimestampTz(out[5]), now)));
 		onulls[6] = false;
 	}
 

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# test/chroot.sh — Debian chroots with another PostgreSQL major, for the
+# version matrix (and anything else that must not touch the host's server).
+#
+#   test/chroot.sh ensure MAJOR       cached chroot with PostgreSQL MAJOR and its
+#                                     server headers, pgTAP, the TAP modules and a
+#                                     compiler; built once (debootstrap + apt),
+#                                     then reused: prints its directory
+#   test/chroot.sh fresh MAJOR DIR    a new chroot in DIR, nothing installed but
+#                                     debootstrap's minbase (downloaded .deb files
+#                                     come from the cache); for "does a fresh
+#                                     machine have everything it needs"
+#   test/chroot.sh run DIR CMD...     run CMD as root inside chroot DIR with /proc,
+#                                     a tmpfs /dev/shm, /dev/pts, the host's TLS
+#                                     roots and name resolution; unmounted after
+#   test/chroot.sh suite MAJOR        the Debian suite that ships MAJOR
+#
+# MAJOR: 15 (bookworm), 17 (trixie), 18 (sid).  The cache lives outside the
+# checkout, in $IDEM_CACHE (default /var/cache/idempotency): chroots in
+# chroot/pgMAJOR, downloaded packages in apt/SUITE (shared by every chroot of
+# that suite, so a fresh chroot downloads nothing twice).  A chroot whose
+# build was interrupted has no .ready file and is built again.
+set -eu -o pipefail
+
+CACHE=${IDEM_CACHE:-/var/cache/idempotency}
+MIRROR=${IDEM_MIRROR:-http://deb.debian.org/debian}
+
+die() { echo "test/chroot.sh: $*" >&2; exit 2; }
+
+suite_of() {
+	case "$1" in
+	15) echo bookworm ;;
+	17) echo trixie ;;
+	18) echo sid ;;
+	*) die "no Debian suite known for PostgreSQL $1 (15, 17 or 18)" ;;
+	esac
+}
+
+need_host_tools() {
+	command -v debootstrap >/dev/null && return 0
+	[ "$(id -u)" = 0 ] || die "debootstrap is missing (run as root to install it)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1 ||
+		{ apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+}
+
+# mount what a chroot needs to run servers and package tools; umount_all undoes it
+MOUNTED=()
+mount_all() {
+	local dir=$1 suite=$2
+	mkdir -p "$dir/proc" "$dir/dev/shm" "$dir/dev/pts" "$dir/etc/ssl/certs" \
+		"$dir/var/cache/apt/archives" "$CACHE/apt/$suite"
+	mount -t proc proc "$dir/proc" && MOUNTED+=("$dir/proc")
+	mount -t tmpfs -o size=2g,mode=1777 shm "$dir/dev/shm" && MOUNTED+=("$dir/dev/shm")
+	mount -t devpts -o newinstance,ptmxmode=0666 devpts "$dir/dev/pts" && MOUNTED+=("$dir/dev/pts")
+	mount --bind /etc/ssl/certs "$dir/etc/ssl/certs" && MOUNTED+=("$dir/etc/ssl/certs")
+	mount --bind "$CACHE/apt/$suite" "$dir/var/cache/apt/archives" &&
+		MOUNTED+=("$dir/var/cache/apt/archives")
+	cp /etc/resolv.conf /etc/hosts "$dir/etc/" 2>/dev/null || true
+}
+umount_all() {
+	local i
+	for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
+		umount -l "${MOUNTED[$i]}" 2>/dev/null || true
+	done
+	MOUNTED=()
+}
+
+in_chroot() {	# dir cmd...
+	local dir=$1
+	shift
+	env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive CI="${CI:-}" \
+		NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
+		chroot "$dir" "$@"
+}
+
+bootstrap() {	# suite dir
+	local suite=$1 dir=$2
+	need_host_tools
+	mkdir -p "$CACHE/debootstrap/$suite"
+	debootstrap --variant=minbase --cache-dir="$CACHE/debootstrap/$suite" \
+		"$suite" "$dir" "$MIRROR" >"$dir.debootstrap.log" 2>&1 ||
+		{ tail -n 20 "$dir.debootstrap.log" >&2; die "debootstrap $suite failed"; }
+	# sid's Release file may be past its Valid-Until; keep downloaded .debs
+	cat >"$dir/etc/apt/apt.conf.d/99idempotency" <<-'EOF'
+		Acquire::Check-Valid-Until "false";
+		APT::Keep-Downloaded-Packages "true";
+		APT::Install-Recommends "false";
+	EOF
+	rm -f "$dir.debootstrap.log"
+	echo "$suite" >"$dir/.suite"
+}
+
+ensure() {	# major
+	local major=$1 suite dir
+	suite=$(suite_of "$major")
+	dir=$CACHE/chroot/pg$major
+	if [ -f "$dir/.ready" ]; then
+		echo "$dir"
+		return 0
+	fi
+	[ "$(id -u)" = 0 ] || die "building a chroot needs root"
+	rm -rf "$dir"
+	mkdir -p "$CACHE/chroot"
+	bootstrap "$suite" "$dir" >&2
+	trap umount_all EXIT
+	mount_all "$dir" "$suite"
+	in_chroot "$dir" sh -c "apt-get update -qq && apt-get install -y -qq \
+		postgresql-$major postgresql-server-dev-$major postgresql-$major-pgtap \
+		postgresql-contrib-$major \
+		libipc-run-perl libtap-parser-sourcehandler-pgtap-perl make gcc libc6-dev \
+		ca-certificates" >"$dir.install.log" 2>&1 || {
+		tail -n 20 "$dir.install.log" >&2
+		umount_all
+		die "installing PostgreSQL $major into $dir failed"
+	}
+	rm -f "$dir.install.log"
+	# Debian's postinst makes a cluster and may start it; the tests make their own
+	in_chroot "$dir" sh -c "pg_dropcluster --stop $major main 2>/dev/null; true" >&2
+	umount_all
+	trap - EXIT
+	touch "$dir/.ready"
+	echo "$dir"
+}
+
+cmd=${1:-}
+case "$cmd" in
+suite)
+	suite_of "${2:?MAJOR}"
+	;;
+ensure)
+	ensure "${2:?MAJOR}"
+	;;
+fresh)
+	major=${2:?MAJOR}
+	dir=${3:?DIR}
+	[ -e "$dir" ] && die "$dir exists"
+	bootstrap "$(suite_of "$major")" "$dir"
+	echo "$dir"
+	;;
+run)
+	dir=${2:?DIR}
+	shift 2
+	[ -d "$dir/etc" ] || die "$dir is not a chroot"
+	suite=$(cat "$dir/.suite" 2>/dev/null || echo unknown)
+	trap umount_all EXIT
+	mount_all "$dir" "$suite"
+	set +e
+	in_chroot "$dir" "$@"
+	rc=$?
+	umount_all
+	exit $rc
+	;;
+*)
+	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+	;;
+esac
