@@ -673,7 +673,8 @@ COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail(), rene
 -- Citus"): the key table and seen_message distributed by key and message
 -- id in one co-location group (a business table distributed by the same
 -- key, text COLLATE "C", joins it), tokens distributed by token, the state
--- machines a reference table; once() delegated to the node of its key.
+-- machines and derive_key()'s secret reference tables; once() delegated
+-- to the node of its key.
 -- The C code detects the distribution
 -- (src/keystore.c) and serialises each key on its shard.  Without Citus it
 -- only raises 55000.  SECURITY INVOKER: distributing needs the tables'
@@ -685,6 +686,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t record;
+    msgs pg_catalog.text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                     WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -698,7 +700,11 @@ BEGIN
           FROM (VALUES (1, 'idempotency.idempotency_key', 'key', 'default'),
                        (2, 'idempotency.seen_message', 'message_id', 'idempotency.idempotency_key'),
                        (3, 'idempotency.token', 'token', 'default'),
-                       (4, 'idempotency.state_machine', NULL, NULL))
+                       (4, 'idempotency.state_machine', NULL, NULL),
+                       -- derive_key()'s secret (issue 19): one for every node,
+                       -- the coordinator's, so a retry through any node derives
+                       -- the same downstream keys
+                       (5, 'idempotency.derive_secret', NULL, NULL))
                AS v(n, tab, col, colocate)
          ORDER BY v.n
     LOOP
@@ -706,7 +712,16 @@ BEGIN
         CONTINUE WHEN EXISTS (
             SELECT FROM pg_catalog.pg_dist_partition AS p
              WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.tab::pg_catalog.regclass);
-        IF t.col IS NULL THEN
+        IF t.tab OPERATOR(pg_catalog.=) 'idempotency.derive_secret' THEN
+            -- the secret row is copied to the shards, and its local copy
+            -- truncated (a secret is not left behind); quietly, as the
+            -- empty tables are
+            msgs := pg_catalog.current_setting('client_min_messages');
+            PERFORM pg_catalog.set_config('client_min_messages', 'warning', true);
+            PERFORM pg_catalog.create_reference_table(t.tab::pg_catalog.regclass);
+            PERFORM pg_catalog.truncate_local_data_after_distributing_table(t.tab::pg_catalog.regclass);
+            PERFORM pg_catalog.set_config('client_min_messages', msgs, true);
+        ELSIF t.col IS NULL THEN
             PERFORM pg_catalog.create_reference_table(t.tab::pg_catalog.regclass);
         ELSE
             PERFORM pg_catalog.create_distributed_table(t.tab::pg_catalog.regclass, t.col,
@@ -751,5 +766,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION idempotency.distribute() IS
-'Citus coordinator: distribute the key table, seen messages and tokens, make state machines a reference table, delegate once() to the node of its key; 55000 without Citus';
+'Citus coordinator: distribute the key table, seen messages and tokens, make state machines and derive_key()''s secret reference tables, delegate once() to the node of its key; 55000 without Citus';
 REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;
