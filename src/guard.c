@@ -31,6 +31,17 @@
  * The guard itself is idem_guard_begin() and idem_guard_finish(); the SQL
  * functions here and once() call them.
  *
+ * On Citus (the key table distributed; keystore.c) the key lock is this
+ * node's only, and a duplicate may arrive through another node.  There a
+ * key is serialised where its shard lives: begin() claims it first with an
+ * uncommitted in_progress row (INSERT ... ON CONFLICT DO NOTHING; a claim
+ * from any node waits for it on the shard's primary key), or, when a row
+ * is there, locks that row (SELECT ... FOR UPDATE) and decides on it.  So
+ * a first-time request costs a claim, the work and an UPDATE, each routed
+ * to the key's shard; complete() updates the claimed row.  The key lock is
+ * still taken first: duplicates through the same node queue on it, with
+ * idempotency.lock_wait, as without Citus.
+ *
  * Locking: the key lock is held from begin() to the end of the transaction
  * (or of the subtransaction that took it, if that one rolls back).  A
  * replay gives it back at once, and never waits for it: a live completed
@@ -172,6 +183,43 @@ make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
+/*
+ * Citus: claim key id on its shard for this transaction (see the file
+ * comment).  Returns true when this transaction wrote the in_progress row
+ * (the key was absent: new); else *stored is the row there, locked until
+ * this transaction ends.
+ */
+static bool
+claim_on_shard(const KeyId *id, const uint8 *hash, TimestampTz expires_at,
+			   TimestampTz now, StoredKey *stored, MemoryContext cxt)
+{
+	HeldKey		row;
+
+	memset(&row, 0, sizeof(row));
+	row.id = *id;
+	row.attempts = 1;
+	row.created_at = now;
+	row.expires_at = expires_at;
+	if (hash != NULL)
+	{
+		row.has_hash = true;
+		memcpy(row.request_hash, hash, FINGERPRINT_LEN);
+	}
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (idem_keystore_claim(&row))
+		{
+			memset(stored, 0, sizeof(StoredKey));
+			return true;
+		}
+		idem_keystore_lock(id, stored, cxt);
+		if (stored->found)
+			return false;
+		/* deleted in between (forget(), purge()): claim again */
+	}
+}
+
 /* ---------------------------------------------------------------------
  * SQL-callable functions
  * ---------------------------------------------------------------------
@@ -200,6 +248,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	TimestampTz lease_end = 0;
 	KeyLockResult lock;
 	bool		took_lock;
+	bool		citus;
+	bool		claimed = false;
 	bool		row_there;
 	bool		live;
 	MemoryContext caller_cxt = CurrentMemoryContext;
@@ -241,13 +291,23 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	 * storm of duplicates of a finished key never waits).  Anything else
 	 * waits for the lock and looks again: the holder may commit meanwhile.
 	 */
+	/*
+	 * On Citus the shard decides (claim_on_shard) whenever this transaction
+	 * may write; a read-only one only looks, and is refused below unless
+	 * it replays.
+	 */
+	citus = !(RecoveryInProgress() || XactReadOnly) && idem_keystore_distributed(&id);
 	lock = idem_keylock_try(&id);
 	switch (lock)
 	{
 		case KEYLOCK_TAKEN:
 		case KEYLOCK_HELD:
 			took_lock = (lock == KEYLOCK_TAKEN);
-			idem_keystore_lookup(&id, &stored, caller_cxt);
+			if (citus)
+				claimed = claim_on_shard(&id, has_hash ? hash : NULL, expires_at,
+										 now, &stored, caller_cxt);
+			else
+				idem_keystore_lookup(&id, &stored, caller_cxt);
 			break;
 		case KEYLOCK_BUSY:
 		default:
@@ -257,13 +317,20 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 			{
 				idem_keylock_wait(&id);
 				took_lock = true;
-				idem_keystore_lookup(&id, &stored, caller_cxt);
+				if (citus)
+					claimed = claim_on_shard(&id, has_hash ? hash : NULL, expires_at,
+											 now, &stored, caller_cxt);
+				else
+					idem_keystore_lookup(&id, &stored, caller_cxt);
 			}
 			break;
 	}
 
-	/* an expired row behaves as absent, but is still there to overwrite */
-	row_there = stored.found;
+	/*
+	 * an expired row behaves as absent, but is still there to overwrite;
+	 * so is the row a claim wrote
+	 */
+	row_there = stored.found || claimed;
 	live = stored.found && stored.expires_at > now;
 
 	if (live && has_hash && stored.has_hash &&
@@ -423,7 +490,8 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 	StoredKey	stored;
 
 	(void) idem_keylock_acquire(id);
-	idem_keystore_lookup(id, &stored, CurrentMemoryContext);
+	/* on Citus, the row lock on the shard is what keeps a takeover out */
+	idem_keystore_lock(id, &stored, CurrentMemoryContext);
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp() ||
 		stored.status != 'i' || stored.attempts != attempt)	/* IK004 below */
 		idem_stats_count(id, IDEM_STAT_IK004);
@@ -476,6 +544,7 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 	h->attempts = stored.attempts;
 	h->created_at = stored.created_at;
 	h->expires_at = stored.expires_at;
+	h->shard_owner = stored.shard_owner;
 	h->has_hash = stored.has_hash;
 	memcpy(h->request_hash, stored.request_hash, FINGERPRINT_LEN);
 }

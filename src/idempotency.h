@@ -99,6 +99,13 @@ extern void idem_as_caller(const SavedUser *saved);
 extern uint64 idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs,
 								Oid *argtypes, Datum *values,
 								const char *nulls, int expect_rc);
+extern Datum idem_owner_name(Oid owner);
+extern uint64 idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql,
+						  int nargs, Oid *argtypes, Datum *values,
+						  const char *nulls, int expect_rc);
+extern uint64 idem_run_as_owner_once(const char *sql, int nargs,
+									 Oid *argtypes, Datum *values,
+									 const char *nulls, int expect_rc);
 extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 									 int nargs, Oid *argtypes, Datum *values,
 									 const char *nulls, int expect_rc,
@@ -179,6 +186,8 @@ typedef struct HeldKey
 	TimestampTz locked_until;	/* lease end; 0 = none */
 	bool		reset_point;	/* new work over an expired row: the next
 								 * write clears its recovery point */
+	Oid			shard_owner;	/* Citus, lease holder check: the owner's oid
+								 * on the shard's node (checkpoint()) */
 	bool		has_hash;
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
@@ -216,6 +225,7 @@ typedef struct StoredKey
 	TimestampTz locked_until;	/* 0 when NULL */
 	text	   *recovery_point;	/* NULL when SQL NULL or no such column */
 	Jsonb	   *recovery_state;	/* NULL when SQL NULL or no such column */
+	Oid			shard_owner;	/* Citus: the owner's oid on the shard's node */
 } StoredKey;
 
 extern void idem_keystore_init(void);
@@ -227,8 +237,37 @@ extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
 								bool retryable);
 extern bool idem_keystore_has_recovery(void);
-extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
-									   Jsonb *state);
+extern uint64 idem_keystore_checkpoint(const KeyId *id, Oid shard_owner,
+									   text *point, Jsonb *state);
+/* Citus (issue 17): the key's shard serialises it */
+typedef enum IdemTable
+{
+	IDEM_TABLE_TOKEN,			/* idempotency.token */
+	IDEM_TABLE_SEEN,			/* idempotency.seen_message */
+	IDEM_TABLE_MACHINE,			/* idempotency.state_machine */
+	IDEM_NTABLES
+} IdemTable;
+
+/*
+ * SQL comparing an owner column (regrole) with a parameter: a regrole, or
+ * on a table Citus knows, the role's name as text (idem_owner_name()).
+ * Role oids differ from node to node (Citus creates roles by name), and
+ * Citus ships a regrole compared as an oid with the oid of the node where
+ * the statement starts; the column's name is taken where the row lives.
+ * (A text parameter, not a cast of a regrole one: Citus 13.2 cannot plan a
+ * generic UPDATE with a cast of a parameter, and crashes trying.)
+ */
+#define IDEM_OWNER_EQ(col, param) \
+	col " OPERATOR(pg_catalog.=) " param
+#define IDEM_OWNER_EQ_CITUS(col, param) \
+	col "::pg_catalog.text OPERATOR(pg_catalog.=) " param
+
+extern bool idem_citus_table(Oid relid);
+extern bool idem_table_distributed(IdemTable t);
+extern bool idem_keystore_distributed(const KeyId *id);
+extern bool idem_keystore_claim(const HeldKey *h);
+extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
+							   MemoryContext outcxt);
 
 /* ---- features ---- */
 

@@ -236,13 +236,43 @@ insert_once_body(FunctionCallInfo fcinfo)
 							 value ? value : "NULL");
 		}
 		relation_close(rel, NoLock);
-		plans.work = idem_target_prepare(psprintf("INSERT INTO %s AS t (%s)"
-										   " SELECT %s FROM %s"
-										   " ON CONFLICT (%s) DO NOTHING"
-										   " RETURNING pg_catalog.to_jsonb(t.*)",
-										   t.qualname, targets.data, sources.data,
-										   idem_record_sql("$2", "$1"), conflict.data),
-								  2, argtypes);
+		if (idem_citus_table(t.relid))
+		{
+			/*
+			 * Citus runs an INSERT ... SELECT through the coordinator and
+			 * then miscounts the rows a DO NOTHING skipped; an INSERT of
+			 * one VALUES row is routed to its shard.  Its RETURNING may
+			 * not call to_jsonb() (not IMMUTABLE): a CTE around it does
+			 * (so the statement is a SELECT).
+			 */
+			StringInfoData fields;
+
+			initStringInfo(&fields);
+			foreach(lc, cols)
+			{
+				IdemColumn *c = lfirst(lc);
+
+				appendStringInfo(&fields, "%s(pg_catalog.jsonb_populate_record($2, $1)).%s",
+								 fields.len ? ", " : "", c->quoted);
+			}
+			plans.work = idem_target_prepare(psprintf("WITH i AS ("
+													  "INSERT INTO %s AS t (%s)"
+													  " VALUES (%s)"
+													  " ON CONFLICT (%s) DO NOTHING"
+													  " RETURNING t.*)"
+													  " SELECT pg_catalog.to_jsonb(i.*) FROM i",
+													  t.qualname, targets.data, fields.data,
+													  conflict.data),
+											 2, argtypes);
+		}
+		else
+			plans.work = idem_target_prepare(psprintf("INSERT INTO %s AS t (%s)"
+													  " SELECT %s FROM %s"
+													  " ON CONFLICT (%s) DO NOTHING"
+													  " RETURNING pg_catalog.to_jsonb(t.*)",
+													  t.qualname, targets.data, sources.data,
+													  idem_record_sql("$2", "$1"), conflict.data),
+											 2, argtypes);
 		plans.probe = idem_target_prepare(psprintf("SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t, %s"
 											" WHERE %s",
 											t.qualname, idem_record_sql("$2", "$1"), match.data),
@@ -261,7 +291,7 @@ insert_once_body(FunctionCallInfo fcinfo)
 		int			rc = SPI_execute_plan(plans.work, values, NULL, false, 0);
 		bool		isnull;
 
-		if (rc != SPI_OK_INSERT_RETURNING)
+		if (rc != SPI_OK_INSERT_RETURNING && rc != SPI_OK_SELECT)
 			elog(ERROR, "insert_once insert failed: %s", SPI_result_code_string(rc));
 		result[0] = BoolGetDatum(SPI_processed > 0);
 		if (SPI_processed == 0)

@@ -26,14 +26,32 @@
  *		   (length limits and domain constraints included); the SELECT
  *		   casts every column back to the type the guard expects.
  *
+ *	Citus  the table is distributed by Citus (it is in pg_dist_partition,
+ *		   which Citus keeps on the coordinator and on every worker): the
+ *		   relation this node sees is a shell whose rows live in shards,
+ *		   perhaps on another node.  Only SQL reaches the rows, so the SQL
+ *		   path is taken, and Citus routes each statement to the shard of
+ *		   the key (the key is the distribution column).  The key lock
+ *		   (keylock.c) is local to one node, so on Citus it is not what
+ *		   serialises a key: the shard's primary key is.  begin() claims a
+ *		   key with idem_keystore_claim() (an in_progress row, INSERT ... ON
+ *		   CONFLICT DO NOTHING, uncommitted until the transaction ends: a
+ *		   concurrent claim from any node waits for it on the shard) or
+ *		   locks the existing row with idem_keystore_lock() (SELECT ... FOR
+ *		   UPDATE on the shard).  Detected once and cached like the path
+ *		   (Citus invalidates the table's relcache entry when it changes
+ *		   pg_dist_partition).
+ *
  * Updates (a retry, the end of a lease, a checkpoint) are always a
- * prepared UPDATE.
+ * prepared UPDATE (on Citus an upsert, and a checkpoint an UPDATE by the
+ * owner's oid read on the shard: see the SQL below).
  *
  * Versions: the recovery point columns (recovery_point, recovery_state)
  * came with 0.5.0.  A 0.4.0 table (before or during ALTER EXTENSION
  * UPDATE) has neither; it is served as before (fast path included, with
  * the statements that do not name them), and checkpoint() refuses (55000)
- * until the update adds them.
+ * until the update adds them.  On Citus the same: the Citus statements
+ * name the recovery point columns only when the table has them.
  * Every statement is schema-qualified, every operator OPERATOR(pg_catalog.=),
  * every value a parameter; it runs as the extension's owner (runas.c) for
  * the caller's own role only.  Every write refuses a read-only transaction
@@ -66,6 +84,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -122,6 +141,14 @@ static const bool col_notnull[NUM_COLS] = {
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static bool store_fast = false;			/* see the file comment */
 static bool store_recovery = false;		/* has the recovery point columns */
+static bool store_citus = false;		/* distributed by Citus (ditto) */
+
+/* the other tables: distributed by Citus?  (idem_table_distributed) */
+static const char *const table_names[IDEM_NTABLES] = {
+	"token", "seen_message", "state_machine"
+};
+static Oid	table_relid[IDEM_NTABLES];	/* InvalidOid: not looked yet */
+static bool table_citus[IDEM_NTABLES];
 static AttrNumber store_attnums[NUM_COLS];
 
 static SPIPlanPtr plan_select = NULL;
@@ -130,9 +157,23 @@ static SPIPlanPtr plan_insert = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_update_rp = NULL;
 static SPIPlanPtr plan_checkpoint = NULL;
+static SPIPlanPtr plan_select_citus = NULL;	/* Citus */
+static SPIPlanPtr plan_upsert_citus = NULL;
+static SPIPlanPtr plan_select_lock = NULL;
+static SPIPlanPtr plan_claim = NULL;
+static SPIPlanPtr plan_select_citus_rp = NULL;
+static SPIPlanPtr plan_select_lock_rp = NULL;
+static SPIPlanPtr plan_upsert_citus_rp = NULL;
+static SPIPlanPtr plan_checkpoint_citus = NULL;
 
 #define KEY_WHERE \
-	" WHERE k.owner OPERATOR(pg_catalog.=) $1" \
+	" WHERE " IDEM_OWNER_EQ("k.owner", "$1") \
+	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
+	"   AND k.key OPERATOR(pg_catalog.=) $3"
+
+/* on Citus: the owner by name (idempotency.h) */
+#define KEY_WHERE_CITUS \
+	" WHERE " IDEM_OWNER_EQ_CITUS("k.owner", "$1") \
 	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
 	"   AND k.key OPERATOR(pg_catalog.=) $3"
 
@@ -145,15 +186,21 @@ static SPIPlanPtr plan_checkpoint = NULL;
 "       k.locked_until::pg_catalog.timestamptz, k.xmin," \
 "       k.updated_at::pg_catalog.timestamptz"
 
-static const char *const sql_select =
-SELECT_BASE
-"  FROM idempotency.idempotency_key AS k" KEY_WHERE;
+/* the recovery point (columns 11 and 12), since 0.5.0 */
+#define SELECT_RP \
+", k.recovery_point::pg_catalog.text, k.recovery_state::pg_catalog.jsonb"
+#define FROM_KEYS "  FROM idempotency.idempotency_key AS k"
 
-/* the same and the recovery point (columns 11 and 12), since 0.5.0 */
-static const char *const sql_select_rp =
-SELECT_BASE ", k.recovery_point::pg_catalog.text,"
-"       k.recovery_state::pg_catalog.jsonb"
-"  FROM idempotency.idempotency_key AS k" KEY_WHERE;
+static const char *const sql_select = SELECT_BASE FROM_KEYS KEY_WHERE;
+static const char *const sql_select_rp = SELECT_BASE SELECT_RP FROM_KEYS KEY_WHERE;
+
+/* Citus: claim a key with an in_progress row; a row there wins */
+static const char *const sql_claim =
+"INSERT INTO idempotency.idempotency_key AS k"
+"  (owner, scope, key, status, request_hash, response, retryable, attempts,"
+"   created_at, updated_at, expires_at, locked_until)"
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+" ON CONFLICT DO NOTHING";
 
 static const char *const sql_insert =
 "INSERT INTO idempotency.idempotency_key AS k"
@@ -179,6 +226,58 @@ static const char *const sql_checkpoint =
 "UPDATE idempotency.idempotency_key AS k"
 "   SET recovery_point = $4, recovery_state = $5, updated_at = $6" KEY_WHERE;
 
+/*
+ * Citus: a write is an upsert, which names the owner only as a value (Citus
+ * refuses the owner-by-name comparison in an UPDATE: a STABLE function of
+ * a column), and a value of type regrole travels by name.  A retry or the
+ * end of the work keeps the recovery point; new work over an expired row
+ * (the _rp variant, on a table that has the columns) clears it.
+ */
+#define UPSERT_CITUS \
+"INSERT INTO idempotency.idempotency_key AS k" \
+"  (owner, scope, key, status, request_hash, response, retryable, attempts," \
+"   created_at, updated_at, expires_at, locked_until)" \
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)" \
+" ON CONFLICT (key, scope, owner) DO UPDATE" \
+"   SET status = EXCLUDED.status, request_hash = EXCLUDED.request_hash," \
+"       response = EXCLUDED.response, retryable = EXCLUDED.retryable," \
+"       attempts = EXCLUDED.attempts, created_at = EXCLUDED.created_at," \
+"       updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at," \
+"       locked_until = EXCLUDED.locked_until"
+
+static const char *const sql_upsert_citus = UPSERT_CITUS;
+static const char *const sql_upsert_citus_rp =
+UPSERT_CITUS ", recovery_point = NULL, recovery_state = NULL";
+
+/*
+ * Citus: after the columns (10, or 12 with the recovery point), the owner's
+ * oid where the row lives (for forget() and checkpoint(): role oids differ
+ * between nodes)
+ */
+#define OWNER_OID ", k.owner::pg_catalog.oid"
+
+static const char *const sql_select_citus =
+SELECT_BASE OWNER_OID FROM_KEYS KEY_WHERE_CITUS;
+static const char *const sql_select_citus_rp =
+SELECT_BASE SELECT_RP OWNER_OID FROM_KEYS KEY_WHERE_CITUS;
+/* Citus: the same reads, locking the row on the shard */
+static const char *const sql_select_lock =
+SELECT_BASE OWNER_OID FROM_KEYS KEY_WHERE_CITUS "   FOR UPDATE OF k";
+static const char *const sql_select_lock_rp =
+SELECT_BASE SELECT_RP OWNER_OID FROM_KEYS KEY_WHERE_CITUS "   FOR UPDATE OF k";
+
+/*
+ * Citus: checkpoint() by the owner's oid on the shard's node, which the
+ * lease holder check read while locking the row (no cast of a parameter,
+ * no STABLE function of a column: Citus routes it by the key)
+ */
+static const char *const sql_checkpoint_citus =
+"UPDATE idempotency.idempotency_key AS k"
+"   SET recovery_point = $4, recovery_state = $5, updated_at = $6"
+" WHERE k.owner OPERATOR(pg_catalog.=) $1"
+"   AND k.scope OPERATOR(pg_catalog.=) $2"
+"   AND k.key OPERATOR(pg_catalog.=) $3";
+
 /* what an error context callback says */
 typedef struct StoreErrorArg
 {
@@ -195,6 +294,9 @@ store_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
 {
 	if (relid == InvalidOid || relid == store_relid)
 		store_relid = InvalidOid;
+	for (int i = 0; i < IDEM_NTABLES; i++)
+		if (relid == InvalidOid || relid == table_relid[i])
+			table_relid[i] = InvalidOid;
 }
 
 static void
@@ -217,6 +319,58 @@ bad_table(const char *detail)
 }
 
 /*
+ * Is relid a table Citus knows (distributed, reference or Citus-managed
+ * local): a row of pg_dist_partition, which Citus keeps on the coordinator
+ * and, with its metadata synced, on every worker?  false when Citus is not
+ * installed (no pg_dist_partition).  Reads the catalog table directly (no
+ * SQL); callers cache the answer.  For keystore.c and lifecycle.c.
+ */
+bool
+idem_citus_table(Oid relid)
+{
+	Oid			catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	AttrNumber	att;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData skey;
+	bool		found;
+
+	if (!OidIsValid(catalog))
+		return false;
+	att = get_attnum(catalog, "logicalrelid");
+	if (att == InvalidAttrNumber)
+		return false;
+	rel = table_open(catalog, AccessShareLock);
+	ScanKeyInit(&skey, att, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &skey);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * Is table t of the extension known to Citus?  Then its statements compare
+ * owners by name (IDEM_OWNER_EQ_CITUS).  Cached until the table changes;
+ * false when it does not exist (an older version of the extension).
+ */
+bool
+idem_table_distributed(IdemTable t)
+{
+	if (!OidIsValid(table_relid[t]))
+	{
+		Oid			nsp = get_namespace_oid("idempotency", true);
+		Oid			relid = OidIsValid(nsp) ? get_relname_relid(table_names[t], nsp) : InvalidOid;
+
+		if (!OidIsValid(relid))
+			return false;
+		table_citus[t] = idem_citus_table(relid);
+		table_relid[t] = relid;
+	}
+	return table_citus[t];
+}
+
+/*
  * Find the table, check that it can hold keys, and choose the path (see
  * the file comment).  Cached until the table changes.
  */
@@ -229,6 +383,7 @@ store_resolve(void)
 	TupleDesc	td;
 	int			ncols = 0;
 	bool		fast;
+	bool		citus;
 
 	if (OidIsValid(store_relid))
 		return;
@@ -246,8 +401,9 @@ store_resolve(void)
 	if (rel->rd_rel->relkind != RELKIND_RELATION &&
 		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
 		bad_table("It is not a table.");
+	citus = idem_citus_table(relid);
 	fast = rel->rd_rel->relkind == RELKIND_RELATION &&
-		rel->trigdesc == NULL && rel->rd_rules == NULL;
+		rel->trigdesc == NULL && rel->rd_rules == NULL && !citus;
 	for (int i = 0; i < td->natts; i++)
 		if (!TupleDescAttr(td, i)->attisdropped)
 			ncols++;
@@ -304,6 +460,7 @@ store_resolve(void)
 	}
 	relation_close(rel, NoLock);
 	store_fast = fast;
+	store_citus = citus;
 	store_relid = relid;
 }
 
@@ -530,7 +687,7 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
  */
 static bool
 sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
-		  TransactionId *xmin)
+		  TransactionId *xmin, bool lock)
 {
 	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
 	Datum		values[3];
@@ -541,8 +698,26 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	Datum		d;
 
 	key_values(id, values);
+	if (store_citus)
+	{
+		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
+		argtypes[0] = TEXTOID;
+		values[0] = idem_owner_name(id->owner);
+	}
 	SPI_connect();
-	if (store_recovery)
+	if (lock && store_recovery)
+		n = idem_run_as(false, &plan_select_lock_rp, sql_select_lock_rp, 3,
+						argtypes, values, NULL, SPI_OK_SELECT);
+	else if (lock)
+		n = idem_run_as(false, &plan_select_lock, sql_select_lock, 3, argtypes,
+						values, NULL, SPI_OK_SELECT);
+	else if (store_citus && store_recovery)
+		n = idem_run_as(false, &plan_select_citus_rp, sql_select_citus_rp, 3,
+						argtypes, values, NULL, SPI_OK_SELECT);
+	else if (store_citus)
+		n = idem_run_as(false, &plan_select_citus, sql_select_citus, 3, argtypes,
+						values, NULL, SPI_OK_SELECT);
+	else if (store_recovery)
 		n = idem_run_as_owner_snap(&plan_select_rp, sql_select_rp, 3, argtypes,
 								   values, NULL, SPI_OK_SELECT, snap);
 	else
@@ -614,6 +789,11 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 				out->recovery_state = DatumGetJsonbPCopy(d);
 			MemoryContextSwitchTo(old);
 		}
+		/* Citus: the owner's oid on the shard's node, after the columns */
+		if (store_citus)
+			out->shard_owner = DatumGetObjectId(SPI_getbinval(tup, td,
+															  store_recovery ? 13 : 11,
+															  &isnull));
 	}
 	SPI_finish();
 	return true;
@@ -639,7 +819,7 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
  */
 static void
 keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
-			  bool check_latest)
+			  bool check_latest, bool lock)
 {
 	TransactionId xmin = InvalidTransactionId;
 	ErrorContextCallback errcb;
@@ -662,9 +842,14 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 		PopActiveSnapshot();
 	}
 	else
-		(void) sql_probe(id, InvalidSnapshot, out, outcxt, &xmin);
+		(void) sql_probe(id, InvalidSnapshot, out, outcxt, &xmin, lock);
 
-	if (check_latest && IsolationUsesXactSnapshot())
+	/*
+	 * On Citus the row lives on the shard's node, where a locking read
+	 * raises the serialization failure itself; a local snapshot says
+	 * nothing about it.
+	 */
+	if (check_latest && IsolationUsesXactSnapshot() && !store_citus)
 	{
 		TransactionId latest_xmin = InvalidTransactionId;
 		bool		latest;
@@ -672,7 +857,8 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 		if (store_fast)
 			latest = probe(heap, id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
 		else
-			latest = sql_probe(id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
+			latest = sql_probe(id, GetLatestSnapshot(), NULL, outcxt,
+							   &latest_xmin, false);
 		if (latest != out->found || (latest && latest_xmin != xmin))
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -688,7 +874,7 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 void
 idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
-	keystore_read(id, out, outcxt, true);
+	keystore_read(id, out, outcxt, true, false);
 }
 
 /*
@@ -698,7 +884,43 @@ idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 void
 idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
-	keystore_read(id, out, outcxt, false);
+	keystore_read(id, out, outcxt, false, false);
+}
+
+/*
+ * Is the key table distributed by Citus?  Then a key's serialization point
+ * is its shard's primary key (idem_keystore_claim(), idem_keystore_lock()),
+ * not the node-local key lock.  Cached (see the file comment).
+ */
+bool
+idem_keystore_distributed(const KeyId *id)
+{
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {id, "reading"};
+
+	if (OidIsValid(store_relid))
+		return store_citus;
+	/* a table that cannot hold keys is reported as the read would */
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	store_resolve();
+	error_context_stack = errcb.previous;
+	return store_citus;
+}
+
+/*
+ * The lookup of idem_keystore_lookup() locking the row where it lives
+ * (SELECT ... FOR UPDATE): on Citus, a transaction that holds the row
+ * (a claim or a lock from any node) is waited for, and the row read is
+ * the latest committed one.  Without Citus, the same as the lookup (the
+ * key lock serialises).
+ */
+void
+idem_keystore_lock(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+{
+	keystore_read(id, out, outcxt, true, idem_keystore_distributed(id));
 }
 
 /*
@@ -706,25 +928,13 @@ idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
  * was there at begin(), else an INSERT.  An UPDATE that finds nothing
  * (the expired row was purged meanwhile) falls back to the INSERT.
  */
-void
-idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
-					bool retryable_null, bool retryable)
+static void
+row_values(const HeldKey *h, const char *status, Jsonb *response,
+		   bool retryable_null, bool retryable, Datum *values, char *nulls)
 {
-	Datum		values[NUM_COLS];
-	char		nulls[NUM_COLS];
-	bytea	   *hash = NULL;
-	bool		connected = false;
-	bool		done = false;
-	ErrorContextCallback errcb;
-	StoreErrorArg arg = {&h->id, "storing"};
+	bytea	   *hash;
 
-	check_writable(&h->id);
-	errcb.callback = store_error_context;
-	errcb.arg = &arg;
-	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
-
-	memset(nulls, ' ', sizeof(nulls));
+	memset(nulls, ' ', NUM_COLS);
 	key_values(&h->id, values);
 	values[COL_STATUS] = CStringGetTextDatum(status);
 	if (h->has_hash)
@@ -750,10 +960,43 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	values[COL_LOCKED_UNTIL] = TimestampTzGetDatum(h->locked_until);
 	if (h->locked_until == 0)
 		nulls[COL_LOCKED_UNTIL] = 'n';
+}
 
-	if (h->row_exists)
+void
+idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
+					bool retryable_null, bool retryable)
+{
+	Datum		values[NUM_COLS];
+	char		nulls[NUM_COLS];
+	bool		connected = false;
+	bool		done = false;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {&h->id, "storing"};
+
+	check_writable(&h->id);
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	row_values(h, status, response, retryable_null, retryable, values, nulls);
+
+	store_resolve();
+	if (store_citus)
 	{
-		store_resolve();
+		/* the row this transaction claimed or locked, or a new one */
+		SPI_connect();
+		connected = true;
+		if (h->reset_point && store_recovery)
+			done = idem_run_as(false, &plan_upsert_citus_rp, sql_upsert_citus_rp,
+							   NUM_BASE_COLS, col_types, values, nulls,
+							   SPI_OK_INSERT) > 0;
+		else
+			done = idem_run_as(false, &plan_upsert_citus, sql_upsert_citus,
+							   NUM_BASE_COLS, col_types, values, nulls,
+							   SPI_OK_INSERT) > 0;
+	}
+	else if (h->row_exists)
+	{
 		SPI_connect();
 		connected = true;
 		if (h->reset_point && store_recovery)
@@ -809,12 +1052,15 @@ idem_keystore_has_recovery(void)
 
 /*
  * checkpoint(): set the recovery point and state of key id, whose lease
- * the caller holds (the key lock too: guard.c's lease holder check).  In
- * the caller's transaction, as the extension's owner.  Returns the rows
- * updated (1, or 0 if the row is gone, which the key lock rules out).
+ * the caller holds (the key lock too: guard.c's lease holder check; on
+ * Citus the row lock on the shard, and shard_owner is the owner's oid
+ * that check read there).  In the caller's transaction, as the extension's
+ * owner (on Citus as the caller, like every Citus statement).  Returns the
+ * rows updated (1, or 0 if the row is gone, which the locks rule out).
  */
 uint64
-idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
+idem_keystore_checkpoint(const KeyId *id, Oid shard_owner, text *point,
+						 Jsonb *state)
 {
 	Oid			argtypes[6] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID,
 							   TIMESTAMPTZOID};
@@ -844,11 +1090,52 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 		nulls[4] = 'n';
 	values[5] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	SPI_connect();
-	n = idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes, values,
-						  nulls, SPI_OK_UPDATE);
+	if (store_citus)
+	{
+		argtypes[0] = OIDOID;
+		values[0] = ObjectIdGetDatum(shard_owner);
+		n = idem_run_as(false, &plan_checkpoint_citus, sql_checkpoint_citus, 6,
+						argtypes, values, nulls, SPI_OK_UPDATE);
+	}
+	else
+		n = idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes,
+							  values, nulls, SPI_OK_UPDATE);
 	SPI_finish();
 	error_context_stack = errcb.previous;
 	return n;
+}
+
+/*
+ * Citus: claim key h->id for this transaction with an in_progress row
+ * (INSERT ... ON CONFLICT DO NOTHING, routed to the key's shard).  Returns
+ * true when the row was inserted: until this transaction ends, a claim of
+ * the same key from any node waits for it on the shard's primary key, and
+ * then finds the row this transaction left (or none, after a rollback).
+ * false when a committed row is there (perhaps committed while we waited):
+ * the caller locks and reads it (idem_keystore_lock()).  The new row has
+ * no recovery point (the columns' default).
+ */
+bool
+idem_keystore_claim(const HeldKey *h)
+{
+	Datum		values[NUM_COLS];
+	char		nulls[NUM_COLS];
+	bool		inserted;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {&h->id, "claiming"};
+
+	check_writable(&h->id);
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	row_values(h, "in_progress", NULL, true, false, values, nulls);
+	SPI_connect();
+	inserted = idem_run_as(false, &plan_claim, sql_claim, NUM_BASE_COLS,
+						   col_types, values, nulls, SPI_OK_INSERT) > 0;
+	SPI_finish();
+	error_context_stack = errcb.previous;
+	return inserted;
 }
 
 void

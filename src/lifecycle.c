@@ -25,6 +25,21 @@
  * purges one batch of the caller's own rows; the background worker
  * (worker.c) purges every role's rows, a committed batch at a time.
  *
+ * On Citus (a table in pg_dist_partition, idem_citus_table()) Citus cannot
+ * run the ctid statement above (ctids are per shard, and a locking
+ * subquery over many shards is not routable).  There a batch is
+ *
+ *	  DELETE ... WHERE (primary key) IN (SELECT primary key ... WHERE
+ *									   expires_at <= now LIMIT n)
+ *				  AND expires_at <= now
+ *
+ * which Citus plans in two steps (the subquery's rows gathered first, then
+ * one DELETE per shard), planned afresh with its values each time (Citus
+ * cannot split a generic plan).  It does not skip locked rows: it waits for a
+ * transaction that holds one (a begin() retrying an expired key), then
+ * rechecks the expiry and leaves a row that was renewed.  Asked per batch,
+ * so a table distributed while the worker runs is purged the new way.
+ *
  * Tokens: issue_token() inserts a random uuid; consume_token() deletes it.
  * Concurrent consumers serialise on the row lock of the DELETE: exactly one
  * deletes it, the others then find nothing.  A rolled-back consumer gives
@@ -64,8 +79,13 @@ static const char *const purge_tables[PURGE_NTABLES] = {
 	"idempotency_key", "token", "seen_message"
 };
 
-/* [table][0 = one role, 1 = every role] */
+/* [table][0 = one role, 1 = every role]; none on Citus (planned afresh) */
 static SPIPlanPtr purge_plans[PURGE_NTABLES][2];
+
+/* each table's primary key, for the Citus statement */
+static const char *const purge_keys[PURGE_NTABLES] = {
+	"key, scope, owner", "token", "message_id, scope, owner"
+};
 
 static const char *const purge_sql =
 "WITH l AS MATERIALIZED ("
@@ -76,6 +96,15 @@ static const char *const purge_sql =
 " WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT l.tid FROM l))"
 "   AND (t.tableoid, t.ctid) OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT (l.rel, l.tid) FROM l))"
 "   AND t.expires_at OPERATOR(pg_catalog.<=) $1 %s";
+
+/* Citus: by primary key (see the file comment) */
+static const char *const purge_sql_citus =
+"DELETE FROM idempotency.%s AS t"
+" WHERE (%s) IN ("
+"         SELECT %s FROM idempotency.%s AS s"
+"          WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"          LIMIT $2)"
+"   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
 
 /*
  * Delete at most batch_size expired rows from each table of the extension
@@ -96,20 +125,39 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		Oid			argtypes[3] = {TIMESTAMPTZOID, INT4OID, REGROLEOID};
 		Datum		values[3];
 		char	   *sql;
+		Oid			relid = InvalidOid;
+		int			citus;
 
 		counts[i] = 0;
-		if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid(purge_tables[i], nsp)))
+		if (OidIsValid(nsp))
+			relid = get_relname_relid(purge_tables[i], nsp);
+		if (!OidIsValid(relid))
 			continue;			/* an older version of the extension */
+		citus = idem_citus_table(relid) ? 1 : 0;
 
 		values[0] = TimestampTzGetDatum(now);
 		values[1] = Int32GetDatum(batch_size);
 		values[2] = ObjectIdGetDatum(owner);
-		sql = psprintf(purge_sql, purge_tables[i],
-					   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3",
-					   purge_tables[i],
-					   all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $3");
-		counts[i] = idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
-								 values, NULL, SPI_OK_DELETE);
+		if (citus && !all)
+		{
+			argtypes[2] = TEXTOID;	/* the owner by name */
+			values[2] = idem_owner_name(owner);
+		}
+		if (citus)
+			sql = psprintf(purge_sql_citus, purge_tables[i], purge_keys[i],
+						   purge_keys[i], purge_tables[i],
+						   all ? "" : "AND " IDEM_OWNER_EQ_CITUS("s.owner", "$3"));
+		else
+			sql = psprintf(purge_sql, purge_tables[i],
+						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3",
+						   purge_tables[i],
+						   all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $3");
+		if (citus)
+			counts[i] = idem_run_as_owner_once(sql, all ? 2 : 3, argtypes, values,
+											   NULL, SPI_OK_DELETE);
+		else
+			counts[i] = idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3,
+										  argtypes, values, NULL, SPI_OK_DELETE);
 		pfree(sql);
 		total += counts[i];
 	}
@@ -144,6 +192,23 @@ idempotency_purge(PG_FUNCTION_ARGS)
  */
 static SPIPlanPtr plan_issue = NULL;
 static SPIPlanPtr plan_consume = NULL;
+static SPIPlanPtr plan_consume_citus = NULL;
+static SPIPlanPtr plan_consume_lock_citus = NULL;
+
+#define CONSUME_LOCK_SQL_CITUS \
+	"SELECT t.owner::pg_catalog.oid FROM idempotency.token AS t" \
+	" WHERE t.token OPERATOR(pg_catalog.=) $1" \
+	"   AND " IDEM_OWNER_EQ_CITUS("t.owner", "$2") \
+	"   AND t.scope OPERATOR(pg_catalog.=) $3" \
+	"   AND t.expires_at OPERATOR(pg_catalog.>) $4" \
+	"   FOR UPDATE OF t"
+
+#define CONSUME_SQL(owner_eq) \
+	"DELETE FROM idempotency.token AS t" \
+	" WHERE t.token OPERATOR(pg_catalog.=) $1" \
+	"   AND " owner_eq("t.owner", "$2") \
+	"   AND t.scope OPERATOR(pg_catalog.=) $3" \
+	"   AND t.expires_at OPERATOR(pg_catalog.>) $4"
 
 /* issue_token(scope, ttl) -> uuid: a token that consume_token() accepts once */
 PG_FUNCTION_INFO_V1(idempotency_issue_token);
@@ -171,7 +236,7 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	values[4] = TimestampTzGetDatum(expires_at);
 
 	SPI_connect();
-	if (idem_run_as_owner(&plan_issue,
+	if (idem_run_as(!idem_table_distributed(IDEM_TABLE_TOKEN), &plan_issue,
 						  "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
 						  " VALUES ($1, $2, $3, $4, $5)",
 						  5, argtypes, values, NULL, SPI_OK_INSERT) != 1)
@@ -203,13 +268,29 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 
 	SPI_connect();
-	consumed = idem_run_as_owner(&plan_consume,
-							"DELETE FROM idempotency.token AS t"
-							" WHERE t.token OPERATOR(pg_catalog.=) $1"
-							"   AND t.owner OPERATOR(pg_catalog.=) $2"
-							"   AND t.scope OPERATOR(pg_catalog.=) $3"
-							"   AND t.expires_at OPERATOR(pg_catalog.>) $4",
-							4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	if (idem_table_distributed(IDEM_TABLE_TOKEN))
+	{
+		/*
+		 * Citus: lock the token where it lives, then delete it by the
+		 * owner's oid there (role oids differ between nodes; idempotency.h)
+		 */
+		argtypes[1] = TEXTOID;
+		values[1] = idem_owner_name(GetUserId());
+		consumed = idem_run_as(false, &plan_consume_lock_citus, CONSUME_LOCK_SQL_CITUS,
+									 4, argtypes, values, NULL, SPI_OK_SELECT) > 0;
+		if (consumed)
+		{
+			bool		isnull;
+
+			argtypes[1] = OIDOID;
+			values[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+			consumed = idem_run_as(false, &plan_consume_citus, CONSUME_SQL(IDEM_OWNER_EQ),
+										 4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+		}
+	}
+	else
+		consumed = idem_run_as_owner(&plan_consume, CONSUME_SQL(IDEM_OWNER_EQ),
+									 4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(consumed);
 }
@@ -220,6 +301,27 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
  */
 static SPIPlanPtr plan_seen_insert = NULL;
 static SPIPlanPtr plan_seen_rearm = NULL;
+static SPIPlanPtr plan_seen_rearm_citus = NULL;
+
+/*
+ * On Citus, the re-arm is an upsert, which names the owner only as a value
+ * (role oids differ between nodes; idempotency.h)
+ */
+#define REARM_SQL_CITUS \
+	"INSERT INTO idempotency.seen_message AS m" \
+	"  (owner, scope, message_id, first_seen_at, expires_at)" \
+	" VALUES ($1, $2, $3, $4, $5)" \
+	" ON CONFLICT (owner, scope, message_id) DO UPDATE" \
+	"   SET first_seen_at = EXCLUDED.first_seen_at, expires_at = EXCLUDED.expires_at" \
+	" WHERE m.expires_at OPERATOR(pg_catalog.<=) EXCLUDED.first_seen_at"
+
+#define REARM_SQL(owner_eq) \
+	"UPDATE idempotency.seen_message AS m" \
+	"   SET first_seen_at = $4, expires_at = $5" \
+	" WHERE " owner_eq("m.owner", "$1") \
+	"   AND m.scope OPERATOR(pg_catalog.=) $2" \
+	"   AND m.message_id OPERATOR(pg_catalog.=) $3" \
+	"   AND m.expires_at OPERATOR(pg_catalog.<=) $4"
 
 /* first_seen(scope, message_id, ttl) -> true the first time, false for a redelivery */
 PG_FUNCTION_INFO_V1(idempotency_first_seen);
@@ -240,21 +342,18 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	values[4] = TimestampTzGetDatum(idem_expiry(fcinfo, 2, now));
 
 	SPI_connect();
-	first = idem_run_as_owner(&plan_seen_insert,
+	first = idem_run_as(!idem_table_distributed(IDEM_TABLE_SEEN), &plan_seen_insert,
 						 "INSERT INTO idempotency.seen_message AS m"
 						 "  (owner, scope, message_id, first_seen_at, expires_at)"
 						 " VALUES ($1, $2, $3, $4, $5)"
 						 " ON CONFLICT (owner, scope, message_id) DO NOTHING",
 						 5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
-	if (!first)					/* seen before: first again only if expired */
-		first = idem_run_as_owner(&plan_seen_rearm,
-							 "UPDATE idempotency.seen_message AS m"
-							 "   SET first_seen_at = $4, expires_at = $5"
-							 " WHERE m.owner OPERATOR(pg_catalog.=) $1"
-							 "   AND m.scope OPERATOR(pg_catalog.=) $2"
-							 "   AND m.message_id OPERATOR(pg_catalog.=) $3"
-							 "   AND m.expires_at OPERATOR(pg_catalog.<=) $4",
-							 5, argtypes, values, NULL, SPI_OK_UPDATE) > 0;
+	if (!first && idem_table_distributed(IDEM_TABLE_SEEN))
+		first = idem_run_as(false, &plan_seen_rearm_citus, REARM_SQL_CITUS,
+								  5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
+	else if (!first)			/* seen before: first again only if expired */
+		first = idem_run_as_owner(&plan_seen_rearm, REARM_SQL(IDEM_OWNER_EQ),
+								  5, argtypes, values, NULL, SPI_OK_UPDATE) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(first);
 }

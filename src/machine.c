@@ -58,6 +58,19 @@
 #define MACHINE_NAME_CLIP 40
 
 static SPIPlanPtr plan_machine_upsert = NULL;
+/*
+ * On Citus (a reference table) the owner is compared with the inserted
+ * one, which each node reads by name: role oids differ between nodes
+ * (idempotency.h)
+ */
+static SPIPlanPtr plan_machine_upsert_citus = NULL;
+
+#define UPSERT_SQL(owner_eq, param) \
+	"INSERT INTO idempotency.state_machine AS m (machine, transitions, owner, updated_at)" \
+	" VALUES ($1, $2, $3, pg_catalog.now())" \
+	" ON CONFLICT (machine) DO UPDATE" \
+	"   SET transitions = EXCLUDED.transitions, updated_at = EXCLUDED.updated_at" \
+	" WHERE " owner_eq("m.owner", param) " OR $4"
 
 /* ---------------------------------------------------------------------
  * Checking a definition
@@ -216,13 +229,13 @@ idempotency_create_machine(PG_FUNCTION_ARGS)
 	values[3] = BoolGetDatum(superuser());
 
 	SPI_connect();
-	n = idem_run_as_owner(&plan_machine_upsert,
-					 "INSERT INTO idempotency.state_machine AS m (machine, transitions, owner, updated_at)"
-					 " VALUES ($1, $2, $3, pg_catalog.now())"
-					 " ON CONFLICT (machine) DO UPDATE"
-					 "   SET transitions = EXCLUDED.transitions, updated_at = EXCLUDED.updated_at"
-					 " WHERE m.owner OPERATOR(pg_catalog.=) $3 OR $4",
-					 4, argtypes, values, NULL, SPI_OK_INSERT);
+	if (idem_table_distributed(IDEM_TABLE_MACHINE))	/* the owner as inserted */
+		n = idem_run_as_owner(&plan_machine_upsert_citus,
+							  UPSERT_SQL(IDEM_OWNER_EQ, "EXCLUDED.owner"),
+							  4, argtypes, values, NULL, SPI_OK_INSERT);
+	else
+		n = idem_run_as_owner(&plan_machine_upsert, UPSERT_SQL(IDEM_OWNER_EQ, "$3"),
+							  4, argtypes, values, NULL, SPI_OK_INSERT);
 	SPI_finish();
 	if (n == 0)
 		ereport(ERROR,

@@ -20,6 +20,11 @@
  * IK004 if the key was taken over, finished, or never leased).  expires_at
  * is moved to at least the new lease end.  Returns the new locked_until.
  *
+ * On Citus (the key table distributed) forget() locks the row on the key's
+ * shard (keystore.c: idem_keystore_lock), so a begin() through any node
+ * waits for it, and deletes it by the owner's oid read there (role oids
+ * differ between nodes).
+ *
  * Both write through the ordinary paths (an SQL DELETE as the extension's
  * owner, keystore.c's UPDATE), so read-only transactions and hot standbys
  * refuse them (25006).
@@ -40,6 +45,13 @@
 #include "idempotency.h"
 
 static SPIPlanPtr plan_forget = NULL;
+static SPIPlanPtr plan_forget_citus = NULL;
+
+#define FORGET_SQL(owner_eq) \
+	"DELETE FROM idempotency.idempotency_key AS k" \
+	" WHERE " owner_eq("k.owner", "$1") \
+	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
+	"   AND k.key OPERATOR(pg_catalog.=) $3"
 
 /* 25006 unless this transaction may write (before any lock is taken) */
 static void
@@ -96,7 +108,8 @@ idempotency_forget(PG_FUNCTION_ARGS)
 				 errhint("Try again when that request has finished.")));
 	}
 
-	idem_keystore_lookup(&id, &stored, CurrentMemoryContext);
+	/* on Citus, the row lock on the shard keeps a begin() from any node out */
+	idem_keystore_lock(&id, &stored, CurrentMemoryContext);
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
 	{
 		/* absent, expired (the purge takes it), or another role's */
@@ -120,12 +133,20 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
 	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
 	SPI_connect();
-	deleted = idem_run_as_owner(&plan_forget,
-								"DELETE FROM idempotency.idempotency_key AS k"
-								" WHERE k.owner OPERATOR(pg_catalog.=) $1"
-								"   AND k.scope OPERATOR(pg_catalog.=) $2"
-								"   AND k.key OPERATOR(pg_catalog.=) $3",
-								3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	if (idem_keystore_distributed(&id))
+	{
+		/*
+		 * the owner's oid where the row lives, as the locking lookup read
+		 * it (role oids differ between nodes; idempotency.h)
+		 */
+		argtypes[0] = OIDOID;
+		values[0] = ObjectIdGetDatum(stored.shard_owner);
+		deleted = idem_run_as(false, &plan_forget_citus, FORGET_SQL(IDEM_OWNER_EQ),
+									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	}
+	else
+		deleted = idem_run_as_owner(&plan_forget, FORGET_SQL(IDEM_OWNER_EQ),
+									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	SPI_finish();
 
 	if (deleted)

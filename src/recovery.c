@@ -37,7 +37,10 @@
  * RENAME changes them).
  *
  * Locking: checkpoint() takes the key lock (guard.c) and writes the row
- * as the extension's owner in the caller's transaction (keystore.c);
+ * as the extension's owner in the caller's transaction (keystore.c); on
+ * Citus the lease holder check also locks the row on the key's shard
+ * (SELECT ... FOR UPDATE), so a takeover's begin() through any node waits
+ * for the phase, and the row is written there as the caller;
  * derive_key() reads the secret table and takes no lock of its own.
  *
  *-------------------------------------------------------------------------
@@ -207,7 +210,7 @@ idempotency_checkpoint(PG_FUNCTION_ARGS)
 
 	/* the attempt holds the lease (IK004 otherwise); takes the key lock */
 	idem_guard_lease_holder(&id, attempt, &h);
-	if (idem_keystore_checkpoint(&id, point, state) != 1)
+	if (idem_keystore_checkpoint(&id, h.shard_owner, point, state) != 1)
 		elog(ERROR, "%s vanished under its key lock", idem_describe_key(&id));
 	PG_RETURN_VOID();
 }

@@ -24,6 +24,14 @@
  * idempotency.idempotency_key, whose relcache invalidation (or a reset of
  * them all, or a change of pg_namespace) forgets the cached owner.
  *
+ * Citus (issue 17): on a distributed table some statements run as the
+ * caller instead (idem_run_as): Citus sends a transaction's writes to one
+ * group of co-located shards through one connection per role, and the
+ * caller's own work writes there too.  idempotency.distribute() grants the
+ * caller those writes under row-level security confining it to its own
+ * rows.  idem_run_as_owner_once() plans a statement afresh with its values,
+ * for Citus statements that have no generic plan.
+ *
  * Statements are prepared once per backend (SPI_prepare_cursor with a
  * generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr; every name
  * in them is schema-qualified and every value a parameter.  The plan
@@ -44,7 +52,9 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -184,6 +194,60 @@ idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
 {
 	return idem_run_as_owner_snap(cache, sql, nargs, argtypes, values, nulls,
 								  expect_rc, InvalidSnapshot);
+}
+
+/*
+ * idem_run_as_owner(), or with as_owner false the same statement as the
+ * caller: on Citus, where a transaction's writes to a group of co-located
+ * shards must go through one connection, which is per role (the caller's
+ * own work writes there too).  distribute() grants the caller what it
+ * needs, under row-level security that confines it to its own rows.
+ */
+uint64
+idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql, int nargs,
+			Oid *argtypes, Datum *values, const char *nulls, int expect_rc)
+{
+	int			rc;
+
+	if (as_owner)
+		return idem_run_as_owner(cache, sql, nargs, argtypes, values, nulls,
+								 expect_rc);
+	idem_prepare(cache, sql, nargs, argtypes);
+	rc = SPI_execute_plan(*cache, values, nulls, false, 0);
+	if (rc != expect_rc)
+		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/*
+ * Role owner's name as a text datum, as a regrole column prints it (quoted
+ * where needed): for IDEM_OWNER_EQ_CITUS.
+ */
+Datum
+idem_owner_name(Oid owner)
+{
+	return CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(regroleout,
+																	ObjectIdGetDatum(owner))));
+}
+
+/*
+ * The same for a statement planned afresh with its parameter values (no
+ * kept plan): for Citus, which cannot plan a generic plan of a statement
+ * it must split into steps (lifecycle.c's purge of a distributed table).
+ */
+uint64
+idem_run_as_owner_once(const char *sql, int nargs, Oid *argtypes,
+					   Datum *values, const char *nulls, int expect_rc)
+{
+	SavedUser	saved;
+	int			rc;
+
+	idem_as_owner(&saved);
+	rc = SPI_execute_with_args(sql, nargs, argtypes, values, nulls, false, 0);
+	if (rc != expect_rc)
+		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));
+	idem_as_caller(&saved);
+	return SPI_processed;
 }
 
 void

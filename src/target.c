@@ -56,6 +56,7 @@
 #include "access/htup_details.h"
 #include "funcapi.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -522,11 +523,20 @@ idem_plans_fetch(Oid relid, const char *sig, IdemPlans *out)
 	return false;
 }
 
-/* SPI_prepare, generic plan; kept only by idem_plans_store() */
+/*
+ * SPI_prepare, generic plan; kept only by idem_plans_store().  Where Citus
+ * is installed, the plan cache chooses: Citus cannot make a generic plan
+ * of the helpers' statements on a distributed table (an INSERT ... SELECT,
+ * a sub-SELECT in SET, a join with a reference table), and prices one it
+ * cannot make so that custom plans are used.
+ */
 SPIPlanPtr
 idem_target_prepare(const char *sql, int nargs, Oid *argtypes)
 {
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+	int			options = OidIsValid(get_relname_relid("pg_dist_partition",
+													   PG_CATALOG_NAMESPACE)) ?
+		0 : CURSOR_OPT_GENERIC_PLAN;
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, options);
 
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));

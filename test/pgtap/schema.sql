@@ -96,7 +96,7 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'create_machine', 'transition', 'update_versioned', 'insert_once',
                                         'forget', 'renew', 'stats', 'stats_reset',
                                         'once', 'lookup', 'http_response', 'lock_secret_changed',
-                                        'checkpoint', 'derive_key']);
+                                        'checkpoint', 'derive_key', 'distribute']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');
