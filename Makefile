@@ -21,13 +21,14 @@ OBJS = \
 	src/machine.o \
 	src/versioned.o \
 	src/insert_once.o \
-	src/once.o
+	src/once.o \
+	src/outbox.o
 
 EXTENSION = idempotency
 DATA = $(wildcard idempotency--*.sql)
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http outbox
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
 ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation

@@ -9,6 +9,7 @@
  *	  idempotency.c   _PG_init: GUCs, one idem_xxx_init() per file
  *	  worker.c        the purge background worker
  *	  once.c          once(), lookup(), http_response()  (features)
+ *	  outbox.c        publish(), claim(), ack(), nack(), topics
  *	  guard.c         begin(), complete(), fail()      (features)
  *	  lifecycle.c     purge(), tokens, first_seen()
  *	  ops.c           forget(), renew()
@@ -110,6 +111,7 @@ extern char *idem_describe_key(const KeyId *id);
 extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
 extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
 						const char *what);
+extern uint64 idem_key_hash(const KeyId *id);
 extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
@@ -222,7 +224,7 @@ extern void idem_keystore_write(const HeldKey *h, const char *status,
 /* ---- features ---- */
 
 /* lifecycle.c */
-#define PURGE_NTABLES 3
+#define PURGE_NTABLES 4		/* keys, tokens, seen messages, outbox messages */
 extern int64 idem_purge_expired(Oid owner, int batch_size, TimestampTz now,
 								int64 *counts);
 

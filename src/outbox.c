@@ -1,0 +1,786 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.c
+ *	  The outbox (features floor): publish() in the caller's transaction,
+ *	  claim/ack/nack/release/redrive for relays, topics and their grants.
+ *
+ * Tables (idempotency--0.5.0.sql): outbox_topic (one row per topic, owned
+ * by a role), outbox_grant (what other roles may do with a topic),
+ * outbox_message (one row per message).  Plain roles only read them
+ * (row-level security); every write is a statement prepared once, run as
+ * the extension's owner with the caller's role as a parameter (runas.c),
+ * and every statement checks the caller's right on the topic itself.
+ *
+ * A message's life: publish() inserts it 'pending' with available_at =
+ * now (+ deliver_after).  claim() hands out ready pending messages with a
+ * fresh claim token and available_at = now + visibility, attempts + 1;
+ * nobody else can claim it until available_at passes.  ack(claim, ids)
+ * makes it 'delivered' with expires_at = now + the topic's retention (the
+ * purge in lifecycle.c deletes it then, in batches, counting it into the
+ * topic's purged_* counters).  nack() gives it back with a retry time
+ * (capped exponential backoff unless given) or makes it 'dead' after
+ * max_attempts; release() gives it back unattempted.  A claim whose
+ * visibility passed is claimed again (attempt counted); at max_attempts
+ * it goes dead instead.  ack/nack/release name the claim token, so a relay
+ * whose claim was taken over can no longer change the message.
+ *
+ * Order per message key, in commit order.  publish() of a keyed message
+ * first takes a transaction-level lock on (topic, key) -- an advisory lock
+ * tag, field4 OUTBOX_LOCK_FIELD4, named by the keyed SipHash of keyid.c so
+ * no role can aim a collision at another's keys -- and only then draws the
+ * message id from the sequence.  A second publisher of the key waits for
+ * the first to commit or roll back before it draws its id.  So, per key,
+ * id order is commit order (ids of rolled-back publishers leave gaps, which
+ * nothing relies on), and when a snapshot sees a key's message it also sees
+ * every earlier committed message of that key.  claim() takes a keyed
+ * message only if no pending message of its key has a smaller id (the
+ * earlier one is delivered or dead), so a key has at most one message out at
+ * a time, and the next one becomes claimable only when the earlier one is
+ * acked or dead.  There is no cursor or watermark: every claim looks at all
+ * pending rows, so a message whose transaction commits late is found by the
+ * next claim, never skipped.  Concurrent claims skip each other's locked
+ * rows (FOR UPDATE SKIP LOCKED) and re-check state and available_at on the
+ * row they lock.
+ *
+ * Wake-ups: publish() queues NOTIFY "idempotency.outbox.<topic>" with an
+ * empty payload; PostgreSQL sends identical notifications of a transaction
+ * once, so a transaction wakes each topic's relays once, at commit.
+ *
+ * Locking: the per-key lock above (until the publisher's transaction
+ * ends; deadlocks between keys are found by the deadlock detector, and the
+ * session's lock_timeout applies); row locks of the messages a statement
+ * updates.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "compat.h"
+#include "idempotency.h"
+
+#define OUTBOX_LOCK_FIELD4 0x4945	/* 18757: pg_locks objsubid of a key's lock */
+#define TOPIC_MAX_LEN 40
+#define CHANNEL_PREFIX "idempotency.outbox."
+#define CLAIM_MAX_BATCH 10000
+
+/* the caller's rights on a topic, as the lookup statement reports them */
+typedef struct Topic
+{
+	int32		id;
+	Oid			owner;
+	bool		may_publish;
+	bool		may_consume;
+	int32		max_attempts;
+} Topic;
+
+typedef enum TopicRight
+{
+	RIGHT_PUBLISH,
+	RIGHT_CONSUME,
+	RIGHT_OWN
+} TopicRight;
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+
+/* 22004 for a NULL argument that must not be NULL */
+static void
+not_null(FunctionCallInfo fcinfo, int arg, const char *name)
+{
+	if (PG_ARGISNULL(arg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+}
+
+/* the topic argument, validated: 1..40 of [A-Za-z0-9_.:-] (22023) */
+static char *
+topic_arg(FunctionCallInfo fcinfo, int arg)
+{
+	char	   *topic;
+	const char *p;
+
+	not_null(fcinfo, arg, "topic");
+	topic = text_to_cstring(PG_GETARG_TEXT_PP(arg));
+	for (p = topic; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+			  (*p >= '0' && *p <= '9') || *p == '_' || *p == '.' ||
+			  *p == ':' || *p == '-'))
+			break;
+	if (*p != '\0' || p == topic || p - topic > TOPIC_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid topic name \"%s\"", topic),
+				 errdetail("A topic name has 1 to %d characters, each a letter, digit, '_', '.', ':' or '-'.",
+						   TOPIC_MAX_LEN)));
+	return topic;
+}
+
+/* 22023 unless iv is >= 0 (> 0 when positive) */
+static void
+check_interval(const Interval *iv, const char *name, bool positive)
+{
+	Interval	zero;
+	int			cmp;
+
+	memset(&zero, 0, sizeof(zero));
+	cmp = DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(iv),
+											IntervalPGetDatum(&zero)));
+	if (cmp < 0 || (positive && cmp == 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be %s", name, positive ? "positive" : "zero or positive")));
+}
+
+static SPIPlanPtr plan_topic = NULL;
+
+/*
+ * Find topic name and the caller's rights on it; raise 42704 if there is no
+ * such topic and 42501 if the caller lacks right.  Inside SPI_connect().
+ */
+static void
+topic_lookup(const char *name, TopicRight right, Topic *out)
+{
+	Oid			argtypes[2] = {TEXTOID, REGROLEOID};
+	Datum		values[2];
+	Oid			me = GetUserId();
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	bool		ok;
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = ObjectIdGetDatum(me);
+	if (idem_run_as_owner(&plan_topic,
+						  "SELECT t.id, t.owner::pg_catalog.oid, t.max_attempts,"
+						  "       COALESCE(g.can_publish, false),"
+						  "       COALESCE(g.can_consume, false)"
+						  "  FROM idempotency.outbox_topic AS t"
+						  "  LEFT JOIN idempotency.outbox_grant AS g"
+						  "    ON g.topic_id OPERATOR(pg_catalog.=) t.id"
+						  "   AND g.grantee OPERATOR(pg_catalog.=) $2"
+						  " WHERE t.name OPERATOR(pg_catalog.=) $1",
+						  2, argtypes, values, NULL, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("topic \"%s\" does not exist", name),
+				 errhint("Create it with idempotency.create_topic().")));
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	out->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	out->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+	out->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	out->may_publish = out->owner == me || DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+	out->may_consume = out->owner == me || DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
+
+	ok = right == RIGHT_OWN ? out->owner == me :
+		right == RIGHT_PUBLISH ? out->may_publish : out->may_consume;
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for topic \"%s\"", name),
+				 errdetail("Role %s may not %s this topic.",
+						   GetUserNameFromId(me, false),
+						   right == RIGHT_OWN ? "change or drop" :
+						   right == RIGHT_PUBLISH ? "publish to" : "consume from"),
+				 right == RIGHT_OWN ? errhint("Only the topic's owner may.") :
+				 errhint("The topic's owner can allow it with idempotency.grant_topic().")));
+}
+
+/* take the lock of (topic, key) for this transaction: see the file comment */
+static void
+key_lock(text *topic, text *key)
+{
+	KeyId		id = idem_make_keyid(key, topic, "message key");
+	LOCKTAG		tag;
+
+	/* one lock space for every role: all publishers of the key serialise */
+	id.owner = InvalidOid;
+	id.hash = idem_key_hash(&id);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (id.hash >> 32),
+						 (uint32) id.hash, OUTBOX_LOCK_FIELD4);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+/*
+ * Wake the topic's relays at commit: NOTIFY "idempotency.outbox.<topic>"
+ * with an empty payload, which PostgreSQL sends once per transaction.
+ */
+static void
+notify_topic(const char *topic)
+{
+	char		channel[sizeof(CHANNEL_PREFIX) + TOPIC_MAX_LEN];
+
+	snprintf(channel, sizeof(channel), "%s%s", CHANNEL_PREFIX, topic);
+	Async_Notify(channel, "");
+}
+
+/* int8[] argument arg as a Datum, 22004 if NULL, 22023 if it has NULLs */
+static Datum
+ids_arg(FunctionCallInfo fcinfo, int arg)
+{
+	ArrayType  *a;
+
+	not_null(fcinfo, arg, "ids");
+	a = PG_GETARG_ARRAYTYPE_P(arg);
+	if (array_contains_nulls(a))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ids must not contain nulls")));
+	return PointerGetDatum(a);
+}
+
+/* ---------------------------------------------------------------------
+ * Topics
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_create = NULL;
+static SPIPlanPtr plan_alter = NULL;
+static SPIPlanPtr plan_pending = NULL;
+static SPIPlanPtr plan_drop_messages = NULL;
+static SPIPlanPtr plan_drop = NULL;
+static SPIPlanPtr plan_grant = NULL;
+static SPIPlanPtr plan_revoke = NULL;
+
+/* create_topic(topic, max_attempts, backoff_base, backoff_max, retention) -> id */
+PG_FUNCTION_INFO_V1(idempotency_create_topic);
+
+Datum
+idempotency_create_topic(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	Oid			argtypes[6] = {TEXTOID, REGROLEOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID};
+	Datum		values[6];
+	int			i;
+	bool		isnull;
+	int32		id;
+
+	for (i = 1; i <= 4; i++)
+		not_null(fcinfo, i, i == 1 ? "max_attempts" : i == 2 ? "backoff_base" :
+				 i == 3 ? "backoff_max" : "retention");
+	if (PG_GETARG_INT32(1) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be at least 1")));
+	check_interval(PG_GETARG_INTERVAL_P(2), "backoff_base", false);
+	check_interval(PG_GETARG_INTERVAL_P(3), "backoff_max", false);
+	check_interval(PG_GETARG_INTERVAL_P(4), "retention", false);
+
+	values[0] = CStringGetTextDatum(topic);
+	values[1] = ObjectIdGetDatum(GetUserId());
+	for (i = 1; i <= 4; i++)
+		values[i + 1] = PG_GETARG_DATUM(i);
+	SPI_connect();
+	if (idem_run_as_owner(&plan_create,
+						  "INSERT INTO idempotency.outbox_topic AS t"
+						  "  (name, owner, max_attempts, backoff_base, backoff_max, retention)"
+						  " VALUES ($1, $2, $3, $4, $5, $6)"
+						  " ON CONFLICT (name) DO NOTHING RETURNING t.id",
+						  6, argtypes, values, NULL, SPI_OK_INSERT_RETURNING) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("topic \"%s\" already exists", topic),
+				 errdetail("Topic names are shared by every role of the database.")));
+	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	PG_RETURN_INT32(id);
+}
+
+/* alter_topic(topic, max_attempts, backoff_base, backoff_max, retention): NULL keeps */
+PG_FUNCTION_INFO_V1(idempotency_alter_topic);
+
+Datum
+idempotency_alter_topic(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	Oid			argtypes[5] = {INT4OID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Topic		t;
+	int			i;
+
+	if (!PG_ARGISNULL(1) && PG_GETARG_INT32(1) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be at least 1")));
+	for (i = 2; i <= 4; i++)
+		if (!PG_ARGISNULL(i))
+			check_interval(PG_GETARG_INTERVAL_P(i),
+						   i == 2 ? "backoff_base" : i == 3 ? "backoff_max" : "retention", false);
+	SPI_connect();
+	topic_lookup(topic, RIGHT_OWN, &t);
+	values[0] = Int32GetDatum(t.id);
+	for (i = 1; i <= 4; i++)
+	{
+		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	idem_run_as_owner(&plan_alter,
+					  "UPDATE idempotency.outbox_topic AS t"
+					  "   SET max_attempts = COALESCE($2, t.max_attempts),"
+					  "       backoff_base = COALESCE($3, t.backoff_base),"
+					  "       backoff_max = COALESCE($4, t.backoff_max),"
+					  "       retention = COALESCE($5, t.retention)"
+					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
+					  5, argtypes, values, nulls, SPI_OK_UPDATE);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* drop_topic(topic, force): the caller's topic with its grants and messages */
+PG_FUNCTION_INFO_V1(idempotency_drop_topic);
+
+Datum
+idempotency_drop_topic(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	bool		force = !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1];
+	Topic		t;
+
+	SPI_connect();
+	topic_lookup(topic, RIGHT_OWN, &t);
+	values[0] = Int32GetDatum(t.id);
+	if (!force)
+	{
+		bool		isnull;
+		int64		n;
+
+		idem_run_as_owner(&plan_pending,
+						  "SELECT pg_catalog.count(*) FROM idempotency.outbox_message AS m"
+						  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1"
+						  "   AND m.state OPERATOR(pg_catalog.=) 'pending'",
+						  1, argtypes, values, NULL, SPI_OK_SELECT);
+		n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (n > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("topic \"%s\" has undelivered messages", topic),
+					 errdetail_plural("%lld message of the topic is not delivered yet.",
+									 "%lld messages of the topic are not delivered yet.",
+									 (unsigned long) n, (long long) n),
+					 errhint("Use drop_topic(topic, force => true) to drop them too.")));
+	}
+	idem_run_as_owner(&plan_drop_messages,
+					  "DELETE FROM idempotency.outbox_message AS m"
+					  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1",
+					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	idem_run_as_owner(&plan_drop,
+					  "DELETE FROM idempotency.outbox_topic AS t"
+					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
+					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* grant_topic(topic, grantee, publish, consume): share one of the caller's topics */
+PG_FUNCTION_INFO_V1(idempotency_grant_topic);
+
+Datum
+idempotency_grant_topic(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	Oid			argtypes[5] = {INT4OID, REGROLEOID, REGROLEOID, BOOLOID, BOOLOID};
+	Datum		values[5];
+	Topic		t;
+
+	not_null(fcinfo, 1, "grantee");
+	not_null(fcinfo, 2, "publish");
+	not_null(fcinfo, 3, "consume");
+	SPI_connect();
+	topic_lookup(topic, RIGHT_OWN, &t);
+	values[0] = Int32GetDatum(t.id);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = ObjectIdGetDatum(t.owner);
+	values[3] = PG_GETARG_DATUM(2);
+	values[4] = PG_GETARG_DATUM(3);
+	idem_run_as_owner(&plan_grant,
+					  "INSERT INTO idempotency.outbox_grant AS g"
+					  "  (topic_id, grantee, topic_owner, can_publish, can_consume)"
+					  " VALUES ($1, $2, $3, $4, $5)"
+					  " ON CONFLICT (topic_id, grantee) DO UPDATE"
+					  "   SET can_publish = excluded.can_publish, can_consume = excluded.can_consume",
+					  5, argtypes, values, NULL, SPI_OK_INSERT);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* revoke_topic(topic, grantee) -> whether the role had a grant */
+PG_FUNCTION_INFO_V1(idempotency_revoke_topic);
+
+Datum
+idempotency_revoke_topic(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	Oid			argtypes[2] = {INT4OID, REGROLEOID};
+	Datum		values[2];
+	Topic		t;
+	bool		found;
+
+	not_null(fcinfo, 1, "grantee");
+	SPI_connect();
+	topic_lookup(topic, RIGHT_OWN, &t);
+	values[0] = Int32GetDatum(t.id);
+	values[1] = PG_GETARG_DATUM(1);
+	found = idem_run_as_owner(&plan_revoke,
+							  "DELETE FROM idempotency.outbox_grant AS g"
+							  " WHERE g.topic_id OPERATOR(pg_catalog.=) $1"
+							  "   AND g.grantee OPERATOR(pg_catalog.=) $2",
+							  2, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(found);
+}
+
+/* ---------------------------------------------------------------------
+ * publish
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_publish = NULL;
+
+/*
+ * publish(topic, payload, message_key, headers, deliver_after) -> message id
+ *
+ * One statement: the topic's id and the caller's right come from a join in
+ * the INSERT itself, so the hot path is one lock (keyed messages), one
+ * INSERT and one NOTIFY.  When it inserts nothing, topic_lookup() says why.
+ */
+PG_FUNCTION_INFO_V1(idempotency_publish);
+
+Datum
+idempotency_publish(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	Oid			argtypes[8] = {TEXTOID, REGROLEOID, UUIDOID, TEXTOID, JSONBOID,
+	JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz available = now;
+	Datum		message_id;
+
+	not_null(fcinfo, 1, "payload");
+	if (!PG_ARGISNULL(3) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(3)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object"),
+				 errdetail("A message's headers are {\"name\": \"value\", ...}.")));
+	if (!PG_ARGISNULL(4))
+	{
+		check_interval(PG_GETARG_INTERVAL_P(4), "deliver_after", false);
+		available = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															TimestampTzGetDatum(now),
+															PG_GETARG_DATUM(4)));
+	}
+
+	/* keyed: the key's lock before the id (see the file comment) */
+	if (!PG_ARGISNULL(2))
+		key_lock(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(2));
+
+	message_id = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = ObjectIdGetDatum(GetUserId());
+	values[2] = message_id;
+	values[3] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
+	values[4] = PG_GETARG_DATUM(1);
+	values[5] = PG_ARGISNULL(3) ? DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) :
+		PG_GETARG_DATUM(3);
+	values[6] = TimestampTzGetDatum(available);
+	values[7] = TimestampTzGetDatum(now);
+
+	SPI_connect();
+	if (idem_run_as_owner(&plan_publish,
+						  "INSERT INTO idempotency.outbox_message AS m"
+						  "  (id, topic_id, owner, message_id, message_key, payload, headers,"
+						  "   state, available_at, published_at, published_by)"
+						  " SELECT pg_catalog.nextval('idempotency.outbox_message_id_seq'::pg_catalog.regclass),"
+						  "        t.id, t.owner, $3, $4, $5, $6, 'pending', $7, $8, $2"
+						  "   FROM idempotency.outbox_topic AS t"
+						  "  WHERE t.name OPERATOR(pg_catalog.=) $1"
+						  "    AND (t.owner OPERATOR(pg_catalog.=) $2"
+						  "         OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g"
+						  "                     WHERE g.topic_id OPERATOR(pg_catalog.=) t.id"
+						  "                       AND g.grantee OPERATOR(pg_catalog.=) $2"
+						  "                       AND g.can_publish))",
+						  8, argtypes, values, nulls, SPI_OK_INSERT) != 1)
+	{
+		Topic		t;
+
+		topic_lookup(topic, RIGHT_PUBLISH, &t);	/* raises */
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("the message was not stored in table idempotency.outbox_message"),
+				 errdetail("A trigger on the table skipped the row.")));
+	}
+	SPI_finish();
+
+	notify_topic(topic);
+	PG_RETURN_DATUM(message_id);
+}
+
+/* ---------------------------------------------------------------------
+ * Relays
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_claim = NULL;
+static SPIPlanPtr plan_ack = NULL;
+static SPIPlanPtr plan_nack = NULL;
+static SPIPlanPtr plan_release = NULL;
+static SPIPlanPtr plan_redrive = NULL;
+
+/* the caller may consume the message's topic: the condition ack etc. share */
+#define MAY_CONSUME \
+	"   AND t.id OPERATOR(pg_catalog.=) m.topic_id" \
+	"   AND (t.owner OPERATOR(pg_catalog.=) $3" \
+	"        OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g" \
+	"                    WHERE g.topic_id OPERATOR(pg_catalog.=) t.id" \
+	"                      AND g.grantee OPERATOR(pg_catalog.=) $3" \
+	"                      AND g.can_consume))"
+
+/*
+ * claim(topic, batch_size, visibility) -> the claimed messages (outbox_claim)
+ *
+ * See the file comment for the order and the concurrency.  A pending
+ * message whose claim lapsed with max_attempts attempts goes dead here
+ * instead of being handed out again.
+ */
+PG_FUNCTION_INFO_V1(idempotency_claim);
+
+Datum
+idempotency_claim(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			argtypes[7] = {INT4OID, INT4OID, UUIDOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, TEXTOID};
+	Datum		values[7];
+	TimestampTz now = GetCurrentTimestamp();
+	int32		batch;
+	Topic		t;
+	uint64		n,
+				i;
+
+	not_null(fcinfo, 1, "batch_size");
+	not_null(fcinfo, 2, "visibility");
+	batch = PG_GETARG_INT32(1);
+	if (batch < 1 || batch > CLAIM_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size must be between 1 and %d", CLAIM_MAX_BATCH)));
+	check_interval(PG_GETARG_INTERVAL_P(2), "visibility", true);
+	idem_init_materialized_srf(fcinfo);
+
+	SPI_connect();
+	topic_lookup(topic, RIGHT_CONSUME, &t);
+	values[0] = Int32GetDatum(t.id);
+	values[1] = Int32GetDatum(batch);
+	values[2] = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	values[3] = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
+									PG_GETARG_DATUM(2));
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = Int32GetDatum(t.max_attempts);
+	values[6] = CStringGetTextDatum(topic);
+	n = idem_run_as_owner(&plan_claim,
+						  "WITH c AS ("
+						  " UPDATE idempotency.outbox_message AS m"
+						  "    SET attempts = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN m.attempts"
+						  "                   ELSE m.attempts OPERATOR(pg_catalog.+) 1 END,"
+						  "        claim = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN NULL ELSE $3 END,"
+						  "        available_at = $4,"
+						  "        state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN 'dead' ELSE 'pending' END,"
+						  "        last_error = CASE WHEN m.claim IS NULL THEN m.last_error"
+						  "                     ELSE '{\"error\": \"visibility timeout: the claim lapsed without ack or nack\"}'::pg_catalog.jsonb END"
+						  "  WHERE m.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+						  "        SELECT r.id FROM idempotency.outbox_message AS r"
+						  "         WHERE r.topic_id OPERATOR(pg_catalog.=) $1"
+						  "           AND r.state OPERATOR(pg_catalog.=) 'pending'"
+						  "           AND r.available_at OPERATOR(pg_catalog.<=) $5"
+						  "           AND (r.message_key IS NULL OR NOT EXISTS ("
+						  "                SELECT 1 FROM idempotency.outbox_message AS p"
+						  "                 WHERE p.topic_id OPERATOR(pg_catalog.=) $1"
+						  "                   AND p.message_key OPERATOR(pg_catalog.=) r.message_key"
+						  "                   AND p.state OPERATOR(pg_catalog.=) 'pending'"
+						  "                   AND p.id OPERATOR(pg_catalog.<) r.id))"
+						  "         ORDER BY r.available_at, r.id"
+						  "         LIMIT $2 FOR UPDATE SKIP LOCKED))"
+						  "    AND m.state OPERATOR(pg_catalog.=) 'pending'"
+						  "    AND m.available_at OPERATOR(pg_catalog.<=) $5"
+						  " RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers,"
+						  "           m.attempts, m.published_at, m.state)"
+						  " SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers,"
+						  "        c.attempts, c.published_at, $3, $4"
+						  "   FROM c WHERE c.state OPERATOR(pg_catalog.=) 'pending'"
+						  "  ORDER BY c.id",
+						  7, argtypes, values, NULL, SPI_OK_SELECT);
+	for (i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * Run one of the statements that change the claimed messages (ack, nack,
+ * release): $1 claim, $2 ids, $3 the caller, $4 now, then extra.
+ */
+static int32
+claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
+			   int nextra, Oid *extratypes, Datum *extra, char *extranulls,
+			   bool notify)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *topic = NULL;
+	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	int			i;
+	uint64		n;
+
+	not_null(fcinfo, 0, "claim");
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = ids_arg(fcinfo, 1);
+	values[2] = ObjectIdGetDatum(GetUserId());
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	for (i = 0; i < nextra; i++)
+	{
+		argtypes[4 + i] = extratypes[i];
+		values[4 + i] = extra[i];
+		nulls[4 + i] = extranulls[i];
+	}
+	SPI_connect();
+	n = idem_run_as_owner(plan, sql, 4 + nextra, argtypes, values, nulls,
+						  notify ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE);
+	if (notify && n > 0)
+		topic = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 1));
+	SPI_finish();
+	if (topic != NULL)
+		notify_topic(topic);	/* messages of one claim share its topic */
+	return (int32) n;
+}
+
+/* ack(claim, ids) -> how many of the claim's messages became delivered */
+PG_FUNCTION_INFO_V1(idempotency_ack);
+
+Datum
+idempotency_ack(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(claimed_update(&plan_ack,
+								   "UPDATE idempotency.outbox_message AS m"
+								   "   SET state = 'delivered', claim = NULL, delivered_at = $4,"
+								   "       expires_at = $4 OPERATOR(pg_catalog.+) t.retention"
+								   "  FROM idempotency.outbox_topic AS t"
+								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
+								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+								   MAY_CONSUME,
+								   fcinfo, 0, NULL, NULL, NULL, false));
+}
+
+/* nack(claim, ids, error, retry_in) -> how many were given back (or went dead) */
+PG_FUNCTION_INFO_V1(idempotency_nack);
+
+Datum
+idempotency_nack(PG_FUNCTION_ARGS)
+{
+	Oid			types[2] = {JSONBOID, INTERVALOID};
+	Datum		extra[2];
+	char		nulls[2];
+
+	if (!PG_ARGISNULL(3))
+		check_interval(PG_GETARG_INTERVAL_P(3), "retry_in", false);
+	extra[0] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[0] = PG_ARGISNULL(2) ? 'n' : ' ';
+	extra[1] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	nulls[1] = PG_ARGISNULL(3) ? 'n' : ' ';
+	PG_RETURN_INT32(claimed_update(&plan_nack,
+								   "UPDATE idempotency.outbox_message AS m"
+								   "   SET claim = NULL, last_error = $5,"
+								   "       state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) t.max_attempts"
+								   "               THEN 'dead' ELSE 'pending' END,"
+								   "       available_at = $4 OPERATOR(pg_catalog.+) COALESCE($6,"
+								   "           LEAST(t.backoff_max, t.backoff_base OPERATOR(pg_catalog.*)"
+								   "                 pg_catalog.power(2::pg_catalog.float8,"
+								   "                     LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)))"
+								   "  FROM idempotency.outbox_topic AS t"
+								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
+								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+								   MAY_CONSUME,
+								   fcinfo, 2, types, extra, nulls, false));
+}
+
+/* release(claim, ids) -> how many were given back unattempted (other relays are woken) */
+PG_FUNCTION_INFO_V1(idempotency_release);
+
+Datum
+idempotency_release(PG_FUNCTION_ARGS)
+{
+	int32		n = claimed_update(&plan_release,
+								   "UPDATE idempotency.outbox_message AS m"
+								   "   SET claim = NULL, available_at = $4,"
+								   "       attempts = GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0)"
+								   "  FROM idempotency.outbox_topic AS t"
+								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
+								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+								   MAY_CONSUME
+								   " RETURNING t.name",
+								   fcinfo, 0, NULL, NULL, NULL, true);
+
+	PG_RETURN_INT32(n);
+}
+
+/* redrive(topic, ids) -> how many dead messages were made pending again */
+PG_FUNCTION_INFO_V1(idempotency_redrive);
+
+Datum
+idempotency_redrive(PG_FUNCTION_ARGS)
+{
+	char	   *topic = topic_arg(fcinfo, 0);
+	Oid			argtypes[3] = {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	Topic		t;
+	uint64		n;
+
+	if (!PG_ARGISNULL(1))
+		values[1] = ids_arg(fcinfo, 1);
+	else
+	{
+		values[1] = (Datum) 0;
+		nulls[1] = 'n';
+	}
+	SPI_connect();
+	topic_lookup(topic, RIGHT_CONSUME, &t);
+	values[0] = Int32GetDatum(t.id);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	n = idem_run_as_owner(&plan_redrive,
+						  "UPDATE idempotency.outbox_message AS m"
+						  "   SET state = 'pending', attempts = 0, claim = NULL, available_at = $3"
+						  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1"
+						  "   AND m.state OPERATOR(pg_catalog.=) 'dead'"
+						  "   AND ($2 IS NULL OR m.id OPERATOR(pg_catalog.=) ANY ($2))",
+						  3, argtypes, values, nulls, SPI_OK_UPDATE);
+	SPI_finish();
+	if (n > 0)
+		notify_topic(topic);
+	PG_RETURN_INT32((int32) n);
+}
