@@ -31,7 +31,7 @@ DATA = $(wildcard idempotency--*.sql)
 REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http outbox
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation
+ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation outbox
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 # TAP scripts (PostgreSQL::Test::Cluster, own clusters): PGXS prove_installcheck;
 # PROVE_TESTS=test/t/003_purge_worker.pl runs one, PROVE_FLAGS=-v shows each test
