@@ -58,7 +58,9 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "catalog/namespace.h"
 #include "commands/async.h"
+#include "commands/sequence.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -66,6 +68,10 @@
 #include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -204,6 +210,143 @@ topic_lookup(const char *name, TopicRight right, Topic *out)
 				 errhint("The topic's owner can allow it with idempotency.grant_topic().")));
 }
 
+/* ---------------------------------------------------------------------
+ * The publish() cache: each backend keeps what topic_lookup() said about
+ * (topic, role), and the OIDs of outbox_topic and the message id sequence.
+ * Every function that changes a topic or a grant invalidates the relcache
+ * entry of outbox_topic (sent to every backend at commit), which empties
+ * the cache; so does anything that drops or recreates the tables.  (A
+ * superuser's hand-made UPDATE of the tables is not seen until then.)
+ * ---------------------------------------------------------------------
+ */
+typedef struct TopicCacheKey
+{
+	char		name[TOPIC_MAX_LEN + 1];
+	Oid			role;
+} TopicCacheKey;
+
+typedef struct TopicCacheEntry
+{
+	TopicCacheKey key;
+	Topic		topic;
+} TopicCacheEntry;
+
+static HTAB *topic_cache = NULL;
+static bool topic_cache_stale = false;
+static bool topic_callback_registered = false;
+static Oid	topic_relid = InvalidOid;
+static Oid	message_seq_relid = InvalidOid;
+
+static void
+topic_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
+{
+	if (!OidIsValid(relid) || relid == topic_relid || relid == message_seq_relid)
+	{
+		topic_cache_stale = true;
+		topic_relid = InvalidOid;
+		message_seq_relid = InvalidOid;
+	}
+}
+
+/* the OIDs of outbox_topic and outbox_message_id_seq, cached */
+static void
+outbox_relids(void)
+{
+	Oid			nsp;
+
+	if (OidIsValid(topic_relid) && OidIsValid(message_seq_relid))
+		return;
+	nsp = get_namespace_oid("idempotency", false);
+	topic_relid = get_relname_relid("outbox_topic", nsp);
+	message_seq_relid = get_relname_relid("outbox_message_id_seq", nsp);
+	if (!OidIsValid(topic_relid) || !OidIsValid(message_seq_relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.outbox_topic does not exist"),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE.")));
+}
+
+/* the caller's rights on topic name for publish(), from the cache or SPI */
+static void
+topic_for_publish(const char *name, Topic *out)
+{
+	TopicCacheKey key;
+	TopicCacheEntry *e;
+	bool		found;
+
+	if (!topic_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(topic_inval_callback, (Datum) 0);
+		topic_callback_registered = true;
+	}
+	if (topic_cache == NULL || topic_cache_stale)
+	{
+		HASHCTL		ctl;
+
+		if (topic_cache != NULL)
+			hash_destroy(topic_cache);
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(TopicCacheKey);
+		ctl.entrysize = sizeof(TopicCacheEntry);
+		ctl.hcxt = TopMemoryContext;
+		topic_cache = hash_create("idempotency outbox topics", 16, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		topic_cache_stale = false;
+	}
+	outbox_relids();
+	memset(&key, 0, sizeof(key));
+	strlcpy(key.name, name, sizeof(key.name));
+	key.role = GetUserId();
+	e = hash_search(topic_cache, &key, HASH_FIND, NULL);
+	if (e != NULL && e->topic.may_publish)
+	{
+		*out = e->topic;
+		return;
+	}
+	topic_lookup(name, RIGHT_PUBLISH, out);	/* raises unless allowed */
+	if (hash_get_num_entries(topic_cache) >= 1000)
+		topic_cache_stale = true;	/* bounded: start over next time */
+	e = hash_search(topic_cache, &key, HASH_ENTER, &found);
+	e->topic = *out;
+}
+
+/* tell every backend's publish() cache that topics or grants changed */
+static void
+topics_changed(void)
+{
+	outbox_relids();
+	CacheInvalidateRelcacheByRelid(topic_relid);
+}
+
+/*
+ * The message id: 128 bits of the keyed SipHash (keyid.c, the database's
+ * lock secret) of the message's row id, as a version 4 UUID.  Unique as the
+ * row ids are, unpredictable without the secret, and far cheaper than
+ * gen_random_uuid() (pg_strong_random: 30k instructions a call).
+ */
+static Datum
+message_uuid(int64 id)
+{
+	pg_uuid_t  *u = palloc(sizeof(pg_uuid_t));
+	KeyId		k;
+	uint64		h[2];
+	int			i;
+
+	memset(&k, 0, sizeof(k));
+	k.key = (const char *) &id;
+	k.key_len = sizeof(id);
+	for (i = 0; i < 2; i++)
+	{
+		k.scope = i == 0 ? "outbox message id/0" : "outbox message id/1";
+		k.scope_len = strlen(k.scope);
+		h[i] = idem_key_hash(&k);
+	}
+	memcpy(u->data, h, UUID_LEN);
+	u->data[6] = (u->data[6] & 0x0f) | 0x40;	/* version 4 */
+	u->data[8] = (u->data[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
+	return UUIDPGetDatum(u);
+}
+
 /* take the lock of (topic, key) for this transaction: see the file comment */
 static void
 key_lock(text *topic, text *key)
@@ -299,6 +442,7 @@ idempotency_create_topic(PG_FUNCTION_ARGS)
 				 errmsg("topic \"%s\" already exists", topic),
 				 errdetail("Topic names are shared by every role of the database.")));
 	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	topics_changed();
 	SPI_finish();
 	PG_RETURN_INT32(id);
 }
@@ -340,6 +484,7 @@ idempotency_alter_topic(PG_FUNCTION_ARGS)
 					  "       retention = COALESCE($5, t.retention)"
 					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
 					  5, argtypes, values, nulls, SPI_OK_UPDATE);
+	topics_changed();
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -387,6 +532,7 @@ idempotency_drop_topic(PG_FUNCTION_ARGS)
 					  "DELETE FROM idempotency.outbox_topic AS t"
 					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
 					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	topics_changed();
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -419,6 +565,7 @@ idempotency_grant_topic(PG_FUNCTION_ARGS)
 					  " ON CONFLICT (topic_id, grantee) DO UPDATE"
 					  "   SET can_publish = excluded.can_publish, can_consume = excluded.can_consume",
 					  5, argtypes, values, NULL, SPI_OK_INSERT);
+	topics_changed();
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -445,6 +592,7 @@ idempotency_revoke_topic(PG_FUNCTION_ARGS)
 							  " WHERE g.topic_id OPERATOR(pg_catalog.=) $1"
 							  "   AND g.grantee OPERATOR(pg_catalog.=) $2",
 							  2, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+	topics_changed();
 	SPI_finish();
 	PG_RETURN_BOOL(found);
 }
@@ -458,9 +606,9 @@ static SPIPlanPtr plan_publish = NULL;
 /*
  * publish(topic, payload, message_key, headers, deliver_after) -> message id
  *
- * One statement: the topic's id and the caller's right come from a join in
- * the INSERT itself, so the hot path is one lock (keyed messages), one
- * INSERT and one NOTIFY.  When it inserts nothing, topic_lookup() says why.
+ * The hot path: the topic and the caller's right from the backend's cache,
+ * the key's lock (keyed messages), the row id from the sequence, the
+ * message id from the row id, one prepared INSERT, one NOTIFY.
  */
 PG_FUNCTION_INFO_V1(idempotency_publish);
 
@@ -468,13 +616,14 @@ Datum
 idempotency_publish(PG_FUNCTION_ARGS)
 {
 	char	   *topic = topic_arg(fcinfo, 0);
-	Oid			argtypes[8] = {TEXTOID, REGROLEOID, UUIDOID, TEXTOID, JSONBOID,
-	JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			argtypes[11] = {INT8OID, INT4OID, REGROLEOID, UUIDOID, TEXTOID, JSONBOID,
+	JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, REGROLEOID, TEXTOID};
+	Datum		values[11];
+	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz available = now;
-	Datum		message_id;
+	Topic		t;
+	int64		id;
 
 	not_null(fcinfo, 1, "payload");
 	if (!PG_ARGISNULL(3) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(3)))
@@ -490,50 +639,41 @@ idempotency_publish(PG_FUNCTION_ARGS)
 															PG_GETARG_DATUM(4)));
 	}
 
+	SPI_connect();
+	topic_for_publish(topic, &t);
+
 	/* keyed: the key's lock before the id (see the file comment) */
 	if (!PG_ARGISNULL(2))
 		key_lock(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(2));
+	id = nextval_internal(message_seq_relid, false);
 
-	message_id = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = ObjectIdGetDatum(GetUserId());
-	values[2] = message_id;
-	values[3] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
-	values[4] = PG_GETARG_DATUM(1);
-	values[5] = PG_ARGISNULL(3) ? DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) :
+	values[0] = Int64GetDatum(id);
+	values[1] = Int32GetDatum(t.id);
+	values[2] = ObjectIdGetDatum(t.owner);
+	values[3] = message_uuid(id);
+	values[4] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[4] = PG_ARGISNULL(2) ? 'n' : ' ';
+	values[5] = PG_GETARG_DATUM(1);
+	values[6] = PG_ARGISNULL(3) ? DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) :
 		PG_GETARG_DATUM(3);
-	values[6] = TimestampTzGetDatum(available);
-	values[7] = TimestampTzGetDatum(now);
-
-	SPI_connect();
+	values[7] = TimestampTzGetDatum(available);
+	values[8] = TimestampTzGetDatum(now);
+	values[9] = ObjectIdGetDatum(GetUserId());
+	values[10] = CStringGetTextDatum("pending");
 	if (idem_run_as_owner(&plan_publish,
-						  "INSERT INTO idempotency.outbox_message AS m"
+						  "INSERT INTO idempotency.outbox_message"
 						  "  (id, topic_id, owner, message_id, message_key, payload, headers,"
-						  "   state, available_at, published_at, published_by)"
-						  " SELECT pg_catalog.nextval('idempotency.outbox_message_id_seq'::pg_catalog.regclass),"
-						  "        t.id, t.owner, $3, $4, $5, $6, 'pending', $7, $8, $2"
-						  "   FROM idempotency.outbox_topic AS t"
-						  "  WHERE t.name OPERATOR(pg_catalog.=) $1"
-						  "    AND (t.owner OPERATOR(pg_catalog.=) $2"
-						  "         OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g"
-						  "                     WHERE g.topic_id OPERATOR(pg_catalog.=) t.id"
-						  "                       AND g.grantee OPERATOR(pg_catalog.=) $2"
-						  "                       AND g.can_publish))",
-						  8, argtypes, values, nulls, SPI_OK_INSERT) != 1)
-	{
-		Topic		t;
-
-		topic_lookup(topic, RIGHT_PUBLISH, &t);	/* raises */
+						  "   available_at, published_at, published_by, state)"
+						  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+						  11, argtypes, values, nulls, SPI_OK_INSERT) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
 				 errmsg("the message was not stored in table idempotency.outbox_message"),
 				 errdetail("A trigger on the table skipped the row.")));
-	}
 	SPI_finish();
 
 	notify_topic(topic);
-	PG_RETURN_DATUM(message_id);
+	PG_RETURN_DATUM(values[3]);
 }
 
 /* ---------------------------------------------------------------------
