@@ -524,6 +524,7 @@ CREATE TABLE idempotency.outbox_topic (
     backoff_base pg_catalog.interval    NOT NULL,
     backoff_max  pg_catalog.interval    NOT NULL,
     retention    pg_catalog.interval    NOT NULL,
+    notify       pg_catalog.bool        NOT NULL DEFAULT true,
     created_at   pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
     -- counts of purged messages, so outbox_stats keeps counting after purge
     purged_delivered pg_catalog.int8    NOT NULL DEFAULT 0,
@@ -539,6 +540,7 @@ ALTER TABLE idempotency.outbox_topic
     ALTER COLUMN id SET DEFAULT pg_catalog.nextval('idempotency.outbox_topic_id_seq'::pg_catalog.regclass);
 COMMENT ON TABLE idempotency.outbox_topic IS
 'Outbox topics: one row per topic, owned by the role that created it (create_topic)';
+COMMENT ON COLUMN idempotency.outbox_topic.notify IS 'publish() wakes relays with NOTIFY at commit (PostgreSQL serialises the commits of notifying transactions; false: relays poll)';
 
 CREATE TABLE idempotency.outbox_grant (
     topic_id    pg_catalog.int4    NOT NULL,
@@ -635,11 +637,12 @@ CREATE FUNCTION idempotency.create_topic(
     max_attempts pg_catalog.int4     DEFAULT 10,
     backoff_base pg_catalog.interval DEFAULT '1 second',
     backoff_max  pg_catalog.interval DEFAULT '1 hour',
-    retention    pg_catalog.interval DEFAULT '1 hour')
+    retention    pg_catalog.interval DEFAULT '1 hour',
+    notify       pg_catalog.bool     DEFAULT true)
 RETURNS pg_catalog.int4
 AS 'MODULE_PATHNAME', 'idempotency_create_topic'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION idempotency.create_topic(pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.interval, pg_catalog.interval) IS
+COMMENT ON FUNCTION idempotency.create_topic(pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool) IS
 'Create an outbox topic owned by the calling role; returns its id';
 
 CREATE FUNCTION idempotency.alter_topic(
@@ -647,11 +650,12 @@ CREATE FUNCTION idempotency.alter_topic(
     max_attempts pg_catalog.int4     DEFAULT NULL,
     backoff_base pg_catalog.interval DEFAULT NULL,
     backoff_max  pg_catalog.interval DEFAULT NULL,
-    retention    pg_catalog.interval DEFAULT NULL)
+    retention    pg_catalog.interval DEFAULT NULL,
+    notify       pg_catalog.bool     DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idempotency_alter_topic'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION idempotency.alter_topic(pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.interval, pg_catalog.interval) IS
+COMMENT ON FUNCTION idempotency.alter_topic(pg_catalog.text, pg_catalog.int4, pg_catalog.interval, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool) IS
 'Change the settings of one of the caller''s topics (NULL keeps a setting)';
 
 CREATE FUNCTION idempotency.drop_topic(

@@ -44,7 +44,11 @@
  *
  * Wake-ups: publish() queues NOTIFY "idempotency.outbox.<topic>" with an
  * empty payload; PostgreSQL sends identical notifications of a transaction
- * once, so a transaction wakes each topic's relays once, at commit.
+ * once, so a transaction wakes each topic's relays once, at commit.  The
+ * price: PostgreSQL serialises the commits of all notifying transactions
+ * (async.c takes a database-wide lock before the commit record and holds
+ * it past the WAL flush), so a topic with many concurrent publishers can
+ * be created with notify => false and its relays poll instead.
  *
  * Locking: the per-key lock above (until the publisher's transaction
  * ends; deadlocks between keys are found by the deadlock detector, and the
@@ -91,6 +95,7 @@ typedef struct Topic
 	Oid			owner;
 	bool		may_publish;
 	bool		may_consume;
+	bool		notify;			/* NOTIFY at publish */
 	int32		max_attempts;
 } Topic;
 
@@ -177,7 +182,7 @@ topic_lookup(const char *name, TopicRight right, Topic *out)
 	if (idem_run_as_owner(&plan_topic,
 						  "SELECT t.id, t.owner::pg_catalog.oid, t.max_attempts,"
 						  "       COALESCE(g.can_publish, false),"
-						  "       COALESCE(g.can_consume, false)"
+						  "       COALESCE(g.can_consume, false), t.notify"
 						  "  FROM idempotency.outbox_topic AS t"
 						  "  LEFT JOIN idempotency.outbox_grant AS g"
 						  "    ON g.topic_id OPERATOR(pg_catalog.=) t.id"
@@ -195,6 +200,7 @@ topic_lookup(const char *name, TopicRight right, Topic *out)
 	out->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 	out->may_publish = out->owner == me || DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 	out->may_consume = out->owner == me || DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
+	out->notify = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 
 	ok = right == RIGHT_OWN ? out->owner == me :
 		right == RIGHT_PUBLISH ? out->may_publish : out->may_consume;
@@ -409,15 +415,15 @@ Datum
 idempotency_create_topic(PG_FUNCTION_ARGS)
 {
 	char	   *topic = topic_arg(fcinfo, 0);
-	Oid			argtypes[6] = {TEXTOID, REGROLEOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID};
-	Datum		values[6];
+	Oid			argtypes[7] = {TEXTOID, REGROLEOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID};
+	Datum		values[7];
 	int			i;
 	bool		isnull;
 	int32		id;
 
-	for (i = 1; i <= 4; i++)
+	for (i = 1; i <= 5; i++)
 		not_null(fcinfo, i, i == 1 ? "max_attempts" : i == 2 ? "backoff_base" :
-				 i == 3 ? "backoff_max" : "retention");
+				 i == 3 ? "backoff_max" : i == 4 ? "retention" : "notify");
 	if (PG_GETARG_INT32(1) < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -428,15 +434,15 @@ idempotency_create_topic(PG_FUNCTION_ARGS)
 
 	values[0] = CStringGetTextDatum(topic);
 	values[1] = ObjectIdGetDatum(GetUserId());
-	for (i = 1; i <= 4; i++)
+	for (i = 1; i <= 5; i++)
 		values[i + 1] = PG_GETARG_DATUM(i);
 	SPI_connect();
 	if (idem_run_as_owner(&plan_create,
 						  "INSERT INTO idempotency.outbox_topic AS t"
-						  "  (name, owner, max_attempts, backoff_base, backoff_max, retention)"
-						  " VALUES ($1, $2, $3, $4, $5, $6)"
+						  "  (name, owner, max_attempts, backoff_base, backoff_max, retention, notify)"
+						  " VALUES ($1, $2, $3, $4, $5, $6, $7)"
 						  " ON CONFLICT (name) DO NOTHING RETURNING t.id",
-						  6, argtypes, values, NULL, SPI_OK_INSERT_RETURNING) == 0)
+						  7, argtypes, values, NULL, SPI_OK_INSERT_RETURNING) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("topic \"%s\" already exists", topic),
@@ -454,9 +460,9 @@ Datum
 idempotency_alter_topic(PG_FUNCTION_ARGS)
 {
 	char	   *topic = topic_arg(fcinfo, 0);
-	Oid			argtypes[5] = {INT4OID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			argtypes[6] = {INT4OID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID, BOOLOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	Topic		t;
 	int			i;
 
@@ -471,7 +477,7 @@ idempotency_alter_topic(PG_FUNCTION_ARGS)
 	SPI_connect();
 	topic_lookup(topic, RIGHT_OWN, &t);
 	values[0] = Int32GetDatum(t.id);
-	for (i = 1; i <= 4; i++)
+	for (i = 1; i <= 5; i++)
 	{
 		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
@@ -481,9 +487,10 @@ idempotency_alter_topic(PG_FUNCTION_ARGS)
 					  "   SET max_attempts = COALESCE($2, t.max_attempts),"
 					  "       backoff_base = COALESCE($3, t.backoff_base),"
 					  "       backoff_max = COALESCE($4, t.backoff_max),"
-					  "       retention = COALESCE($5, t.retention)"
+					  "       retention = COALESCE($5, t.retention),"
+					  "       notify = COALESCE($6, t.notify)"
 					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
-					  5, argtypes, values, nulls, SPI_OK_UPDATE);
+					  6, argtypes, values, nulls, SPI_OK_UPDATE);
 	topics_changed();
 	SPI_finish();
 	PG_RETURN_VOID();
@@ -672,7 +679,8 @@ idempotency_publish(PG_FUNCTION_ARGS)
 				 errdetail("A trigger on the table skipped the row.")));
 	SPI_finish();
 
-	notify_topic(topic);
+	if (t.notify)
+		notify_topic(topic);
 	PG_RETURN_DATUM(values[3]);
 }
 
