@@ -268,7 +268,10 @@ COMMENT ON VIEW idempotency.outbox_dead IS
 'Dead letters: messages that failed max_attempts times, of the topics the caller owns or consumes; redrive() sends them again';
 GRANT SELECT ON idempotency.outbox_dead TO PUBLIC;
 
-CREATE VIEW idempotency.outbox_stats WITH (security_invoker = true) AS
+-- Not security_invoker: it shows only counts, so roles in pg_read_all_stats
+-- (a monitoring role, postgres_exporter) see every topic; other roles see
+-- the topics they own or are granted.
+CREATE VIEW idempotency.outbox_stats AS
 SELECT t.name AS topic, t.owner,
        t.purged_delivered OPERATOR(pg_catalog.+) pg_catalog.count(m.id) AS published,
        t.purged_delivered OPERATOR(pg_catalog.+)
@@ -284,9 +287,14 @@ SELECT t.name AS topic, t.owner,
            pg_catalog.min(m.published_at) FILTER (WHERE m.state OPERATOR(pg_catalog.=) 'pending') AS oldest_undelivered_age
   FROM idempotency.outbox_topic AS t
   LEFT JOIN idempotency.outbox_message AS m ON m.topic_id OPERATOR(pg_catalog.=) t.id
+ WHERE t.owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+    OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                WHERE g.topic_id OPERATOR(pg_catalog.=) t.id
+                  AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))
+    OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
  GROUP BY t.id;
 COMMENT ON VIEW idempotency.outbox_stats IS
-'Per topic the caller owns or is granted: messages published, delivered, retried (claims after the first), dead, in flight, undelivered, and the age of the oldest undelivered';
+'Per topic the caller owns or is granted (every topic for pg_read_all_stats): messages published, delivered, retried (claims after the first), dead, in flight, undelivered, and the age of the oldest undelivered';
 GRANT SELECT ON idempotency.outbox_stats TO PUBLIC;
 
 -- == Citus (issue 17) ==

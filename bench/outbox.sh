@@ -172,14 +172,14 @@ part_b() {
 				local need=$(( b * 2000 * SECS ))
 				[ $need -gt 200000 ] && need=200000
 				for sys in ours keyed pgmq; do
-					psql -qX -c "DELETE FROM idempotency.outbox_message; DELETE FROM pgmq.q_relay;" >/dev/null
-					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message; VACUUM ANALYZE pgmq.q_relay" >/dev/null
+					psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
+					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
 					case $sys in
 						ours) fill_ours relay $need 0 ;;
 						keyed) fill_ours keyed $need 1000 ;;
 						pgmq) fill_pgmq relay $need ;;
 					esac
-					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message; VACUUM ANALYZE pgmq.q_relay" >/dev/null
+					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
 					local f=$WORK/ours.sql topic=relay
 					[ $sys = pgmq ] && f=$WORK/pgmq.sql
 					[ $sys = keyed ] && topic=keyed

@@ -278,9 +278,17 @@ SELECT * FROM idempotency.claim('payments');
 -- carol may do nothing at all
 SET ROLE regress_outbox_carol;
 SELECT count(*) AS carol_sees FROM idempotency.outbox_message;
+SELECT count(*) AS carol_sees_stats FROM idempotency.outbox_stats;
 SELECT idempotency.publish('payments', '{}');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+-- a monitoring role (pg_read_all_stats) sees every topic's counts, no message
+GRANT pg_read_all_stats TO regress_outbox_carol;
+SET ROLE regress_outbox_carol;
+SELECT topic, published FROM idempotency.outbox_stats;
+SELECT count(*) AS carol_sees FROM idempotency.outbox_message;
+RESET ROLE;
+REVOKE pg_read_all_stats FROM regress_outbox_carol;
 
 -- ---- stats, retention and purge ---------------------------------------------
 SET ROLE regress_alice;
