@@ -590,7 +590,12 @@ COMMENT ON COLUMN idempotency.outbox_message.expires_at IS 'delivered: purge rem
 -- claim(): ready messages of a topic in the order they became available
 CREATE INDEX outbox_message_ready_idx ON idempotency.outbox_message (topic_id, available_at, id)
     WHERE state OPERATOR(pg_catalog.=) 'pending';
--- claim(): is an earlier message of the same key still undelivered?
+-- claim(), beyond its window: ready unkeyed messages
+CREATE INDEX outbox_message_unkeyed_idx ON idempotency.outbox_message (topic_id, available_at, id)
+    WHERE state OPERATOR(pg_catalog.=) 'pending' AND message_key IS NULL;
+-- claim(): is an earlier message of the same key still undelivered?  And
+-- each key's earliest pending message, key by key
+
 CREATE INDEX outbox_message_key_idx ON idempotency.outbox_message (topic_id, message_key, id)
     WHERE state OPERATOR(pg_catalog.=) 'pending' AND message_key IS NOT NULL;
 -- purge() finds delivered messages through this index

@@ -164,8 +164,6 @@ part_b() {
 	echo "### (b) relay throughput: claim + ack against pgmq read + delete (messages/s)" >>"$R"
 	echo 'SELECT count(*) FROM (SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim(:topic, :batch) c GROUP BY c.claim) a;' >"$WORK/ours.sql"
 	echo "SELECT pgmq.delete('relay', ARRAY(SELECT msg_id FROM pgmq.read('relay', 30, :batch)));" >"$WORK/pgmq.sql"
-	# what keeping delivered rows costs: the claim, then a DELETE instead of ack()
-	echo 'WITH c AS (SELECT id FROM idempotency.claim(:topic, :batch)) DELETE FROM idempotency.outbox_message m USING c WHERE m.id = c.id;' >"$WORK/ours_delete.sql"
 	local b c r sys
 	: >"$WORK/b.dat"
 	for r in $(seq "$B_ROUNDS"); do
@@ -173,18 +171,17 @@ part_b() {
 			for c in 1 4; do
 				local need=$(( b * 2000 * SECS ))
 				[ $need -gt 200000 ] && need=200000
-				for sys in ours keyed ours_delete pgmq; do
+				for sys in ours keyed pgmq; do
 					psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
 					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
 					case $sys in
-						ours|ours_delete) fill_ours relay $need 0 ;;
+						ours) fill_ours relay $need 0 ;;
 						keyed) fill_ours keyed $need 1000 ;;
 						pgmq) fill_pgmq relay $need ;;
 					esac
 					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
 					local f=$WORK/ours.sql topic=relay
 					[ $sys = pgmq ] && f=$WORK/pgmq.sql
-					[ $sys = ours_delete ] && f=$WORK/ours_delete.sql
 					[ $sys = keyed ] && topic=keyed
 					local before after
 					before=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
@@ -198,16 +195,15 @@ part_b() {
 	done
 	{
 		echo
-		echo "| batch | relays | ours | ours, 1000 keys | ours, DELETE instead of ack | pgmq 1.5.1 | ours / pgmq |"
-		echo "|---:|---:|---:|---:|---:|---:|---:|"
+		echo "| batch | relays | ours | ours, 1000 keys | pgmq 1.5.1 | ours / pgmq |"
+		echo "|---:|---:|---:|---:|---:|---:|"
 		for b in 1 10 100; do
 			for c in 1 4; do
-				local o k d p
-				d=$(awk -v b=$b -v c=$c '$2 == "ours_delete" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
+				local o k p
 				o=$(awk -v b=$b -v c=$c '$2 == "ours" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
 				k=$(awk -v b=$b -v c=$c '$2 == "keyed" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
 				p=$(awk -v b=$b -v c=$c '$2 == "pgmq" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
-				awk -v b=$b -v c=$c -v o=$o -v k=$k -v d=$d -v p=$p 'BEGIN { printf "| %d | %d | %d | %d | %d | %d | %.2f |\n", b, c, o, k, d, p, o / p }'
+				awk -v b=$b -v c=$c -v o=$o -v k=$k -v p=$p 'BEGIN { printf "| %d | %d | %d | %d | %d | %.2f |\n", b, c, o, k, p, o / p }'
 			done
 		done
 		echo

@@ -229,6 +229,23 @@ SELECT idempotency.publish('payments', jsonb_build_object('blob', repeat('x', 10
 SELECT length(payload->>'blob') AS blob_length, idempotency.ack(claim, ARRAY[id]) AS acked
   FROM idempotency.claim('payments');
 
+-- ---- a key's backlog does not hold up other keys -----------------------------
+-- 1100 messages of key deep fill the claim's first window (1000 ready
+-- messages); the claim still finds the other key's head and the unkeyed
+-- message behind them, and only deep's earliest
+SELECT count(idempotency.publish('payments', jsonb_build_object('n', 'deep-' || i), 'deep'))
+  FROM generate_series(1, 1100) i;
+SELECT idempotency.publish('payments', '{"n": "other-1"}', 'other') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "other-2"}', 'other') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "unkeyed"}') IS NOT NULL;
+CREATE TEMP TABLE c2 AS SELECT * FROM idempotency.claim('payments', 10);
+SELECT message_key, payload->>'n' AS n FROM c2 ORDER BY id;
+SELECT count(*) FROM (SELECT idempotency.ack(claim, array_agg(id)) FROM c2 GROUP BY claim) a;
+SELECT message_key, payload->>'n' AS n FROM idempotency.claim('payments', 10) ORDER BY id;
+RESET ROLE;
+DELETE FROM idempotency.outbox_message WHERE state = 'pending';
+SET ROLE regress_alice;
+
 -- ---- other roles -----------------------------------------------------------
 SELECT idempotency.publish('payments', '{"n": "private"}') IS NOT NULL;
 SELECT claim AS alice_claim, id AS alice_id FROM idempotency.claim('payments', 1) \gset

@@ -87,6 +87,7 @@
 #define TOPIC_MAX_LEN 40
 #define CHANNEL_PREFIX "idempotency.outbox."
 #define CLAIM_MAX_BATCH 10000
+#define CLAIM_WINDOW_MIN 1000	/* ready messages a claim looks at first */
 
 /* the caller's rights on a topic, as the lookup statement reports them */
 typedef struct Topic
@@ -704,11 +705,104 @@ static SPIPlanPtr plan_redrive = NULL;
 	"                      AND g.can_consume))"
 
 /*
+ * The claim statements.  Both lock candidates FOR UPDATE SKIP LOCKED in
+ * availability order, re-check state and available_at on the locked row,
+ * and update it (a lapsed claim at max_attempts: dead instead), after a
+ * CTE "cand": ids of ready messages that are unkeyed or the earliest
+ * pending message of their key.
+ */
+#define CLAIM_SQL_REST \
+	", c AS (" \
+	" UPDATE idempotency.outbox_message AS m" \
+	"    SET attempts = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN m.attempts" \
+	"                   ELSE m.attempts OPERATOR(pg_catalog.+) 1 END," \
+	"        claim = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN NULL ELSE $3 END," \
+	"        available_at = $4," \
+	"        state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN 'dead' ELSE 'pending' END," \
+	"        last_error = CASE WHEN m.claim IS NULL THEN m.last_error" \
+	"                     ELSE '{\"error\": \"visibility timeout: the claim lapsed without ack or nack\"}'::pg_catalog.jsonb END" \
+	"  WHERE m.id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"        SELECT r.id FROM idempotency.outbox_message AS r" \
+	"         WHERE r.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT cand.id FROM cand))" \
+	"           AND r.state OPERATOR(pg_catalog.=) 'pending'" \
+	"           AND r.available_at OPERATOR(pg_catalog.<=) $5" \
+	"         ORDER BY r.available_at, r.id" \
+	"         LIMIT $2 FOR UPDATE SKIP LOCKED))" \
+	"    AND m.state OPERATOR(pg_catalog.=) 'pending'" \
+	"    AND m.available_at OPERATOR(pg_catalog.<=) $5" \
+	" RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers," \
+	"           m.attempts, m.published_at, m.state)" \
+	" SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers," \
+	"        c.attempts, c.published_at, $3, $4" \
+	"   FROM c WHERE c.state OPERATOR(pg_catalog.=) 'pending'" \
+	"  ORDER BY c.id"
+
+/*
+ * The window: the first $8 ready messages in availability order, those
+ * that are unkeyed or their key's earliest pending message.  Enough almost
+ * always; without the bound a claim would look at every message of a
+ * key's backlog (each one blocked behind the key's head) whenever fewer
+ * than batch_size messages are claimable.
+ */
+#define CLAIM_WINDOW \
+	"cand AS (" \
+	" SELECT w.id FROM (SELECT w0.id, w0.message_key FROM idempotency.outbox_message AS w0" \
+	"                    WHERE w0.topic_id OPERATOR(pg_catalog.=) $1" \
+	"                      AND w0.state OPERATOR(pg_catalog.=) 'pending'" \
+	"                      AND w0.available_at OPERATOR(pg_catalog.<=) $5" \
+	"                    ORDER BY w0.available_at, w0.id LIMIT $8) AS w" \
+	"  WHERE w.message_key IS NULL OR NOT EXISTS (" \
+	"        SELECT 1 FROM idempotency.outbox_message AS p" \
+	"         WHERE p.topic_id OPERATOR(pg_catalog.=) $1" \
+	"           AND p.message_key OPERATOR(pg_catalog.=) w.message_key" \
+	"           AND p.state OPERATOR(pg_catalog.=) 'pending'" \
+	"           AND p.id OPERATOR(pg_catalog.<) w.id))"
+
+/*
+ * Beyond the window (it was full, the claim was not): the earliest pending
+ * message of every key, found by skipping through the key index one key
+ * at a time (cost: the number of keys with pending messages, not of
+ * messages), and the ready unkeyed messages from their own index.  So a
+ * key's backlog never holds up other keys' messages.
+ */
+#define CLAIM_BEYOND \
+	"k(key) AS (" \
+	" (SELECT s.message_key FROM idempotency.outbox_message AS s" \
+	"   WHERE s.topic_id OPERATOR(pg_catalog.=) $1 AND s.state OPERATOR(pg_catalog.=) 'pending'" \
+	"     AND s.message_key IS NOT NULL" \
+	"   ORDER BY s.message_key LIMIT 1)" \
+	" UNION ALL" \
+	" SELECT (SELECT s.message_key FROM idempotency.outbox_message AS s" \
+	"          WHERE s.topic_id OPERATOR(pg_catalog.=) $1 AND s.state OPERATOR(pg_catalog.=) 'pending'" \
+	"            AND s.message_key OPERATOR(pg_catalog.>) k.key" \
+	"          ORDER BY s.message_key LIMIT 1)" \
+	"   FROM k WHERE k.key IS NOT NULL)," \
+	" cand AS (" \
+	" SELECT (SELECT h.id FROM idempotency.outbox_message AS h" \
+	"          WHERE h.topic_id OPERATOR(pg_catalog.=) $1 AND h.state OPERATOR(pg_catalog.=) 'pending'" \
+	"            AND h.message_key OPERATOR(pg_catalog.=) k.key" \
+	"          ORDER BY h.id LIMIT 1) AS id" \
+	"   FROM k WHERE k.key IS NOT NULL AND $8 OPERATOR(pg_catalog.>) 0" \
+	" UNION ALL" \
+	" (SELECT u.id FROM idempotency.outbox_message AS u" \
+	"   WHERE u.topic_id OPERATOR(pg_catalog.=) $1 AND u.state OPERATOR(pg_catalog.=) 'pending'" \
+	"     AND u.message_key IS NULL AND u.available_at OPERATOR(pg_catalog.<=) $5" \
+	"   ORDER BY u.available_at, u.id LIMIT $2))"
+
+static const char *const claim_window_sql =
+"WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_REST;
+static const char *const claim_beyond_sql =
+"WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_REST;
+
+static SPIPlanPtr plan_claim_beyond = NULL;
+static SPIPlanPtr plan_window_full = NULL;
+
+/*
  * claim(topic, batch_size, visibility) -> the claimed messages (outbox_claim)
  *
- * See the file comment for the order and the concurrency.  A pending
- * message whose claim lapsed with max_attempts attempts goes dead here
- * instead of being handed out again.
+ * See the file comment for the order and the concurrency.  First from the
+ * window (CLAIM_WINDOW); when that was full of blocked messages and gave
+ * fewer than batch_size, also from beyond it (CLAIM_BEYOND).
  */
 PG_FUNCTION_INFO_V1(idempotency_claim);
 
@@ -717,11 +811,12 @@ idempotency_claim(PG_FUNCTION_ARGS)
 {
 	char	   *topic = topic_arg(fcinfo, 0);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			argtypes[7] = {INT4OID, INT4OID, UUIDOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INT4OID, TEXTOID};
-	Datum		values[7];
+	Oid			argtypes[8] = {INT4OID, INT4OID, UUIDOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID};
+	Datum		values[8];
 	TimestampTz now = GetCurrentTimestamp();
 	int32		batch;
+	int32		window;
 	Topic		t;
 	uint64		n,
 				i;
@@ -735,6 +830,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 				 errmsg("batch_size must be between 1 and %d", CLAIM_MAX_BATCH)));
 	check_interval(PG_GETARG_INTERVAL_P(2), "visibility", true);
 	idem_init_materialized_srf(fcinfo);
+	window = Max(CLAIM_WINDOW_MIN, batch * 10);
 
 	SPI_connect();
 	topic_lookup(topic, RIGHT_CONSUME, &t);
@@ -746,40 +842,41 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = Int32GetDatum(t.max_attempts);
 	values[6] = CStringGetTextDatum(topic);
-	n = idem_run_as_owner(&plan_claim,
-						  "WITH c AS ("
-						  " UPDATE idempotency.outbox_message AS m"
-						  "    SET attempts = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN m.attempts"
-						  "                   ELSE m.attempts OPERATOR(pg_catalog.+) 1 END,"
-						  "        claim = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN NULL ELSE $3 END,"
-						  "        available_at = $4,"
-						  "        state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN 'dead' ELSE 'pending' END,"
-						  "        last_error = CASE WHEN m.claim IS NULL THEN m.last_error"
-						  "                     ELSE '{\"error\": \"visibility timeout: the claim lapsed without ack or nack\"}'::pg_catalog.jsonb END"
-						  "  WHERE m.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-						  "        SELECT r.id FROM idempotency.outbox_message AS r"
-						  "         WHERE r.topic_id OPERATOR(pg_catalog.=) $1"
-						  "           AND r.state OPERATOR(pg_catalog.=) 'pending'"
-						  "           AND r.available_at OPERATOR(pg_catalog.<=) $5"
-						  "           AND (r.message_key IS NULL OR NOT EXISTS ("
-						  "                SELECT 1 FROM idempotency.outbox_message AS p"
-						  "                 WHERE p.topic_id OPERATOR(pg_catalog.=) $1"
-						  "                   AND p.message_key OPERATOR(pg_catalog.=) r.message_key"
-						  "                   AND p.state OPERATOR(pg_catalog.=) 'pending'"
-						  "                   AND p.id OPERATOR(pg_catalog.<) r.id))"
-						  "         ORDER BY r.available_at, r.id"
-						  "         LIMIT $2 FOR UPDATE SKIP LOCKED))"
-						  "    AND m.state OPERATOR(pg_catalog.=) 'pending'"
-						  "    AND m.available_at OPERATOR(pg_catalog.<=) $5"
-						  " RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers,"
-						  "           m.attempts, m.published_at, m.state)"
-						  " SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers,"
-						  "        c.attempts, c.published_at, $3, $4"
-						  "   FROM c WHERE c.state OPERATOR(pg_catalog.=) 'pending'"
-						  "  ORDER BY c.id",
-						  7, argtypes, values, NULL, SPI_OK_SELECT);
+	values[7] = Int32GetDatum(window);
+	n = idem_run_as_owner(&plan_claim, claim_window_sql, 8, argtypes, values, NULL,
+						  SPI_OK_SELECT);
 	for (i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+
+	if (n < (uint64) batch)
+	{
+		Oid			wtypes[3] = {INT4OID, TIMESTAMPTZOID, INT4OID};
+		Datum		wvalues[3];
+		bool		isnull;
+		bool		full;
+
+		/* was the window full?  (then messages beyond it may be claimable) */
+		wvalues[0] = values[0];
+		wvalues[1] = values[4];
+		wvalues[2] = values[7];
+		idem_run_as_owner(&plan_window_full,
+						  "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>=) $3 FROM ("
+						  " SELECT 1 FROM idempotency.outbox_message AS w0"
+						  "  WHERE w0.topic_id OPERATOR(pg_catalog.=) $1"
+						  "    AND w0.state OPERATOR(pg_catalog.=) 'pending'"
+						  "    AND w0.available_at OPERATOR(pg_catalog.<=) $2"
+						  "  LIMIT $3) AS w",
+						  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
+		full = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (full)
+		{
+			values[1] = Int32GetDatum(batch - (int32) n);
+			n = idem_run_as_owner(&plan_claim_beyond, claim_beyond_sql, 8, argtypes,
+								  values, NULL, SPI_OK_SELECT);
+			for (i = 0; i < n; i++)
+				tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+		}
+	}
 	SPI_finish();
 	return (Datum) 0;
 }
