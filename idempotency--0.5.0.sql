@@ -576,6 +576,12 @@ CREATE TABLE idempotency.outbox_message (
     CONSTRAINT outbox_message_pkey PRIMARY KEY (id)
 );
 ALTER SEQUENCE idempotency.outbox_message_id_seq OWNED BY idempotency.outbox_message.id;
+-- A queue table: every message leaves three dead row versions (claim, ack,
+-- purge).  Vacuum it after a fixed number of them, not a fraction of a
+-- table that is mostly empty, and without the cost delay.
+ALTER TABLE idempotency.outbox_message SET (autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 10000, autovacuum_vacuum_cost_delay = 0);
 COMMENT ON TABLE idempotency.outbox_message IS
 'Outbox messages: written by publish() in the publisher''s transaction, claimed, acked and nacked by relays, purged after delivery';
 COMMENT ON COLUMN idempotency.outbox_message.id IS 'taken after the message key''s lock: per key, id order is commit order';
