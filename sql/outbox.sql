@@ -230,7 +230,7 @@ SELECT length(payload->>'blob') AS blob_length, idempotency.ack(claim, ARRAY[id]
   FROM idempotency.claim('payments');
 
 -- ---- a key's backlog does not hold up other keys -----------------------------
--- 1100 messages of key deep fill the claim's first window (1000 ready
+-- 1100 messages of key deep fill the claim's first window (64 ready
 -- messages); the claim still finds the other key's head and the unkeyed
 -- message behind them, and only deep's earliest
 SELECT count(idempotency.publish('payments', jsonb_build_object('n', 'deep-' || i), 'deep'))

@@ -87,7 +87,7 @@
 #define TOPIC_MAX_LEN 40
 #define CHANNEL_PREFIX "idempotency.outbox."
 #define CLAIM_MAX_BATCH 10000
-#define CLAIM_WINDOW_MIN 1000	/* ready messages a claim looks at first */
+#define CLAIM_WINDOW_MIN 64	/* ready messages a claim looks at first */
 
 /* the caller's rights on a topic, as the lookup statement reports them */
 typedef struct Topic
@@ -738,7 +738,7 @@ static SPIPlanPtr plan_redrive = NULL;
 	"  ORDER BY c.id"
 
 /*
- * The window: the first $8 ready messages in availability order, those
+ * The window: the first $8 ready messages in availability order (max(64, 4 x batch_size)), those
  * that are unkeyed or their key's earliest pending message.  Enough almost
  * always; without the bound a claim would look at every message of a
  * key's backlog (each one blocked behind the key's head) whenever fewer
@@ -830,7 +830,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 				 errmsg("batch_size must be between 1 and %d", CLAIM_MAX_BATCH)));
 	check_interval(PG_GETARG_INTERVAL_P(2), "visibility", true);
 	idem_init_materialized_srf(fcinfo);
-	window = Max(CLAIM_WINDOW_MIN, batch * 10);
+	window = Max(CLAIM_WINDOW_MIN, batch * 4);
 
 	SPI_connect();
 	topic_lookup(topic, RIGHT_CONSUME, &t);
