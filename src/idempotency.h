@@ -11,6 +11,7 @@
  *	  once.c          once()                           (features)
  *	  lookup.c        lookup()
  *	  http.c          http_response()
+ *	  outbox.c        publish(), claim(), ack(), nack(), topics
  *	  guard.c         begin(), complete(), fail()      (features)
  *	  lifecycle.c     purge(), tokens, first_seen()
  *	  ops.c           forget(), renew()
@@ -120,6 +121,7 @@ extern char *idem_describe_key(const KeyId *id);
 extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
 extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
 						const char *what);
+extern uint64 idem_key_hash(const KeyId *id);
 extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
 extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
@@ -272,7 +274,7 @@ extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
 /* ---- features ---- */
 
 /* lifecycle.c */
-#define PURGE_NTABLES 3
+#define PURGE_NTABLES 4		/* keys, tokens, seen messages, outbox messages */
 extern int64 idem_purge_expired(Oid owner, int batch_size, TimestampTz now,
 								int64 *counts);
 

@@ -365,6 +365,16 @@ idem_make_keyid(text *key, text *scope, const char *what)
 	return id;
 }
 
+/*
+ * The keyed hash of id as it stands (for a caller that changed its owner:
+ * outbox.c names a message key's lock with owner InvalidOid)
+ */
+uint64
+idem_key_hash(const KeyId *id)
+{
+	return key_hash(id);
+}
+
 /* idem_make_keyid() of SQL arguments keyarg and scopearg */
 KeyId
 idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg, const char *what)

@@ -40,6 +40,9 @@
  * rechecks the expiry and leaves a row that was renewed.  Asked per batch,
  * so a table distributed while the worker runs is purged the new way.
  *
+ * Delivered outbox messages (outbox.c) are purged the same way by one
+ * statement that also adds them to their topics' purged_* counters.
+ *
  * Tokens: issue_token() inserts a random uuid; consume_token() deletes it.
  * Concurrent consumers serialise on the row lock of the DELETE: exactly one
  * deletes it, the others then find nothing.  A rolled-back consumer gives
@@ -76,15 +79,17 @@
  * ---------------------------------------------------------------------
  */
 static const char *const purge_tables[PURGE_NTABLES] = {
-	"idempotency_key", "token", "seen_message"
+	"idempotency_key", "token", "seen_message", "outbox_message"
 };
+#define PURGE_OUTBOX 3			/* delivered outbox messages: purge_outbox_sql */
 
 /* [table][0 = one role, 1 = every role]; none on Citus (planned afresh) */
 static SPIPlanPtr purge_plans[PURGE_NTABLES][2];
 
 /* each table's primary key, for the Citus statement */
 static const char *const purge_keys[PURGE_NTABLES] = {
-	"key, scope, owner", "token", "message_id, scope, owner"
+	"key, scope, owner", "token", "message_id, scope, owner",
+	NULL						/* outbox_message: never distributed */
 };
 
 static const char *const purge_sql =
@@ -105,6 +110,32 @@ static const char *const purge_sql_citus =
 "          WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
 "          LIMIT $2)"
 "   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
+
+/*
+ * Delivered outbox messages (expires_at is set by ack()): the same batch,
+ * and the deleted messages are added to their topics' purged_* counters
+ * so idempotency.outbox_stats keeps counting them (outbox.c).
+ */
+static const char *const purge_outbox_sql =
+"WITH l AS MATERIALIZED ("
+"  SELECT s.tableoid AS rel, s.ctid AS tid FROM idempotency.outbox_message AS s"
+"   WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"   LIMIT $2 FOR UPDATE SKIP LOCKED),"
+" d AS ("
+" DELETE FROM idempotency.outbox_message AS t"
+"  WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT l.tid FROM l))"
+"    AND (t.tableoid, t.ctid) OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT (l.rel, l.tid) FROM l))"
+"    AND t.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+" RETURNING t.topic_id, t.attempts),"
+" u AS ("
+" UPDATE idempotency.outbox_topic AS p"
+"    SET purged_delivered = p.purged_delivered OPERATOR(pg_catalog.+) a.n,"
+"        purged_retries = p.purged_retries OPERATOR(pg_catalog.+) a.r"
+"   FROM (SELECT d.topic_id, pg_catalog.count(*) AS n,"
+"                pg_catalog.sum(GREATEST(d.attempts OPERATOR(pg_catalog.-) 1, 0)) AS r"
+"           FROM d GROUP BY d.topic_id) AS a"
+"  WHERE p.id OPERATOR(pg_catalog.=) a.topic_id)"
+" SELECT pg_catalog.count(*) FROM d";
 
 /*
  * Delete at most batch_size expired rows from each table of the extension
@@ -138,6 +169,22 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		values[0] = TimestampTzGetDatum(now);
 		values[1] = Int32GetDatum(batch_size);
 		values[2] = ObjectIdGetDatum(owner);
+		if (i == PURGE_OUTBOX)
+		{
+			bool		isnull;
+
+			/* not distributed by distribute(): a local table everywhere */
+			sql = psprintf(purge_outbox_sql,
+						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3",
+						   all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $3");
+			idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
+							  values, NULL, SPI_OK_SELECT);
+			counts[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 1, &isnull));
+			pfree(sql);
+			total += counts[i];
+			continue;
+		}
 		if (citus && !all)
 		{
 			argtypes[2] = TEXTOID;	/* the owner by name */

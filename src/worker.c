@@ -170,7 +170,7 @@ void
 idempotency_purge_worker_main(Datum main_arg)
 {
 	Oid			dboid = DatumGetObjectId(main_arg);
-	int64		totals[PURGE_NTABLES] = {0, 0, 0};
+	int64		totals[PURGE_NTABLES] = {0};
 	int			batches;
 	char	   *dbname;
 
@@ -191,10 +191,11 @@ idempotency_purge_worker_main(Datum main_arg)
 	/* an ERROR is reported and ends the worker; the next cycle tries again */
 	batches = purge_until_done(totals);
 
-	ereport(totals[0] + totals[1] + totals[2] > 0 ? LOG : DEBUG1,
-			(errmsg(WORKER_NAME " purged %lld expired keys, %lld tokens and %lld messages in database \"%s\" (%d batches)",
+	ereport(totals[0] + totals[1] + totals[2] + totals[3] > 0 ? LOG : DEBUG1,
+			(errmsg(WORKER_NAME " purged %lld expired keys, %lld tokens, %lld messages and %lld delivered outbox messages in database \"%s\" (%d batches)",
 					(long long) totals[0], (long long) totals[1],
-					(long long) totals[2], dbname, batches)));
+					(long long) totals[2], (long long) totals[3], dbname,
+					batches)));
 	proc_exit(0);
 }
 

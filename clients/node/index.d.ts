@@ -4,3 +4,4 @@ export type { GuardOptions, IdempotencyInfo, Outcome, Answer, StoredResponse, Pa
 export * from './lib/express';
 export * from './lib/fastify';
 export * from './lib/phases';
+export * from './lib/relay';

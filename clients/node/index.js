@@ -4,5 +4,6 @@ const { idempotent } = require('./lib/express');
 const { idempotentFastify } = require('./lib/fastify');
 const { parseKey, Guard, defaultStore } = require('./lib/core');
 const { runPhases, PhaseError } = require('./lib/phases');
+const { relay, webhook, Relay } = require('./lib/relay');
 
-module.exports = { idempotent, idempotentFastify, parseKey, Guard, defaultStore, runPhases, PhaseError };
+module.exports = { idempotent, idempotentFastify, parseKey, Guard, defaultStore, runPhases, PhaseError, relay, webhook, Relay };

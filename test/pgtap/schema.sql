@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(117);
+SELECT plan(121);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -38,7 +38,7 @@ SELECT is((SELECT count(*)::int FROM pg_constraint
 
 -- the other tables
 SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine', 'lock_secret',
-                                       'derive_secret']);
+                                       'derive_secret', 'outbox_topic', 'outbox_grant', 'outbox_message']);
 -- the lock secret: one 16-byte row, nobody but the owner may read it, not dumped
 SELECT is((SELECT count(*)::int FROM idempotency.lock_secret WHERE length(secret) = 16), 1,
           'lock_secret holds one 16-byte secret');
@@ -67,14 +67,15 @@ SELECT has_index('idempotency', 'seen_message', 'seen_message_expires_at_idx', '
 -- kept by pg_dump
 SELECT is((SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
              FROM pg_extension, unnest(extconfig) c WHERE extname = 'idempotency'),
-          ARRAY['idempotency.derive_secret', 'idempotency.idempotency_key', 'idempotency.seen_message',
-                'idempotency.state_machine', 'idempotency.token'],
+          ARRAY['idempotency.derive_secret', 'idempotency.idempotency_key', 'idempotency.outbox_grant', 'idempotency.outbox_message',
+                'idempotency.outbox_message_id_seq', 'idempotency.outbox_topic', 'idempotency.outbox_topic_id_seq',
+                'idempotency.seen_message', 'idempotency.state_machine', 'idempotency.token'],
           'every table is marked for pg_dump (pg_extension_config_dump)');
 
 -- row-level security: plain roles read their own rows only
 SELECT is((SELECT array_agg(relname::text ORDER BY relname) FROM pg_class
              WHERE relnamespace = 'idempotency'::regnamespace AND relkind = 'r' AND relrowsecurity),
-          ARRAY['idempotency_key', 'seen_message', 'token'],
+          ARRAY['idempotency_key', 'outbox_grant', 'outbox_message', 'outbox_topic', 'seen_message', 'token'],
           'row-level security on every table whose rows belong to roles');
 SELECT policies_are('idempotency', 'idempotency_key', ARRAY['idempotency_key_own_rows']);
 SELECT policy_cmd_is('idempotency', 'idempotency_key', 'idempotency_key_own_rows', 'SELECT',
@@ -88,6 +89,11 @@ SELECT table_privs_are('idempotency', 'seen_message', 'public', ARRAY['SELECT'],
                        'PUBLIC may only SELECT seen messages');
 SELECT policies_are('idempotency', 'token', ARRAY['token_own_rows']);
 SELECT policies_are('idempotency', 'seen_message', ARRAY['seen_message_own_rows']);
+SELECT policies_are('idempotency', 'outbox_message', ARRAY['outbox_message_own_rows']);
+SELECT policies_are('idempotency', 'outbox_topic', ARRAY['outbox_topic_own_rows']);
+SELECT policies_are('idempotency', 'outbox_grant', ARRAY['outbox_grant_own_rows']);
+SELECT table_privs_are('idempotency', 'outbox_message', 'public', ARRAY['SELECT'],
+                       'PUBLIC may only SELECT outbox messages');
 SELECT schema_privs_are('idempotency', 'public', ARRAY['USAGE'], 'PUBLIC may use the schema');
 
 -- functions and their signatures
@@ -96,7 +102,9 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'create_machine', 'transition', 'update_versioned', 'insert_once',
                                         'forget', 'renew', 'stats', 'stats_reset',
                                         'once', 'lookup', 'http_response', 'lock_secret_changed',
-                                        'checkpoint', 'derive_key', 'distribute']);
+                                        'checkpoint', 'derive_key', 'distribute',
+                                        'create_topic', 'alter_topic', 'drop_topic', 'grant_topic', 'revoke_topic',
+                                        'publish', 'claim', 'ack', 'nack', 'release', 'redrive']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');

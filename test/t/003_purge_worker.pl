@@ -70,12 +70,12 @@ ok( $node->poll_query_until('postgres', q{
 	'every expired key, token and message is purged');
 is( $node->safe_psql('postgres', q{SELECT string_agg(key, ',' ORDER BY key) FROM idempotency.idempotency_key}),
 	'live-1,live-2,live-3,live-4,live-5', 'the live keys are all still there');
-ok( $node->wait_for_log(qr/idempotency purge worker purged 251 expired keys, 1 tokens and 1 messages in database "postgres" \(3 batches\)/),
+ok( $node->wait_for_log(qr/idempotency purge worker purged 251 expired keys, 1 tokens, 1 messages and 0 delivered outbox messages in database "postgres" \(3 batches\)/),
 	'the log says what was purged');
 ok( $node->poll_query_until('app',
 		q{SELECT string_agg(key, ',') = 'app-live' FROM idempotency.idempotency_key}),
 	'a second database with the extension is purged too');
-ok( $node->wait_for_log(qr/idempotency purge worker purged 7 expired keys, 0 tokens and 0 messages in database "app" \(1 batches\)/),
+ok( $node->wait_for_log(qr/idempotency purge worker purged 7 expired keys, 0 tokens, 0 messages and 0 delivered outbox messages in database "app" \(1 batches\)/),
 	'and the log says so');
 unlike(slurp_file($node->logfile), qr/database "plain"/,
 	'a database without the extension is visited without a word');

@@ -121,6 +121,7 @@ is( $node->safe_psql('postgres', q{SELECT ik004_not_held FROM idempotency.stats 
 my $yaml = CPAN::Meta::YAML->read_string(slurp_file('contrib/postgres_exporter/queries.yaml'))
   or die CPAN::Meta::YAML->errstr;
 $node->safe_psql('postgres', q{CREATE ROLE exporter LOGIN IN ROLE pg_monitor});
+$node->safe_psql('postgres', q{SELECT idempotency.create_topic('exporter-check')});	# a row for idempotency_outbox
 my %queries = %{ $yaml->[0] };
 ok(scalar(keys %queries) >= 4, 'queries.yaml has the stats, waiting, worker and table queries');
 for my $name (sort keys %queries)

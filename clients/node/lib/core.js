@@ -114,6 +114,17 @@ const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 const TRANSIENT = new Set([408, 409, 425, 429]);
 function defaultStore(status) { return status < 500 && !TRANSIENT.has(status); }
 
+// An 'error' event on a checked-out client (the server stopped, the socket
+// broke) would be unhandled and end the process; the query in progress
+// fails with the same error, which is where it is handled.  One listener per
+// pooled client, added at its first checkout.
+const listening = new WeakSet();
+function survive(client) {
+	if (listening.has(client)) return;
+	listening.add(client);
+	client.on('error', () => {});
+}
+
 class Guard {
 	// opts: pool (pg.Pool, required); scope (string or req => string, required);
 	// user (req => id or null: scope per authenticated user); lockWait (ms,
@@ -184,6 +195,7 @@ class Guard {
 	async start(key, scope, request) {
 		for (let attempt = 0; ; attempt++) {
 			const client = await this.pool.connect();
+			survive(client);
 			let inTx = false;
 			try {
 				await client.query(`BEGIN; SET LOCAL idempotency.lock_wait = '${this.lockWait}ms'`);

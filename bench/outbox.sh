@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# bench/outbox.sh — the outbox (issue 18), side by side in one run on one
+# throwaway cluster, each pair interleaved:
+#
+#   (a) publish() inside once() against once() alone: instructions per
+#       request (callgrind, postgres --single, as bench/instructions.sh) and
+#       tps (pgbench -M prepared, OUTBOX_CLIENTS clients, rounds interleaved)
+#   (b) relay throughput, claim + ack of a batch in one statement, batch 1,
+#       10, 100, with 1 and 4 relays (pgbench clients), against pgmq 1.5.1
+#       read + delete of the same batches (messages per second; unkeyed
+#       messages, and ours also with 1000 message keys)
+#   (c) commit-to-handler latency p50/p99: our Node relay woken by NOTIFY,
+#       against a pgmq reader polling every 100 ms
+#   (d) OUTBOX_TOTAL (1 M) messages through one topic with retention 0,
+#       published, relayed and purged by the purge worker concurrently:
+#       table size and dead tuples along the way
+#
+# pgmq comes from ../shared/vendor/pgmq-1.5.1.tar.gz (or OUTBOX_PGMQ_TAR),
+# built and installed into pg_config's prefix when missing; never committed.
+# Environment: OUTBOX_SECS (5), OUTBOX_ROUNDS (3; OUTBOX_B_ROUNDS (1) for b), OUTBOX_CLIENTS (4),
+# OUTBOX_N (2000 callgrind requests), OUTBOX_TOTAL (1000000),
+# OUTBOX_PARTS ("a b c d").  Prints a Markdown report (and appends it to
+# OUTBOX_REPORT when set).
+set -u
+cd "$(dirname "$0")/.." || exit 2
+ROOT=$PWD
+. test/cluster.sh
+SECS=${OUTBOX_SECS:-5}
+ROUNDS=${OUTBOX_ROUNDS:-3}
+B_ROUNDS=${OUTBOX_B_ROUNDS:-1}
+CLIENTS=${OUTBOX_CLIENTS:-4}
+N=${OUTBOX_N:-2000}
+TOTAL=${OUTBOX_TOTAL:-1000000}
+PARTS=${OUTBOX_PARTS:-a b c d}
+PGMQ_TAR=${OUTBOX_PGMQ_TAR:-$ROOT/../shared/vendor/pgmq-1.5.1.tar.gz}
+[ -f "$PGMQ_TAR" ] || PGMQ_TAR=/work/shared/vendor/pgmq-1.5.1.tar.gz
+
+# pgmq into this server's prefix
+if [ ! -f "$(pg_config --sharedir)/extension/pgmq--1.5.1.sql" ]; then
+	T=$(mktemp -d)
+	tar xzf "$PGMQ_TAR" -C "$T" && make -s -C "$T"/pgmq-1.5.1 >/dev/null 2>&1 &&
+		make -s -C "$T"/pgmq-1.5.1 install >/dev/null 2>&1 ||
+		{ echo "pgmq 1.5.1 did not build from $PGMQ_TAR" >&2; exit 2; }
+	rm -rf "$T"
+fi
+command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+
+bench_start "shared_preload_libraries = 'idempotency'" "idempotency.purge_interval = 1" \
+	"idempotency.purge_batch = 10000" "max_connections = 100"
+R=$WORK/report.md
+echo "## The outbox (bench/outbox.sh, $(date -u +%F), $(nproc) cores, $(psql --version | awk '{print $3}'))" >"$R"
+psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || exit 2
+CREATE EXTENSION idempotency;
+CREATE EXTENSION pgmq;
+CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);
+SELECT idempotency.create_topic('bench');
+SELECT idempotency.create_topic('relay');
+SELECT idempotency.create_topic('keyed');
+SELECT idempotency.create_topic('million', retention => '0 s');
+SELECT idempotency.create_topic('latency');
+SELECT idempotency.create_topic('quiet', notify => false);
+-- the floor of (a): a plain table shaped like outbox_message, same indexes
+CREATE TABLE floor_message (LIKE idempotency.outbox_message INCLUDING DEFAULTS INCLUDING INDEXES);
+CREATE SEQUENCE floor_message_id_seq;
+SELECT pgmq.create('relay');
+SELECT pgmq.create('latency');
+SQL
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+tps() { awk '/^tps = / { printf "%d", $3 }' "$1"; }
+
+# ---------------------------------------------------------------------------
+part_a() {
+	echo "### (a) publish() inside once() against once() alone" >>"$R"
+	cat >"$WORK/once.sql" <<'S'
+\set k random(1, 1000000000)
+SELECT outcome FROM idempotency.once('o' || :client_id || '-' || :k, NULL,
+  'INSERT INTO payment (key, amount) VALUES ($1, $2) RETURNING id', 'o' || :client_id || '-' || :k, 10);
+S
+	cat >"$WORK/publish.sql" <<'S'
+\set k random(1, 1000000000)
+SELECT outcome FROM idempotency.once('p' || :client_id || '-' || :k, NULL,
+  'WITH p AS (INSERT INTO payment (key, amount) VALUES ($1, $2) RETURNING id)
+   SELECT idempotency.publish(''bench'', jsonb_build_object(''payment'', p.id), $1) FROM p',
+  'p' || :client_id || '-' || :k, 10);
+S
+	cat >"$WORK/publish_quiet.sql" <<'S'
+\set k random(1, 1000000000)
+SELECT outcome FROM idempotency.once('q' || :client_id || '-' || :k, NULL,
+  'WITH p AS (INSERT INTO payment (key, amount) VALUES ($1, $2) RETURNING id)
+   SELECT idempotency.publish(''quiet'', jsonb_build_object(''payment'', p.id), $1) FROM p',
+  'q' || :client_id || '-' || :k, 10);
+S
+	local r s
+	: >"$WORK/a.dat"
+	for r in $(seq "$ROUNDS"); do
+		for s in once publish publish_quiet; do
+			pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" -f "$WORK/$s.sql" >"$WORK/a.out" 2>&1
+			echo "$r $s $(tps "$WORK/a.out")" >>"$WORK/a.dat"
+		done
+		psql -qX -c "DELETE FROM idempotency.outbox_message" -c "VACUUM idempotency.outbox_message" >/dev/null
+	done
+	local t_once t_pub t_quiet
+	t_once=$(awk '$2 == "once" { print $3 }' "$WORK/a.dat" | median)
+	t_pub=$(awk '$2 == "publish" { print $3 }' "$WORK/a.dat" | median)
+	t_quiet=$(awk '$2 == "publish_quiet" { print $3 }' "$WORK/a.dat" | median)
+
+	# instructions: postgres --single under callgrind
+	local DATA=$CLUSTER_DIR/data
+	psql -qX -c "CHECKPOINT" >/dev/null
+	as_pg "$PG_BINDIR/pg_ctl" -D "$DATA" -w stop >/dev/null
+	local P="PREPARE onc(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, 10);
+PREPARE onp(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id) SELECT idempotency.publish(''bench'', jsonb_build_object(''payment'', p.id), \$1) FROM p', \$1, 10);
+PREPARE onn(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id) SELECT idempotency.publish(''bench'', jsonb_build_object(''payment'', p.id)) FROM p', \$1, 10);
+PREPARE onf(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id) INSERT INTO floor_message (id, topic_id, owner, message_id, message_key, payload, headers, state, available_at, published_at, published_by) SELECT nextval(''floor_message_id_seq''), 1, current_user::regrole, gen_random_uuid(), \$1, jsonb_build_object(''payment'', p.id), ''{}'', ''pending'', now(), now(), current_user::regrole FROM p RETURNING id', \$1, 10);"
+	count() {	# kind -> instructions of the whole session
+		local f="$WORK/cg-$1.sql" i
+		{
+			echo "$P"
+			# warm-up: plans prepared and kept, caches filled
+			for i in $(seq 1 50); do [ "$1" != empty ] && echo "EXECUTE $1('w-$1-$i');"; done
+			[ "$1" = empty ] || for i in $(seq 1 "$N"); do echo "EXECUTE $1('$1-$i');"; done
+		} >"$f"
+		chmod 644 "$f"
+		as_pg valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$1" \
+			"$PG_BINDIR/postgres" --single -D "$DATA" postgres <"$f" >/dev/null 2>&1
+		[ -n "${OUTBOX_KEEP:-}" ] && cp "$WORK/cg.$1" "$OUTBOX_KEEP/"
+		awk '/^summary:|^totals:/ { print $2; exit }' "$WORK/cg.$1"
+	}
+	local empty i_once i_pub i_nokey i_floor
+	empty=$(count empty)
+	i_once=$(count onc); i_pub=$(count onp); i_nokey=$(count onn); i_floor=$(count onf)
+	# the 50 warm-up requests are counted too; subtract them as average requests
+	i_once=$(( (i_once - empty) / (N + 50) ))
+	i_pub=$(( (i_pub - empty) / (N + 50) ))
+	i_nokey=$(( (i_nokey - empty) / (N + 50) ))
+	i_floor=$(( (i_floor - empty) / (N + 50) ))
+	as_pg "$PG_BINDIR/pg_ctl" -D "$DATA" -l "$CLUSTER_DIR/server.log" -w start >/dev/null
+	{
+		echo
+		echo "| request (one autocommit statement) | instructions | vs once() | tps ($CLIENTS clients, median of $ROUNDS) | vs once() |"
+		echo "|---|---:|---:|---:|---:|"
+		echo "| once(): insert a payment | $i_once | 1.00 | $t_once | 1.00 |"
+		awk -v i="$i_pub" -v b="$i_once" -v t="$t_pub" -v tb="$t_once" 'BEGIN { printf "| once() + publish(keyed) in the same statement | %d | %.2f | %d | %.2f |\n", i, i / b, t, t / tb }'
+		awk -v i="$i_pub" -v b="$i_once" -v t="$t_quiet" -v tb="$t_once" 'BEGIN { printf "| once() + publish(keyed) to a topic with notify => false | %d | %.2f | %d | %.2f |\n", i, i / b, t, t / tb }'
+		awk -v i="$i_nokey" -v b="$i_once" 'BEGIN { printf "| once() + publish(no key) in the same statement | %d | %.2f | | |\n", i, i / b }'
+		awk -v i="$i_floor" -v b="$i_once" 'BEGIN { printf "| floor: once() + a plain INSERT of the same row into a table with the same indexes | %d | %.2f | | |\n", i, i / b }'
+		echo
+		echo "Instructions: $N requests each (after 50 warm-up requests) in \`postgres --single\` under callgrind; target ≤ 1.15. tps: pgbench -M prepared, ${SECS} s per run, fsync on."
+	} >>"$R"
+}
+
+# ---------------------------------------------------------------------------
+fill_ours() {	# topic count keys(0 = none)
+	psql -qX -c "SELECT count(idempotency.publish('$1', jsonb_build_object('n', i, 'pad', repeat('x', 100)),
+	                     CASE WHEN $3 > 0 THEN 'k' || (i % $3) END))
+	             FROM generate_series(1, $2) i" >/dev/null
+}
+fill_pgmq() {	# queue count
+	psql -qX -c "SELECT count(*) FROM pgmq.send_batch('$1',
+	               ARRAY(SELECT jsonb_build_object('n', i, 'pad', repeat('x', 100)) FROM generate_series(1, $2) i))" >/dev/null
+}
+part_b() {
+	echo >>"$R"
+	echo "### (b) relay throughput: claim + ack against pgmq read + delete (messages/s)" >>"$R"
+	echo 'SELECT count(*) FROM (SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim(:topic, :batch) c GROUP BY c.claim) a;' >"$WORK/ours.sql"
+	echo "SELECT pgmq.delete('relay', ARRAY(SELECT msg_id FROM pgmq.read('relay', 30, :batch)));" >"$WORK/pgmq.sql"
+	local b c r sys
+	: >"$WORK/b.dat"
+	for r in $(seq "$B_ROUNDS"); do
+		for b in 1 10 100; do
+			for c in 1 4; do
+				local need=$(( b * 2000 * SECS ))
+				[ $need -gt 200000 ] && need=200000
+				for sys in ours keyed pgmq; do
+					psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
+					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
+					case $sys in
+						ours) fill_ours relay $need 0 ;;
+						keyed) fill_ours keyed $need 1000 ;;
+						pgmq) fill_pgmq relay $need ;;
+					esac
+					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
+					local f=$WORK/ours.sql topic=relay
+					[ $sys = pgmq ] && f=$WORK/pgmq.sql
+					[ $sys = keyed ] && topic=keyed
+					local before after
+					before=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
+					pgbench -n -M prepared -c $c -j $c -T "$SECS" -D batch=$b -D topic=$topic -f "$f" >"$WORK/b.out" 2>&1
+					after=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
+					[ "$after" -eq 0 ] && echo "# warning: $sys batch $b x$c ran dry" >&2
+					echo "$r $sys $b $c $(( (before - after) / SECS ))" >>"$WORK/b.dat"
+				done
+			done
+		done
+	done
+	{
+		echo
+		echo "| batch | relays | ours | ours, 1000 keys | pgmq 1.5.1 | ours / pgmq |"
+		echo "|---:|---:|---:|---:|---:|---:|"
+		for b in 1 10 100; do
+			for c in 1 4; do
+				local o k p
+				o=$(awk -v b=$b -v c=$c '$2 == "ours" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
+				k=$(awk -v b=$b -v c=$c '$2 == "keyed" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
+				p=$(awk -v b=$b -v c=$c '$2 == "pgmq" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
+				awk -v b=$b -v c=$c -v o=$o -v k=$k -v p=$p 'BEGIN { printf "| %d | %d | %d | %d | %d | %.2f |\n", b, c, o, k, p, o / p }'
+			done
+		done
+		echo
+		echo "One statement per batch (claim and ack, or read and delete, in one transaction), pgbench -M prepared, ${SECS} s, median of $B_ROUNDS rounds, each from a freshly filled and vacuumed queue of up to 200000 messages with a 100-byte pad; target ours / pgmq ≥ 1.5."
+	} >>"$R"
+}
+
+# ---------------------------------------------------------------------------
+part_c() {
+	echo >>"$R"
+	echo "### (c) commit-to-handler latency" >>"$R"
+	export NODE_PATH=$ROOT/clients/node/node_modules
+	(cd "$ROOT/clients/node" && [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+	cat >"$WORK/latency.js" <<'JS'
+// latency.js MODE COUNT: MODE ours (relay() woken by NOTIFY) or pgmq
+// (pgmq.read every 100 ms); a publisher commits COUNT messages 30 ms apart
+// and each carries the client's clock at the COMMIT; prints p50 and p99 ms.
+const pg = require('pg');
+const { relay } = require(process.env.ROOT + '/clients/node');
+const [mode, count] = [process.argv[2], Number(process.argv[3])];
+const pool = new pg.Pool({ max: 4 });
+const lat = [];
+let done;
+const finished = new Promise(r => { done = r; });
+function got(payload) {
+	lat.push(Date.now() - payload.t);
+	if (lat.length === count) done();
+}
+let r = null, timer = null, stop = false;
+if (mode === 'ours') {
+	r = relay('latency', async m => got(m.payload), { pool, batchSize: 10, concurrency: 10, pollInterval: 60000, handleSignals: false });
+} else {
+	(async function poll() {
+		while (!stop) {
+			const { rows } = await pool.query("SELECT msg_id, message FROM pgmq.read('latency', 30, 10)");
+			for (const row of rows) got(row.message);
+			if (rows.length) await pool.query("SELECT pgmq.delete('latency', $1::bigint[])", [rows.map(x => x.msg_id)]);
+			else await new Promise(res => { timer = setTimeout(res, 100); });
+		}
+	})();
+}
+(async () => {
+	const c = new pg.Client();
+	await c.connect();
+	await new Promise(res => setTimeout(res, 300));
+	for (let i = 0; i < count; i++) {
+		await c.query('BEGIN');
+		const t = Date.now();
+		if (mode === 'ours') await c.query("SELECT idempotency.publish('latency', $1::jsonb)", [JSON.stringify({ t })]);
+		else await c.query("SELECT pgmq.send('latency', $1::jsonb)", [JSON.stringify({ t })]);
+		await c.query('COMMIT');
+		await new Promise(res => setTimeout(res, 30));
+	}
+	await finished;
+	stop = true;
+	if (timer) clearTimeout(timer);
+	if (r) await r.stop();
+	await c.end();
+	await pool.end();
+	lat.sort((a, b) => a - b);
+	const q = p => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))];
+	console.log(`${q(0.5)} ${q(0.99)}`);
+})();
+JS
+	local ours pgmq
+	ours=$(ROOT=$ROOT node "$WORK/latency.js" ours 300)
+	pgmq=$(ROOT=$ROOT node "$WORK/latency.js" pgmq 300)
+	{
+		echo
+		echo "| reader | p50 ms | p99 ms |"
+		echo "|---|---:|---:|"
+		echo "| ours: Node relay(), LISTEN/NOTIFY | ${ours% *} | ${ours#* } |"
+		echo "| pgmq: read every 100 ms | ${pgmq% *} | ${pgmq#* } |"
+		echo
+		echo "300 messages, one per transaction, 30 ms apart; from the publisher's clock at COMMIT to the handler (same machine)."
+	} >>"$R"
+}
+
+# ---------------------------------------------------------------------------
+part_d() {
+	echo >>"$R"
+	echo "### (d) $TOTAL messages through one topic (retention 0, purge worker every 1 s)" >>"$R"
+	local chunk=20000 sent=0 step=$((TOTAL / 5))
+	# a relay: claim 500 + ack, in its own transactions, until the topic is empty
+	local DRAIN="DO \$\$ DECLARE n int; BEGIN LOOP
+	  SELECT count(*) INTO n FROM (SELECT idempotency.ack(c.claim, array_agg(c.id))
+	                                 FROM idempotency.claim('million', 500) c GROUP BY c.claim) a;
+	  EXIT WHEN n = 0; COMMIT; END LOOP; END \$\$"
+	{
+		echo
+		echo "| messages published | table + indexes | heap | rows in the table | dead rows (n_dead_tup) | autovacuums |"
+		echo "|---:|---:|---:|---:|---:|---:|"
+	} >>"$R"
+	snapshot() {
+		psql -qX -c "SELECT pg_stat_force_next_flush()" >/dev/null 2>&1
+		psql -qXAt -F ' | ' -c "SELECT '$1', pg_size_pretty(pg_total_relation_size('idempotency.outbox_message')),
+		       pg_size_pretty(pg_relation_size('idempotency.outbox_message')),
+		       (SELECT count(*) FROM idempotency.outbox_message), n_dead_tup, autovacuum_count
+		  FROM pg_stat_user_tables WHERE relid = 'idempotency.outbox_message'::regclass" |
+			sed 's/^/| /; s/$/ |/' >>"$R"
+	}
+	local t0=$(date +%s) next=$step
+	while [ $sent -lt "$TOTAL" ]; do
+		# publish a chunk (1000 keys) while two relays deliver the previous one
+		psql -qX -c "$DRAIN" >/dev/null & local d1=$!
+		psql -qX -c "$DRAIN" >/dev/null & local d2=$!
+		fill_ours million $chunk 1000
+		wait $d1 $d2
+		sent=$((sent + chunk))
+		if [ $sent -ge $next ]; then
+			next=$((next + step))
+			snapshot "$sent"
+		fi
+	done
+	psql -qX -c "$DRAIN" >/dev/null
+	# the worker purges the rest
+	for i in $(seq 120); do
+		[ "$(psql -qXAt -c "SELECT count(*) FROM idempotency.outbox_message")" -eq 0 ] && break
+		sleep 0.5
+	done
+	snapshot "all delivered and purged"
+	{
+		echo
+		echo "Published in transactions of $chunk (1000 message keys) while two relays (claim 500 + ack) deliver; retention 0, so the purge worker (idempotency.purge_interval = 1 s, purge_batch = 10000) deletes what was acked; autovacuum at its defaults. $(( $(date +%s) - t0 )) s in all. $(psql -qXAt -c "SELECT format('outbox_stats: published %s, delivered %s, dead %s', published, delivered, dead) FROM idempotency.outbox_stats WHERE topic = 'million'")."
+	} >>"$R"
+}
+
+for p in $PARTS; do "part_$p"; done
+echo
+cat "$R"
+[ -n "${OUTBOX_REPORT:-}" ] && { echo; cat "$R"; } >>"$OUTBOX_REPORT"
+exit 0

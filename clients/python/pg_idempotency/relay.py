@@ -1,0 +1,328 @@
+"""Outbox relays on psycopg 3: deliver the messages of a topic that
+``idempotency.publish()`` recorded, and a webhook deliverer.
+
+``relay(topic, handler, options)`` LISTENs on ``idempotency.outbox.<topic>``
+(publish() notifies once per transaction, at commit), claims as many
+messages as it has free workers (``idempotency.claim``, with a visibility
+timeout), runs ``handler(message)`` on up to ``options.concurrency`` of them
+in threads, and acks each one whose handler returned (``idempotency.ack``) or
+nacks it with the exception (``idempotency.nack``: retried with backoff, or
+after ``RelayError.retry_in`` seconds; dead after the topic's max_attempts).
+It claims again at once while claims return messages; when one returns none
+it waits for a notification, or ``poll_interval`` seconds as a fallback.  A
+key's messages arrive one at a time in commit order.
+
+Delivery is at least once (a relay that dies loses nothing: its claims lapse
+after ``visibility`` and are handed out again), so the receiver must be
+idempotent: ``message.message_id`` is the key to use.
+
+``relay()`` blocks until ``Relay.stop()`` or SIGTERM/SIGINT (when called in
+the main thread and ``handle_signals``): it stops claiming, lets the handlers
+in hand finish and settle, and returns the Relay (see ``counts``).  Database
+errors are reported to ``on_error`` and retried after ``retry_delay``.
+
+``webhook(url)`` returns a handler that POSTs the payload as JSON with
+``Idempotency-Key: <message id>`` (urllib, no extra dependency); anything but
+a 2xx answer raises ``WebhookError`` (with ``retry_in`` from Retry-After).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import FrameType
+from typing import Any, Callable, Dict, Mapping, Optional, Union
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["Message", "Relay", "RelayError", "RelayOptions", "WebhookError", "relay", "webhook"]
+
+TOPIC_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,40}$")
+
+CLAIM_SQL = (
+    "SELECT id, message_id::text, topic, message_key, payload, headers, attempt,"
+    " published_at, claim::text"
+    " FROM idempotency.claim(%s, %s, make_interval(secs => %s))"
+)
+ACK_SQL = "SELECT idempotency.ack(%s::uuid, ARRAY[%s]::int8[])"
+NACK_SQL = (
+    "SELECT idempotency.nack(%s::uuid, ARRAY[%s]::int8[], %s::jsonb,"
+    " CASE WHEN %s::float8 IS NULL THEN NULL ELSE make_interval(secs => %s::float8) END)"
+)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One claimed outbox message."""
+
+    id: int
+    message_id: str
+    topic: str
+    key: Optional[str]
+    payload: Any
+    headers: Dict[str, str]
+    attempt: int
+    published_at: datetime
+    claim: str
+
+
+class RelayError(Exception):
+    """Raise it from a handler to choose when the message is retried."""
+
+    def __init__(self, message: str, retry_in: Optional[float] = None) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+class WebhookError(RelayError):
+    """A webhook answered something other than 2xx, or nothing."""
+
+    def __init__(self, message: str, status: Optional[int] = None,
+                 retry_in: Optional[float] = None, body: str = "") -> None:
+        super().__init__(message, retry_in)
+        self.status = status
+        self.body = body
+
+
+Handler = Callable[[Message], object]
+
+
+@dataclass
+class RelayOptions:
+    """How a relay connects and paces itself (times in seconds)."""
+
+    conninfo: str = ""
+    batch_size: int = 10
+    concurrency: int = 4
+    visibility: float = 30.0
+    poll_interval: float = 5.0
+    retry_delay: float = 1.0
+    handle_signals: bool = True
+    on_error: Optional[Callable[[BaseException], None]] = None
+    connect_kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+class Relay:
+    """A relay of one topic; ``run()`` blocks until ``stop()``."""
+
+    def __init__(self, topic: str, handler: Handler, options: Optional[RelayOptions] = None) -> None:
+        if not TOPIC_RE.match(topic):
+            raise ValueError("relay: topic must be 1 to 40 of A-Z a-z 0-9 _ . : -")
+        self.topic = topic
+        self.handler = handler
+        self.options = options or RelayOptions()
+        o = self.options
+        for name in ("batch_size", "concurrency", "visibility", "poll_interval", "retry_delay"):
+            if not getattr(o, name) > 0:
+                raise ValueError(f"relay: {name} must be positive")
+        self.counts: Dict[str, int] = {"claimed": 0, "acked": 0, "nacked": 0, "errors": 0}
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._running = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._work: Optional[psycopg.Connection[Any]] = None
+        self._listen: Optional[psycopg.Connection[Any]] = None
+
+    # -- control ----------------------------------------------------------
+    def stop(self) -> None:
+        """Stop claiming; run() returns once the handlers in hand settle.
+        Safe from a signal handler and from other threads."""
+        self._stopping = True
+        self._poke()
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _report(self, err: BaseException) -> None:
+        self.counts["errors"] += 1
+        if self.options.on_error is not None:
+            try:
+                self.options.on_error(err)
+            except Exception:
+                pass
+
+    # -- connections ------------------------------------------------------
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.options.conninfo, autocommit=True, **self.options.connect_kwargs)
+
+    def _ensure(self) -> None:
+        if self._work is None or self._work.closed or self._work.broken:
+            self._work = self._connect()
+        if self._listen is None or self._listen.closed or self._listen.broken:
+            self._listen = self._connect()
+            self._listen.execute(sql.SQL("LISTEN {}").format(
+                sql.Identifier("idempotency.outbox." + self.topic)))
+
+    def _drop(self) -> None:
+        for conn in (self._work, self._listen):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+        self._work = self._listen = None
+
+    # -- waiting ----------------------------------------------------------
+    def _wait(self, timeout: float) -> None:
+        """Until a notification, a poke (stop, a free worker) or timeout."""
+        fds = [self._wake_r]
+        if self._listen is not None and not self._listen.closed:
+            fds.append(self._listen.fileno())
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self._wake_r in ready:
+            os.read(self._wake_r, 4096)
+        if self._listen is not None and len(fds) > 1 and fds[1] in ready:
+            pgconn = self._listen.pgconn
+            pgconn.consume_input()
+            while pgconn.notifies() is not None:
+                pass
+
+    # -- the loop ---------------------------------------------------------
+    def run(self) -> "Relay":
+        """Deliver until stop(); returns self."""
+        o = self.options
+        previous: Dict[int, Any] = {}
+        if o.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        pool = ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="relay")
+        try:
+            while not self._stopping:
+                try:
+                    self._ensure()
+                    with self._lock:
+                        free = o.concurrency - self._running
+                    if free <= 0:
+                        self._wait(o.poll_interval)
+                        continue
+                    assert self._work is not None
+                    rows = self._work.execute(
+                        CLAIM_SQL, (self.topic, min(o.batch_size, free), o.visibility)).fetchall()
+                    self.counts["claimed"] += len(rows)
+                    for row in rows:
+                        msg = Message(id=int(row[0]), message_id=row[1], topic=row[2], key=row[3],
+                                      payload=row[4], headers=dict(row[5] or {}), attempt=int(row[6]),
+                                      published_at=row[7], claim=row[8])
+                        with self._lock:
+                            self._running += 1
+                        pool.submit(self._deliver, msg)
+                    if not rows:
+                        self._wait(o.poll_interval)
+                except psycopg.Error as err:
+                    if self._stopping:
+                        break
+                    self._report(err)
+                    if self._work is not None and self._work.broken or \
+                            self._listen is not None and self._listen.broken:
+                        self._drop()
+                    self._wait(o.retry_delay)
+        finally:
+            pool.shutdown(wait=True)
+            self._drop()
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        return self
+
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.stop()
+
+    def _deliver(self, msg: Message) -> None:
+        failure: Optional[BaseException] = None
+        try:
+            self.handler(msg)
+        except Exception as err:
+            failure = err
+        try:
+            self._settle(msg, failure)
+        finally:
+            with self._lock:
+                self._running -= 1
+            self._poke()
+
+    def _settle(self, msg: Message, failure: Optional[BaseException]) -> None:
+        """ack or nack; on a database error the claim lapses and the message
+        is delivered again (at least once)."""
+        for _ in range(5):
+            try:
+                conn = self._work
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._connect()
+                    close_after = True
+                else:
+                    close_after = False
+                try:
+                    if failure is None:
+                        conn.execute(ACK_SQL, (msg.claim, msg.id))
+                        self.counts["acked"] += 1
+                    else:
+                        retry_in = getattr(failure, "retry_in", None)
+                        err: Dict[str, Any] = {"error": str(failure)}
+                        status = getattr(failure, "status", None)
+                        if status is not None:
+                            err["status"] = status
+                        conn.execute(NACK_SQL, (msg.claim, msg.id, json.dumps(err), retry_in, retry_in))
+                        self.counts["nacked"] += 1
+                finally:
+                    if close_after:
+                        conn.close()
+                return
+            except psycopg.Error as err:
+                self._report(err)
+                if self._stopping:
+                    return
+                threading.Event().wait(self.options.retry_delay)
+
+
+def relay(topic: str, handler: Handler, options: Optional[RelayOptions] = None) -> Relay:
+    """Deliver the messages of topic to handler until stopped (SIGTERM)."""
+    return Relay(topic, handler, options).run()
+
+
+def webhook(url: Union[str, Callable[[Message], str]], timeout: float = 10.0,
+            headers: Optional[Mapping[str, str]] = None) -> Callable[[Message], int]:
+    """A handler that POSTs message.payload as JSON to url with
+    Idempotency-Key: message.message_id; returns the HTTP status (2xx),
+    raises WebhookError otherwise."""
+    extra = dict(headers or {})
+
+    def deliver(msg: Message) -> int:
+        target = url(msg) if callable(url) else url
+        h: Dict[str, str] = {"Content-Type": "application/json"}
+        h.update(msg.headers)
+        h.update(extra)
+        h["Idempotency-Key"] = msg.message_id
+        req = urllib.request.Request(target, data=json.dumps(msg.payload).encode(), headers=h,
+                                     method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as res:
+                res.read()
+                status: int = res.status
+                return status
+        except urllib.error.HTTPError as e:
+            body = e.read().decode("utf-8", "replace")[:1000]
+            retry_in: Optional[float] = None
+            ra = e.headers.get("Retry-After") if e.headers is not None else None
+            if ra is not None and ra.strip().isdigit():
+                retry_in = float(ra)
+            raise WebhookError(f"webhook: HTTP {e.code}", status=e.code, retry_in=retry_in,
+                               body=body) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise WebhookError(f"webhook: {e}") from None
+
+    return deliver
+

@@ -1,0 +1,336 @@
+-- outbox: publish() in the caller's transaction; claim, ack, nack, release,
+-- dead letters and redrive; order per message key; topics per role and
+-- their grants; hostile input with its SQLSTATE and nothing written.
+\set VERBOSITY default
+CREATE ROLE regress_outbox_carol NOLOGIN;
+CREATE FUNCTION outbox_rows() RETURNS bigint LANGUAGE sql
+  AS 'SELECT count(*) FROM idempotency.outbox_message';
+
+-- ---- topics --------------------------------------------------------------
+SET ROLE regress_alice;
+SELECT idempotency.create_topic('payments', max_attempts => 3) > 0 AS created;
+SELECT name, owner, max_attempts, backoff_base, backoff_max, retention
+  FROM idempotency.outbox_topic;
+-- names are checked, and shared by every role
+SELECT idempotency.create_topic('payments');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.create_topic('');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.create_topic('no spaces');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.create_topic(repeat('t', 41));
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.create_topic(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.create_topic('t', max_attempts => 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.create_topic('t', retention => '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_bob;
+SELECT idempotency.create_topic('payments');
+\echo :LAST_ERROR_SQLSTATE
+-- bob sees no topic of alice's
+SELECT count(*) AS topics_bob_sees FROM idempotency.outbox_topic;
+-- plain roles cannot write the tables
+INSERT INTO idempotency.outbox_topic (name, owner, max_attempts, backoff_base, backoff_max, retention)
+VALUES ('x', 'regress_bob', 1, '1s', '1s', '1s');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- ---- publish: hostile input, nothing written ------------------------------
+SET ROLE regress_alice;
+SELECT idempotency.publish(NULL, '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.publish('payments', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.publish('nosuchtopic', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.publish('payments', '{}', headers => '[1]');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.publish('payments', '{}', message_key => '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.publish('payments', '{}', message_key => repeat('k', 256));
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.publish('payments', '{}', deliver_after => '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO idempotency.outbox_message (id, topic_id, owner, message_id, payload, headers, state,
+                                        available_at, published_at, published_by)
+VALUES (1, 1, 'regress_alice', gen_random_uuid(), '{}', '{}', 'pending', now(), now(), 'regress_alice');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT outbox_rows() AS rows_after_errors;
+SET ROLE regress_bob;
+SELECT idempotency.publish('payments', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.claim('payments');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.redrive('payments');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT outbox_rows() AS rows_after_bob;
+
+-- ---- publish in the caller's transaction ----------------------------------
+SET ROLE regress_alice;
+BEGIN;
+SELECT idempotency.publish('payments', '{"n": "rolled back"}') IS NOT NULL AS published;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT idempotency.publish('payments', '{"n": "savepoint"}', 'k') IS NOT NULL AS published;
+ROLLBACK TO SAVEPOINT s;
+SELECT idempotency.publish('payments', '{"n": 1}', headers => '{"x-a": "1"}') AS m1 \gset
+COMMIT;
+SELECT message_key, payload, headers, state, attempts, published_by,
+       message_id = :'m1' AS same_id
+  FROM idempotency.outbox_message;
+-- the message comes back with its stable id; claims are exclusive
+SELECT message_id = :'m1' AS same_id, topic, payload, headers, attempt,
+       claimed_until > now() AS visible_later
+  FROM idempotency.claim('payments', 10, '1 minute');
+SELECT count(*) AS claimed_again FROM idempotency.claim('payments');
+-- ack needs the claim's token
+SELECT idempotency.ack(gen_random_uuid(), ARRAY[id]) AS acked_wrong_claim
+  FROM idempotency.outbox_message;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_message;
+SELECT state, claim IS NULL AS no_claim, expires_at > delivered_at AS expires_later
+  FROM idempotency.outbox_message;
+SELECT count(*) AS nothing_left FROM idempotency.claim('payments');
+
+-- inside once(): one guarded request, one message; a replay publishes nothing
+CREATE TABLE outbox_payment (id serial PRIMARY KEY, amount int);
+SELECT outcome FROM idempotency.once('pay-1', '{"amount": 5}',
+  'WITH p AS (INSERT INTO outbox_payment (amount) VALUES ($1) RETURNING id)
+   SELECT idempotency.publish(''payments'', jsonb_build_object(''payment'', p.id), ''customer-1'') IS NOT NULL AS published FROM p',
+  '5');
+SELECT outcome FROM idempotency.once('pay-1', '{"amount": 5}',
+  'WITH p AS (INSERT INTO outbox_payment (amount) VALUES ($1) RETURNING id)
+   SELECT idempotency.publish(''payments'', jsonb_build_object(''payment'', p.id), ''customer-1'') IS NOT NULL AS published FROM p',
+  '5');
+SELECT count(*) AS payments, (SELECT count(*) FROM idempotency.outbox_message
+                               WHERE state = 'pending') AS messages
+  FROM outbox_payment;
+DROP TABLE outbox_payment;
+-- in a trigger
+CREATE TABLE outbox_order (id int PRIMARY KEY);
+CREATE FUNCTION outbox_order_published() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM idempotency.publish('payments', jsonb_build_object('order', NEW.id), 'order-' || NEW.id);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER outbox_order_published AFTER INSERT ON outbox_order
+  FOR EACH ROW EXECUTE FUNCTION outbox_order_published();
+INSERT INTO outbox_order VALUES (7);
+SELECT payload FROM idempotency.outbox_message WHERE message_key = 'order-7';
+DROP TABLE outbox_order;
+DROP FUNCTION outbox_order_published();
+-- clean slate
+SELECT count(*) FROM (SELECT idempotency.ack(claim, ARRAY[id])
+                        FROM idempotency.claim('payments', 100)) AS a;
+
+-- ---- order per key ---------------------------------------------------------
+SELECT idempotency.publish('payments', '{"n": "a1"}', 'a') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "a2"}', 'a') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "b1"}', 'b') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "a3"}', 'a') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "none"}') IS NOT NULL;
+-- one per key: a1, b1 and the unkeyed one
+CREATE TEMP TABLE c1 AS SELECT * FROM idempotency.claim('payments', 100);
+SELECT message_key, payload->>'n' AS n FROM c1 ORDER BY id;
+SELECT count(*) AS while_a1_out FROM idempotency.claim('payments', 100);
+-- a nack keeps a2 waiting: a1 is retried first (retry_in 0: at once)
+SELECT idempotency.nack(claim, ARRAY[id], '{"error": "503"}', '0 s') AS nacked
+  FROM c1 WHERE message_key = 'a';
+SELECT message_key, payload->>'n' AS n, attempt FROM idempotency.claim('payments', 100) AS c
+ \gset ca_
+SELECT :'ca_n' AS retried, :ca_attempt AS attempt;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
+ WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT count(*) FROM (SELECT idempotency.ack(claim, array_agg(id)) FROM c1
+                       WHERE message_key IS DISTINCT FROM 'a' GROUP BY claim) AS a;
+-- then a2, then a3
+SELECT payload->>'n' AS n FROM idempotency.claim('payments', 100) \gset c_
+SELECT :'c_n' AS next;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
+ WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT payload->>'n' AS n FROM idempotency.claim('payments', 100);
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
+ WHERE state = 'pending' AND claim IS NOT NULL;
+
+-- ---- backoff, dead letters, redrive, release, visibility ------------------
+SELECT idempotency.publish('payments', '{"n": "flaky"}', 'f') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "after flaky"}', 'f') IS NOT NULL;
+-- default backoff: backoff_base * 2^(attempt - 1), capped at backoff_max
+SELECT idempotency.nack(claim, ARRAY[id], '{"error": "timeout"}')
+  FROM idempotency.claim('payments');
+SELECT attempts, last_error, round(extract(epoch FROM available_at - now())) AS retry_in_s
+  FROM idempotency.outbox_message WHERE state = 'pending' AND payload->>'n' = 'flaky';
+SELECT count(*) AS before_backoff FROM idempotency.claim('payments');
+UPDATE idempotency.outbox_message SET available_at = now();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+UPDATE idempotency.outbox_message SET available_at = now() WHERE state = 'pending';
+SET ROLE regress_alice;
+SELECT idempotency.nack(claim, ARRAY[id], '{"error": "timeout"}')
+  FROM idempotency.claim('payments');
+SELECT attempts, round(extract(epoch FROM available_at - now())) AS retry_in_s
+  FROM idempotency.outbox_message WHERE state = 'pending' AND payload->>'n' = 'flaky';
+RESET ROLE;
+UPDATE idempotency.outbox_message SET available_at = now() WHERE state = 'pending';
+SET ROLE regress_alice;
+-- third failure of max_attempts 3: dead; its successor goes out
+SELECT idempotency.nack(claim, ARRAY[id], '{"error": "gone"}')
+  FROM idempotency.claim('payments');
+SELECT topic, message_key, payload, attempts, last_error FROM idempotency.outbox_dead;
+SELECT payload->>'n' AS n, attempt FROM idempotency.claim('payments') \gset s_
+SELECT :'s_n' AS successor;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
+ WHERE state = 'pending' AND claim IS NOT NULL;
+-- redrive: attempts start again
+SELECT idempotency.redrive('payments') AS redriven;
+SELECT count(*) AS dead FROM idempotency.outbox_dead;
+-- release: back at once, the attempt not counted
+SELECT idempotency.release(claim, ARRAY[id]) AS released FROM idempotency.claim('payments');
+SELECT attempts, claim IS NULL AS free FROM idempotency.outbox_message WHERE state = 'pending';
+-- visibility: a lapsed claim is handed out again; the old claim is fenced
+SELECT claim AS old_claim, id AS mid FROM idempotency.claim('payments', 1, '10 ms') \gset
+SELECT pg_sleep(0.05);
+SELECT attempt, claim <> :'old_claim' AS new_claim FROM idempotency.claim('payments', 1, '1 minute');
+SELECT idempotency.ack(:'old_claim', ARRAY[:mid]::bigint[]) AS old_claim_acked;
+SELECT idempotency.nack(:'old_claim', ARRAY[:mid]::bigint[]) AS old_claim_nacked;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_message
+ WHERE state = 'pending' AND claim IS NOT NULL;
+-- a claim that lapses at max_attempts makes the message dead
+SELECT idempotency.publish('payments', '{"n": "lost"}') IS NOT NULL;
+SELECT count(*) FROM idempotency.claim('payments', 1, '1 ms');
+SELECT pg_sleep(0.01);
+SELECT count(*) FROM idempotency.claim('payments', 1, '1 ms');
+SELECT pg_sleep(0.01);
+SELECT count(*) FROM idempotency.claim('payments', 1, '1 ms');
+SELECT pg_sleep(0.01);
+SELECT count(*) AS claimed FROM idempotency.claim('payments', 1, '1 ms');
+SELECT payload, attempts, last_error FROM idempotency.outbox_dead WHERE payload->>'n' = 'lost';
+-- relay arguments
+SELECT * FROM idempotency.claim('payments', 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.claim('payments', 10, '0 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.claim('payments', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.ack(NULL, '{1}') IS NULL AS strict;
+SELECT idempotency.nack(gen_random_uuid(), NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.nack(gen_random_uuid(), '{NULL}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.nack(gen_random_uuid(), '{1}', retry_in => '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+
+-- ---- 1 MB payloads ---------------------------------------------------------
+SELECT idempotency.publish('payments', jsonb_build_object('blob', repeat('x', 1024 * 1024))) IS NOT NULL;
+SELECT length(payload->>'blob') AS blob_length, idempotency.ack(claim, ARRAY[id]) AS acked
+  FROM idempotency.claim('payments');
+
+-- ---- a key's backlog does not hold up other keys -----------------------------
+-- 1100 messages of key deep fill the claim's first window (64 ready
+-- messages); the claim still finds the other key's head and the unkeyed
+-- message behind them, and only deep's earliest
+SELECT count(idempotency.publish('payments', jsonb_build_object('n', 'deep-' || i), 'deep'))
+  FROM generate_series(1, 1100) i;
+SELECT idempotency.publish('payments', '{"n": "other-1"}', 'other') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "other-2"}', 'other') IS NOT NULL,
+       idempotency.publish('payments', '{"n": "unkeyed"}') IS NOT NULL;
+CREATE TEMP TABLE c2 AS SELECT * FROM idempotency.claim('payments', 10);
+SELECT message_key, payload->>'n' AS n FROM c2 ORDER BY id;
+SELECT count(*) FROM (SELECT idempotency.ack(claim, array_agg(id)) FROM c2 GROUP BY claim) a;
+SELECT message_key, payload->>'n' AS n FROM idempotency.claim('payments', 10) ORDER BY id;
+RESET ROLE;
+DELETE FROM idempotency.outbox_message WHERE state = 'pending';
+SET ROLE regress_alice;
+
+-- ---- other roles -----------------------------------------------------------
+SELECT idempotency.publish('payments', '{"n": "private"}') IS NOT NULL;
+SELECT claim AS alice_claim, id AS alice_id FROM idempotency.claim('payments', 1) \gset
+RESET ROLE;
+SET ROLE regress_bob;
+-- nothing read, acked, nacked, released or redriven across roles
+SELECT count(*) AS bob_sees FROM idempotency.outbox_message;
+SELECT count(*) AS bob_sees_dead FROM idempotency.outbox_dead;
+SELECT count(*) AS bob_sees_stats FROM idempotency.outbox_stats;
+SELECT idempotency.ack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_acked;
+SELECT idempotency.nack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_nacked;
+SELECT idempotency.release(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_released;
+SELECT idempotency.grant_topic('payments', 'regress_bob');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.drop_topic('payments', true);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.alter_topic('payments', max_attempts => 100);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT state, claim = :'alice_claim' AS still_alices FROM idempotency.outbox_message
+ WHERE id = :alice_id;
+-- grants: publish only, then consume too, then revoked
+SET ROLE regress_alice;
+SELECT idempotency.grant_topic('payments', 'regress_bob', publish => true, consume => false);
+SELECT grantee, can_publish, can_consume FROM idempotency.outbox_grant;
+SET ROLE regress_bob;
+SELECT idempotency.publish('payments', '{"n": "from bob"}') IS NOT NULL AS bob_published;
+SELECT count(*) AS bob_sees FROM idempotency.outbox_message;
+SELECT * FROM idempotency.claim('payments');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.ack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_acked;
+SET ROLE regress_alice;
+SELECT idempotency.grant_topic('payments', 'regress_bob', publish => false, consume => true);
+SET ROLE regress_bob;
+SELECT name FROM idempotency.outbox_topic;
+SELECT payload FROM idempotency.claim('payments');
+SELECT count(*) AS bob_sees FROM idempotency.outbox_message;
+SELECT idempotency.publish('payments', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_alice;
+SELECT idempotency.revoke_topic('payments', 'regress_bob') AS revoked,
+       idempotency.revoke_topic('payments', 'regress_bob') AS revoked_again;
+SET ROLE regress_bob;
+SELECT count(*) AS bob_sees FROM idempotency.outbox_message;
+SELECT * FROM idempotency.claim('payments');
+\echo :LAST_ERROR_SQLSTATE
+-- carol may do nothing at all
+SET ROLE regress_outbox_carol;
+SELECT count(*) AS carol_sees FROM idempotency.outbox_message;
+SELECT count(*) AS carol_sees_stats FROM idempotency.outbox_stats;
+SELECT idempotency.publish('payments', '{}');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+-- a monitoring role (pg_read_all_stats) sees every topic's counts, no message
+GRANT pg_read_all_stats TO regress_outbox_carol;
+SET ROLE regress_outbox_carol;
+SELECT topic, published FROM idempotency.outbox_stats;
+SELECT count(*) AS carol_sees FROM idempotency.outbox_message;
+RESET ROLE;
+REVOKE pg_read_all_stats FROM regress_outbox_carol;
+
+-- ---- stats, retention and purge ---------------------------------------------
+SET ROLE regress_alice;
+SELECT topic, published, delivered, retried, dead, in_flight, undelivered,
+       oldest_undelivered_age > '0 s' AS has_oldest
+  FROM idempotency.outbox_stats;
+SELECT idempotency.alter_topic('payments', retention => '0 s');
+SELECT count(*) FROM (SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.claim('payments', 100)) a;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
+ WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT idempotency.publish('payments', '{"n": "purge me"}') IS NOT NULL;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.claim('payments');
+-- only rows acked with the new retention expire now; purge() counts them
+SELECT idempotency.purge() > 0 AS purged;
+SELECT state, count(*) FROM idempotency.outbox_message GROUP BY state ORDER BY state;
+SELECT topic, published, delivered, retried, dead, in_flight, undelivered
+  FROM idempotency.outbox_stats;
+-- drop: refused while messages are undelivered, unless forced
+SELECT idempotency.publish('payments', '{"n": "undelivered"}') IS NOT NULL;
+SELECT idempotency.drop_topic('payments');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.drop_topic('payments', force => true);
+SELECT idempotency.drop_topic('payments');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT outbox_rows() AS rows_left, (SELECT count(*) FROM idempotency.outbox_grant) AS grants_left;
+DROP FUNCTION outbox_rows();
+DROP ROLE regress_outbox_carol;
