@@ -48,6 +48,7 @@
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
+#include "compat.h"
 #include "idempotency.h"
 #include "target.h"
 
@@ -56,7 +57,7 @@ static List *
 primary_key_columns(const IdemTarget *t)
 {
 	Relation	rel = relation_open(t->relid, AccessShareLock);
-	Oid			pk = RelationGetPrimaryKeyIndex(rel);
+	Oid			pk = IDEM_PRIMARY_KEY_INDEX(rel);
 	List	   *cols = NIL;
 	HeapTuple	tup;
 	Form_pg_index idx;

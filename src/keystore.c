@@ -189,6 +189,7 @@ store_resolve(void)
 	TupleDesc	td;
 	int			ncols = 0;
 	bool		fast;
+	Oid			pk = InvalidOid;
 
 	if (OidIsValid(store_relid))
 		return;
@@ -231,12 +232,12 @@ store_resolve(void)
 	/* the probe needs a btree primary key on exactly (owner, scope, key) */
 	if (fast)
 	{
-		list_free(RelationGetIndexList(rel));
-		fast = OidIsValid(rel->rd_pkindex);
+		pk = IDEM_PRIMARY_KEY_INDEX(rel);
+		fast = OidIsValid(pk);
 	}
 	if (fast)
 	{
-		Relation	index = index_open(rel->rd_pkindex, AccessShareLock);
+		Relation	index = index_open(pk, AccessShareLock);
 		int			seen = 0;
 
 		fast = index->rd_rel->relam == BTREE_AM_OID &&
@@ -330,9 +331,7 @@ probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
 	 * The primary key as the relcache knows it now that the table is locked
 	 * (store_resolve() checked its columns).
 	 */
-	if (!heap->rd_indexvalid)
-		list_free(RelationGetIndexList(heap));
-	index = index_open(heap->rd_pkindex, AccessShareLock);
+	index = index_open(IDEM_PRIMARY_KEY_INDEX(heap), AccessShareLock);
 	slot = table_slot_create(heap, NULL);
 
 	for (int i = 0; i < 3; i++)
@@ -363,7 +362,7 @@ probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
 							   InvalidOid, index->rd_indcollation[i], F_TEXTEQ,
 							   PointerGetDatum(cstring_to_text_with_len(val, len)));
 	}
-	scan = index_beginscan(heap, index, snap, 3, 0);
+	scan = IDEM_INDEX_BEGINSCAN(heap, index, snap, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found && out != NULL)
@@ -431,16 +430,11 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 {
 	TupleDesc	td = RelationGetDescr(rel);
 	EState	   *estate = CreateExecutorState();
-	RangeTblEntry *rte = makeNode(RangeTblEntry);
-	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 
-	rte->rtekind = RTE_RELATION;
-	rte->relid = RelationGetRelid(rel);
-	rte->relkind = rel->rd_rel->relkind;
-	rte->rellockmode = RowExclusiveLock;
-	IDEM_INIT_RANGE_TABLE(estate, rte);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	/* allocated by the server, never by us (compat.h: the ABI trap) */
+	rri = IDEM_NEW_RESULT_REL(estate, rel);
 	estate->es_output_cid = GetCurrentCommandId(true);
 	ExecOpenIndices(rri, false);
 
@@ -455,7 +449,7 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 	ExecStoreVirtualTuple(slot);
 	IDEM_SIMPLE_INSERT(rri, estate, slot);
 
-	ExecCloseIndices(rri);
+	idem_free_result_rel(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
 }

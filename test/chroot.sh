@@ -13,6 +13,13 @@
 #   test/chroot.sh run DIR CMD...     run CMD as root inside chroot DIR with /proc,
 #                                     a tmpfs /dev/shm, /dev/pts, the host's TLS
 #                                     roots and name resolution; unmounted after
+#   test/chroot.sh scratch MAJOR SRC CMD...
+#                                     run CMD in a throwaway copy-on-write layer
+#                                     (overlayfs) over the cached chroot of MAJOR,
+#                                     from a copy of the checkout SRC in /root/src
+#                                     (mode 700, without .git and build products);
+#                                     nothing it installs or writes reaches the
+#                                     cache, and runs in parallel do not collide
 #   test/chroot.sh suite MAJOR        the Debian suite that ships MAJOR
 #
 # MAJOR: 15 (bookworm), 17 (trixie), 18 (sid).  The cache lives outside the
@@ -123,8 +130,42 @@ ensure() {	# major
 	echo "$dir"
 }
 
+# copy a checkout without .git and build products (all is built anew)
+copy_src() {	# src dest
+	mkdir -p "$2"
+	chmod 700 "$2"
+	tar -C "$1" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+		--exclude=./results --exclude=./tmp_check --exclude=./test/output \
+		--exclude=node_modules -cf - . | tar -C "$2" -xf -
+}
+
+scratch() {	# major src cmd...
+	local major=$1 src=$2 base suite rc tmp
+	shift 2
+	[ -d "$src" ] || die "$src is not a directory"
+	base=$(ensure "$major")
+	suite=$(suite_of "$major")
+	SCRATCH=$(mktemp -d /tmp/idempotency-chroot.XXXXXX)
+	tmp=$SCRATCH
+	mkdir "$tmp/upper" "$tmp/work" "$tmp/root"
+	trap 'umount_all; umount -l "$SCRATCH/root" 2>/dev/null; rm -rf "$SCRATCH"' EXIT
+	mount -t overlay overlay \
+		-o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$tmp/root" ||
+		die "cannot mount an overlay over $base"
+	copy_src "$src" "$tmp/root/root/src"
+	mount_all "$tmp/root" "$suite"
+	set +e
+	in_chroot "$tmp/root" sh -c 'cd /root/src && exec "$@"' sh "$@"
+	rc=$?
+	set -e
+	return $rc
+}
+
 cmd=${1:-}
 case "$cmd" in
+scratch)
+	scratch "${2:?MAJOR}" "${3:?SRC}" "${@:4}"
+	;;
 suite)
 	suite_of "${2:?MAJOR}"
 	;;
@@ -152,7 +193,7 @@ run)
 	exit $rc
 	;;
 *)
-	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
