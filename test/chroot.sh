@@ -3,8 +3,9 @@
 # version matrix (and anything else that must not touch the host's server).
 #
 #   test/chroot.sh ensure MAJOR       cached chroot with PostgreSQL MAJOR and its
-#                                     server headers, pgTAP, the TAP modules and a
-#                                     compiler; built once (debootstrap + apt),
+#                                     server headers, pgTAP, the TAP modules, a
+#                                     compiler and the driver/client suites'
+#                                     packages; built once (debootstrap + apt),
 #                                     then reused: prints its directory
 #   test/chroot.sh fresh MAJOR DIR    a new chroot in DIR, nothing installed but
 #                                     debootstrap's minbase (downloaded .deb files
@@ -20,6 +21,9 @@
 #                                     (mode 700, without .git and build products);
 #                                     nothing it installs or writes reaches the
 #                                     cache, and runs in parallel do not collide
+#   test/chroot.sh copy SRC DEST      copy a checkout as scratch does (for fresh)
+#   test/chroot.sh remove DIR         remove a chroot made by fresh, refusing while
+#                                     anything is mounted below it
 #   test/chroot.sh suite MAJOR        the Debian suite that ships MAJOR
 #
 # MAJOR: 15 (bookworm), 17 (trixie), 18 (sid).  The cache lives outside the
@@ -98,25 +102,46 @@ bootstrap() {	# suite dir
 	echo "$suite" >"$dir/.suite"
 }
 
+# what a cached chroot has: the server, its headers, pgTAP, the TAP modules and
+# a compiler; and what the driver and client suites would install anyway
+# (test/drivers/run, test/clients/run), so that a run in a throwaway layer
+# does not unpack a JDK and node each time
+packages_of() {	# major
+	local m=$1
+	echo "postgresql-$m postgresql-server-dev-$m postgresql-$m-pgtap postgresql-contrib-$m" \
+		"libipc-run-perl libtap-parser-sourcehandler-pgtap-perl make gcc libc6-dev ca-certificates" \
+		"pgbouncer python3-psycopg python3-psycopg-pool python3-fastapi python3-uvicorn" \
+		"python3-httpx python3-flask libpostgresql-jdbc-java default-jdk-headless nodejs npm"
+}
+
 ensure() {	# major
-	local major=$1 suite dir
+	local major=$1 suite dir want
 	suite=$(suite_of "$major")
 	dir=$CACHE/chroot/pg$major
-	if [ -f "$dir/.ready" ]; then
+	want=$(packages_of "$major")
+	# .ready holds the package list it was built with; a longer list is
+	# installed into the existing chroot, without a new debootstrap
+	if [ -f "$dir/.ready" ] && [ "$(cat "$dir/.ready")" = "$want" ]; then
 		echo "$dir"
 		return 0
 	fi
 	[ "$(id -u)" = 0 ] || die "building a chroot needs root"
-	rm -rf "$dir"
 	mkdir -p "$CACHE/chroot"
-	bootstrap "$suite" "$dir" >&2
+	exec 9>"$dir.lock"
+	flock 9
+	if [ -f "$dir/.ready" ] && [ "$(cat "$dir/.ready")" = "$want" ]; then
+		echo "$dir"
+		return 0
+	fi
+	if [ ! -f "$dir/.ready" ]; then
+		rm -rf "$dir"
+		bootstrap "$suite" "$dir" >&2
+	fi
 	trap umount_all EXIT
 	mount_all "$dir" "$suite"
-	in_chroot "$dir" sh -c "apt-get update -qq && apt-get install -y -qq \
-		postgresql-$major postgresql-server-dev-$major postgresql-$major-pgtap \
-		postgresql-contrib-$major \
-		libipc-run-perl libtap-parser-sourcehandler-pgtap-perl make gcc libc6-dev \
-		ca-certificates" >"$dir.install.log" 2>&1 || {
+	# shellcheck disable=SC2086
+	in_chroot "$dir" sh -c "apt-get update -qq && apt-get install -y -qq $want" \
+		>"$dir.install.log" 2>&1 || {
 		tail -n 20 "$dir.install.log" >&2
 		umount_all
 		die "installing PostgreSQL $major into $dir failed"
@@ -126,8 +151,19 @@ ensure() {	# major
 	in_chroot "$dir" sh -c "pg_dropcluster --stop $major main 2>/dev/null; true" >&2
 	umount_all
 	trap - EXIT
-	touch "$dir/.ready"
+	echo "$want" >"$dir/.ready"
+	exec 9>&-
 	echo "$dir"
+}
+
+# remove a directory once nothing is mounted below it (a bind mount of the
+# host's /etc/ssl/certs is on the same file system: rm would go into it)
+safe_rm() {	# dir
+	if grep -q " $1/" /proc/mounts; then
+		echo "test/chroot.sh: left $1: something is still mounted below it" >&2
+		return 1
+	fi
+	rm -rf "$1"
 }
 
 # copy a checkout without .git and build products (all is built anew)
@@ -148,7 +184,7 @@ scratch() {	# major src cmd...
 	SCRATCH=$(mktemp -d /tmp/idempotency-chroot.XXXXXX)
 	tmp=$SCRATCH
 	mkdir "$tmp/upper" "$tmp/work" "$tmp/root"
-	trap 'umount_all; umount -l "$SCRATCH/root" 2>/dev/null; rm -rf "$SCRATCH"' EXIT
+	trap 'umount_all; umount -l "$SCRATCH/root" 2>/dev/null; safe_rm "$SCRATCH"' EXIT
 	mount -t overlay overlay \
 		-o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$tmp/root" ||
 		die "cannot mount an overlay over $base"
@@ -165,6 +201,14 @@ cmd=${1:-}
 case "$cmd" in
 scratch)
 	scratch "${2:?MAJOR}" "${3:?SRC}" "${@:4}"
+	;;
+copy)
+	copy_src "${2:?SRC}" "${3:?DEST}"
+	;;
+remove)
+	dir=${2:?DIR}
+	[ -f "$dir/.suite" ] || die "$dir is not a chroot made here"
+	safe_rm "$dir"
 	;;
 suite)
 	suite_of "${2:?MAJOR}"
@@ -193,7 +237,7 @@ run)
 	exit $rc
 	;;
 *)
-	sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

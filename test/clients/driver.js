@@ -195,7 +195,7 @@ async function main() {
 
 	// --- handler error: rolled back, not stored -------------------------
 	const ke = `${P}boom`;
-	r = await post(srv.port, { key: ke, body: { amount: '4.00', boom: true } });
+	r = await post(srv.port, { key: ke, body: { amount: '4.00', boom: true }, fresh: true });
 	check('handler error -> 500, its insert rolled back, no key stored',
 		r.status === 500 && await rows(ke) === 0 && await keyRows(ke) === 0, show(r));
 	r = await post(srv.port, { key: ke, body: { amount: '4.00' } });
