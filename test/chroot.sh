@@ -29,7 +29,7 @@
 # MAJOR: 15 (bookworm), 17 (trixie), 18 (sid).  The cache lives outside the
 # checkout, in $IDEM_CACHE (default /var/cache/idempotency): chroots in
 # chroot/pgMAJOR, downloaded packages in apt/SUITE (shared by every chroot of
-# that suite, so a fresh chroot downloads nothing twice).  A chroot whose
+# that suite, so a fresh chroot downloads nothing twice; see mount_all).  A chroot whose
 # build was interrupted has no .ready file and is built again.
 set -eu -o pipefail
 
@@ -54,19 +54,41 @@ need_host_tools() {
 		{ apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
 }
 
-# mount what a chroot needs to run servers and package tools; umount_all undoes it
+# mount what a chroot needs to run servers and package tools; umount_all
+# undoes it.  Downloaded packages: a chroot of our own (ensure, fresh) gets
+# hard links to the cached .deb files of its suite before, and the cache
+# gets the new ones after (seed_debs, harvest_debs): sharing the archive
+# directory itself would make two apt-get runs of one suite fail on its lock.
+# A scratch layer, which installs nothing as a rule, mounts it (shared=1).
 MOUNTED=()
-mount_all() {
-	local dir=$1 suite=$2
+mount_all() {	# dir suite [shared]
+	local dir=$1 suite=$2 shared=${3:-0}
 	mkdir -p "$dir/proc" "$dir/dev/shm" "$dir/dev/pts" "$dir/etc/ssl/certs" \
 		"$dir/var/cache/apt/archives" "$CACHE/apt/$suite"
 	mount -t proc proc "$dir/proc" && MOUNTED+=("$dir/proc")
 	mount -t tmpfs -o size=2g,mode=1777 shm "$dir/dev/shm" && MOUNTED+=("$dir/dev/shm")
 	mount -t devpts -o newinstance,ptmxmode=0666 devpts "$dir/dev/pts" && MOUNTED+=("$dir/dev/pts")
 	mount --bind /etc/ssl/certs "$dir/etc/ssl/certs" && MOUNTED+=("$dir/etc/ssl/certs")
-	mount --bind "$CACHE/apt/$suite" "$dir/var/cache/apt/archives" &&
-		MOUNTED+=("$dir/var/cache/apt/archives")
+	if [ "$shared" = 1 ]; then
+		mount --bind "$CACHE/apt/$suite" "$dir/var/cache/apt/archives" &&
+			MOUNTED+=("$dir/var/cache/apt/archives")
+	else
+		seed_debs "$dir" "$suite"
+	fi
 	cp /etc/resolv.conf /etc/hosts "$dir/etc/" 2>/dev/null || true
+}
+seed_debs() {	# dir suite
+	find "$CACHE/apt/$2" -maxdepth 1 -name '*.deb' \
+		-exec ln -f -t "$1/var/cache/apt/archives/" {} + 2>/dev/null ||
+		find "$CACHE/apt/$2" -maxdepth 1 -name '*.deb' \
+			-exec cp -n -t "$1/var/cache/apt/archives/" {} + 2>/dev/null || true
+}
+harvest_debs() {	# dir suite
+	local f
+	for f in "$1"/var/cache/apt/archives/*.deb; do
+		[ -f "$f" ] && [ ! -e "$CACHE/apt/$2/${f##*/}" ] || continue
+		ln "$f" "$CACHE/apt/$2/" 2>/dev/null || cp "$f" "$CACHE/apt/$2/" || true
+	done
 }
 umount_all() {
 	local i
@@ -147,6 +169,7 @@ ensure() {	# major
 		die "installing PostgreSQL $major into $dir failed"
 	}
 	rm -f "$dir.install.log"
+	harvest_debs "$dir" "$suite"
 	# Debian's postinst makes a cluster and may start it; the tests make their own
 	in_chroot "$dir" sh -c "pg_dropcluster --stop $major main 2>/dev/null; true" >&2
 	umount_all
@@ -189,7 +212,7 @@ scratch() {	# major src cmd...
 		-o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$tmp/root" ||
 		die "cannot mount an overlay over $base"
 	copy_src "$src" "$tmp/root/root/src"
-	mount_all "$tmp/root" "$suite"
+	mount_all "$tmp/root" "$suite" 1
 	set +e
 	in_chroot "$tmp/root" sh -c 'cd /root/src && exec "$@"' sh "$@"
 	rc=$?
@@ -234,6 +257,7 @@ run)
 	in_chroot "$dir" "$@"
 	rc=$?
 	umount_all
+	harvest_debs "$dir" "$suite"
 	exit $rc
 	;;
 *)

@@ -5,6 +5,8 @@
 #                        line; a step without one counts as one test, passed
 #                        when CMD exits 0; a step that exits non-zero without
 #                        a failure in its closing line counts one failure more
+#                        (only steps whose label matches $STEPS_ONLY, a
+#                        grep -E pattern, when it is set)
 #   steps_summary        one line per step (label, counts, seconds), then the
 #                        summed closing line, last; returns non-zero on any
 #                        failure
@@ -17,6 +19,7 @@ STEPS_LINES=()
 step() {
 	local label=$1 log rc line p=0 f=0 t0=$SECONDS
 	shift
+	[ -n "${STEPS_ONLY:-}" ] && ! grep -qE -- "$STEPS_ONLY" <<<"$label" && return 0
 	log=$(mktemp /tmp/idempotency-step.XXXXXX)
 	echo "=== $label: $*"
 	# make's "*** [target] Error" trailer is dropped: the closing line stays last
