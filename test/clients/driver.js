@@ -27,7 +27,12 @@ const label = process.argv[2];
 const command = process.argv.slice(sep + 1);
 const prefix = `${label.replace(/\W+/g, '-')}-${process.pid}-${Date.now() % 100000}-`;
 const db = new pg.Pool({ database: process.env.DATABASE_NAME, max: 2 });
-const agent = new http.Agent({ keepAlive: true, maxSockets: 100 });
+// An idle kept-alive socket is dropped after 2 s, before any example server
+// closes it (Node and uvicorn after 5 s): a request sent on a socket the
+// server is closing at that moment fails with "socket hang up"/ECONNRESET
+// (seen on a loaded machine).  (timeout also makes an in-flight request emit
+// 'timeout' after 2 s idle, which nobody listens to: it is not aborted.)
+const agent = new http.Agent({ keepAlive: true, maxSockets: 100, timeout: 2000 });
 const children = new Set();
 let failures = 0;
 let lastStderr = '';	// of the last server started, for diagnostics
