@@ -21,16 +21,20 @@ OBJS = \
 	src/machine.o \
 	src/versioned.o \
 	src/insert_once.o \
-	src/once.o
+	src/once.o \
+	src/lookup.o \
+	src/http.o \
+	src/recovery.o
 
 EXTENSION = idempotency
-DATA = $(wildcard idempotency--*.sql)
+# (names relative to the source directory, also in a VPATH build)
+DATA = $(notdir $(wildcard $(if $(VPATH),$(VPATH)/)idempotency--*.sql))
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http review_transition review_retry_after review_schema review_purge review_insert_path review_once_evict recovery
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation
+ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation secret_snapshot purge_partitioned target_lock recovery
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 # TAP scripts (PostgreSQL::Test::Cluster, own clusters): PGXS prove_installcheck;
 # PROVE_TESTS=test/t/003_purge_worker.pl runs one, PROVE_FLAGS=-v shows each test
@@ -53,6 +57,12 @@ else
 # `make demo` install them (test/cluster.sh: ensure_packages) before building.
 all install installcheck:
 	@echo "PGXS not found: install postgresql-server-dev-15, or run make test / make demo" >&2; exit 1
+endif
+
+# a VPATH build (Debian's pg_buildext builds in build-MAJOR/) needs src/
+# for the objects
+ifdef VPATH
+$(shell mkdir -p src)
 endif
 
 $(OBJS): src/idempotency.h src/compat.h
@@ -80,3 +90,10 @@ demo:
 .PHONY: bench
 bench:
 	bash bench/run
+
+# PGXN release zip (META.json): git archive of HEAD (.gitattributes leaves
+# out clients/, debian/, bench/, .ci/), as pg_partman and pgmq make theirs
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/idempotency.control)
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD

@@ -10,7 +10,7 @@ SELECT p.proname, p.prosecdef, p.provolatile, p.proparallel, p.proisstrict
 
 -- the settings exist once the library is loaded (first call, or LOAD)
 LOAD 'idempotency';
-SELECT name, setting, unit FROM pg_settings
+SELECT name, boot_val AS default, unit FROM pg_settings
  WHERE name LIKE 'idempotency.%' ORDER BY name;
 
 -- a misspelled setting in our prefix is refused, not silently kept

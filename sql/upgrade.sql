@@ -88,8 +88,27 @@ SELECT pg_get_indexdef('idempotency.seen_message_pkey'::regclass) AS seen_pkey;
 SELECT idempotency.first_seen('s', 'on 0.3.0') AS first_seen_on_030;
 ALTER EXTENSION idempotency UPDATE TO '0.4.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+-- 0.4.0's key table has no recovery point columns and its begin_result 5
+-- attributes: the 0.5.0 library serves both as they are, and its
+-- checkpoint() (reached through a function 0.4.0 does not have) asks for
+-- the update, writing nothing
+SELECT count(*) AS begin_result_columns
+  FROM idempotency.begin('rp-040', lease => '1 hour') AS b, json_object_keys(row_to_json(b));
+SELECT count(*) AS lookup_result_columns
+  FROM idempotency.lookup('rp-040') AS l, json_object_keys(row_to_json(l));
+CREATE FUNCTION checkpoint_040(text, text, jsonb, int4, text DEFAULT '') RETURNS void
+AS '$libdir/idempotency', 'idempotency_checkpoint' LANGUAGE C;
+SELECT checkpoint_040('rp-040', 'order_created', '{"order": 1}', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT status, attempts FROM idempotency.idempotency_key WHERE key = 'rp-040';
+DROP FUNCTION checkpoint_040;
 ALTER EXTENSION idempotency UPDATE TO '0.5.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+-- in the same session, the library sees the new columns and types
+SELECT idempotency.checkpoint('rp-040', 'order_created', '{"order": 1}', 1);
+SELECT status, attempts, recovery_point, recovery_state FROM idempotency.lookup('rp-040');
+SELECT idempotency.complete('rp-040', '"done"', attempt => 1);
+SELECT outcome, response, recovery_point, recovery_state FROM idempotency.begin('rp-040');
 INSERT INTO objects SELECT 'updated', o FROM extension_objects() o;
 
 -- the updates changed nothing a fresh install would not have

@@ -63,6 +63,7 @@
 
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "access/table.h"
 #include "common/base64.h"
@@ -240,6 +241,45 @@ idem_request_shmem(IdemShmemRequestFn fn)
 	idem_shmem_request_fn = fn;
 	idem_prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = idem_shmem_request_chain;
+}
+
+/* ---------------------------------------------------------------------
+ * a database left half-dropped by an interrupted DROP DATABASE (marked by
+ * datconnlimit since 15.4, 14.9, 13.12): nobody may connect to it
+ * ---------------------------------------------------------------------
+ */
+#ifdef DATCONNLIMIT_INVALID_DB
+#define IDEM_DATABASE_IS_INVALID(form) database_is_invalid_form(form)
+#else
+#define IDEM_DATABASE_IS_INVALID(form) false
+#endif
+
+/* ---------------------------------------------------------------------
+ * Encoding conversion that stops at what it cannot convert
+ * (pg_do_encoding_conversion_buf with noError), and the valid prefix of a
+ * string (pg_encoding_verifymbstr): the same on every supported major.
+ * dest has room for len * MAX_CONVERSION_GROWTH + 1 bytes; both return the
+ * bytes of src taken.
+ * ---------------------------------------------------------------------
+ */
+static inline int
+idem_convert_prefix(Oid proc, int src_encoding, int dest_encoding,
+					const char *src, int len, char *dest)
+{
+	return pg_do_encoding_conversion_buf(proc, src_encoding, dest_encoding,
+										 (unsigned char *) src, len,
+										 (unsigned char *) dest,
+										 len * MAX_CONVERSION_GROWTH + 1, true);
+}
+
+static inline int
+idem_valid_prefix(int encoding, const char *src, int len, char *dest)
+{
+	int			n = pg_encoding_verifymbstr(encoding, src, len);
+
+	memcpy(dest, src, n);
+	dest[n] = '\0';
+	return n;
 }
 
 #endif							/* IDEMPOTENCY_COMPAT_H */

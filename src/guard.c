@@ -129,22 +129,46 @@ idem_result_desc(FunctionCallInfo fcinfo)
 	return tupdesc;
 }
 
+/*
+ * begin()'s row.  As many columns as the installed type begin_result has:
+ * 5 before 0.5.0, 7 since (recovery_point, recovery_state), NULL for any
+ * further ones.
+ */
 static Datum
 make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
-			Jsonb *response, int32 attempts, TimestampTz created_at)
+			const GuardBegin *res)
 {
 	TupleDesc	tupdesc = idem_result_desc(fcinfo);
-	Datum		values[5];
-	bool		nulls[5] = {false, false, false, false, false};
+	int			n = Max(tupdesc->natts, 7);
+	Datum		values_buf[8];
+	bool		nulls_buf[8];
+	Datum	   *values = n <= 8 ? values_buf : palloc(sizeof(Datum) * n);
+	bool	   *nulls = n <= 8 ? nulls_buf : palloc(sizeof(bool) * n);
 
+	memset(nulls, true, sizeof(bool) * n);
 	values[0] = CStringGetTextDatum(outcome);
+	nulls[0] = false;
 	values[1] = CStringGetTextDatum(status);
-	if (response)
-		values[2] = JsonbPGetDatum(response);
-	else
-		nulls[2] = true;
-	values[3] = Int32GetDatum(attempts);
-	values[4] = TimestampTzGetDatum(created_at);
+	nulls[1] = false;
+	if (res->response)
+	{
+		values[2] = JsonbPGetDatum(res->response);
+		nulls[2] = false;
+	}
+	values[3] = Int32GetDatum(res->attempts);
+	nulls[3] = false;
+	values[4] = TimestampTzGetDatum(res->created_at);
+	nulls[4] = false;
+	if (res->recovery_point)
+	{
+		values[5] = PointerGetDatum(res->recovery_point);
+		nulls[5] = false;
+	}
+	if (res->recovery_state)
+	{
+		values[6] = JsonbPGetDatum(res->recovery_state);
+		nulls[6] = false;
+	}
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
@@ -265,6 +289,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 		out->response = stored.response;
 		out->attempts = stored.attempts;
 		out->created_at = stored.created_at;
+		out->recovery_point = stored.recovery_point;
+		out->recovery_state = stored.recovery_state;
 		return;
 	}
 
@@ -281,7 +307,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 					 errmsg("%s is in progress under a lease", idem_describe_key(&id)),
 					 errdetail("Attempt %d holds it until %s; retry after %d seconds.",
 							   stored.attempts, iso8601_utc(stored.locked_until),
-							   (int) ((stored.locked_until - clock + USECS_PER_SEC - 1) / USECS_PER_SEC)),
+							   idem_seconds_until(stored.locked_until, clock)),
 					 errhint("Retry after the lease ends (HTTP 409 with Retry-After); the first begin() after that takes the key over.")));
 	}
 
@@ -311,6 +337,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	proto.state = HELD_BEGUN;
 	proto.expires_at = expires_at;
 	proto.row_exists = row_there;
+	proto.reset_point = row_there && !live;
 	if (live)
 	{
 		proto.attempts = stored.attempts + 1;
@@ -344,6 +371,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 			proto.expires_at = lease_end;
 		idem_keystore_write(&proto, "in_progress", NULL, true, false);
 		proto.row_exists = true;
+		proto.reset_point = false;
 	}
 	idem_held_push(&proto);
 
@@ -355,9 +383,15 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	out->response = live ? stored.response : NULL;
 	out->attempts = proto.attempts;
 	out->created_at = proto.created_at;
+	/* a retry resumes from the last committed checkpoint */
+	out->recovery_point = live ? stored.recovery_point : NULL;
+	out->recovery_state = live ? stored.recovery_state : NULL;
 }
 
-/* begin(key, request, scope, ttl, lease) -> (outcome, status, response, attempts, created_at) */
+/*
+ * begin(key, request, scope, ttl, lease) -> (outcome, status, response,
+ * attempts, created_at, recovery_point, recovery_state)
+ */
 PG_FUNCTION_INFO_V1(idempotency_begin);
 
 Datum
@@ -374,7 +408,7 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(make_result(fcinfo, outcomes[res.outcome],
 								res.status == 'c' ? "completed" :
 								res.status == 'f' ? "failed" : "in_progress",
-								res.response, res.attempts, res.created_at));
+								&res));
 }
 
 /*
@@ -503,7 +537,7 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 					 retryable ? IDEM_STAT_FAIL_RETRYABLE : IDEM_STAT_FAIL_FINAL);
 }
 
-/* lease_holder(), for renew() (ops.c) */
+/* lease_holder(), for renew() (ops.c) and checkpoint() (recovery.c) */
 void
 idem_guard_lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 {

@@ -82,10 +82,10 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("idempotency.database",
-							   "Database whose expired rows the background worker purges.",
-							   NULL,
+							   "Only database whose expired rows the background worker purges.",
+							   "Empty (the default): every database where the extension is installed.",
 							   &idem_database,
-							   "postgres",
+							   "",
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 

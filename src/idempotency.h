@@ -8,10 +8,13 @@
  *
  *	  idempotency.c   _PG_init: GUCs, one idem_xxx_init() per file
  *	  worker.c        the purge background worker
- *	  once.c          once(), lookup(), http_response()  (features)
+ *	  once.c          once()                           (features)
+ *	  lookup.c        lookup()
+ *	  http.c          http_response()
  *	  guard.c         begin(), complete(), fail()      (features)
  *	  lifecycle.c     purge(), tokens, first_seen()
  *	  ops.c           forget(), renew()
+ *	  recovery.c      checkpoint(), derive_key()
  *	  machine.c       create_machine(), transition()   (write helpers,
  *	  versioned.c     update_versioned()                 over target.c)
  *	  insert_once.c   insert_once()
@@ -112,6 +115,7 @@ extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
 						const char *what);
 extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
+extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
 							   TimestampTz now);
 
@@ -173,6 +177,8 @@ typedef struct HeldKey
 	TimestampTz created_at;
 	TimestampTz expires_at;
 	TimestampTz locked_until;	/* lease end; 0 = none */
+	bool		reset_point;	/* new work over an expired row: the next
+								 * write clears its recovery point */
 	bool		has_hash;
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
@@ -208,6 +214,8 @@ typedef struct StoredKey
 	TimestampTz updated_at;
 	TimestampTz expires_at;
 	TimestampTz locked_until;	/* 0 when NULL */
+	text	   *recovery_point;	/* NULL when SQL NULL or no such column */
+	Jsonb	   *recovery_state;	/* NULL when SQL NULL or no such column */
 } StoredKey;
 
 extern void idem_keystore_init(void);
@@ -218,6 +226,9 @@ extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
 extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
 								bool retryable);
+extern bool idem_keystore_has_recovery(void);
+extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
+									   Jsonb *state);
 
 /* ---- features ---- */
 
@@ -241,6 +252,8 @@ typedef struct GuardBegin
 	Jsonb	   *response;		/* stored response (replay, retry), or NULL */
 	int32		attempts;
 	TimestampTz created_at;
+	text	   *recovery_point;	/* last checkpoint (retry, replay), or NULL */
+	Jsonb	   *recovery_state;
 } GuardBegin;
 
 extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
@@ -258,7 +271,7 @@ extern void idem_guard_lease_holder(const KeyId *id, int32 attempt,
 /* worker.c */
 extern void idem_purge_worker_register(void);
 
-/* once.c */
+/* lookup.c */
 extern bool idem_keylock_busy(const KeyId *id);	/* in keylock.c */
 
 #endif							/* IDEMPOTENCY_H */

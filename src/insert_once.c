@@ -10,7 +10,11 @@
  * domains before that).  When it inserted nothing, a probe reads the row that holds
  * the key: its key columns equal the values of `row`, or, for a key column
  * that `row` leaves out, the column's default expression (deparsed into the
- * probe, so the probe looks for the value the INSERT used).
+ * probe, so the probe looks for the value the INSERT used).  The deparsed
+ * default names functions and operators as the current search_path sees
+ * them (qualified only where they would otherwise resolve elsewhere), so
+ * such a pair of plans is kept per search_path and role, as once() keeps
+ * its plans; another search_path gets its own spelling.
  *
  * When the probe finds nothing:
  *	  - a BEFORE INSERT row trigger on the table skipped the row or changed
@@ -33,10 +37,12 @@
 
 #include "access/htup_details.h"
 #include "access/relation.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "optimizer/optimizer.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/array.h"
@@ -187,6 +193,15 @@ insert_once_body(FunctionCallInfo fcinfo)
 	appendStringInfoString(&sig, " on");
 	foreach(lc, keys)
 		appendStringInfo(&sig, " %d", ((IdemColumn *) lfirst(lc))->attnum);
+	/* a default in the probe is spelled for this search_path and role */
+	foreach(lc, keys)
+	{
+		if (!named_in(cols, lfirst(lc)))
+		{
+			appendStringInfo(&sig, " as %u %s", GetUserId(), namespace_search_path);
+			break;
+		}
+	}
 
 	argtypes[0] = JSONBOID;
 	values[1] = idem_null_row(&t, &argtypes[1]);

@@ -3,7 +3,8 @@
  * keyid.c
  *	  Ground floor: the identity of a key (owner role, scope, key): building
  *	  and validating it from SQL arguments, hashing it, describing it in
- *	  messages; and the expiry of a new key.
+ *	  messages; and the expiry of a new key and the seconds until a lease
+ *	  ends.
  *
  * Design of the hash.  KeyId.hash names the key lock (keylock.c: an
  * advisory lock tag, visible to every role in pg_locks) and keys the
@@ -21,7 +22,10 @@
  * for the rest of the transaction that read it even if an invalidation
  * arrives meanwhile, so a transaction never hashes one key two ways.  A
  * trigger on the table (lock_secret_changed) invalidates it when the row
- * changes, so every backend reads a new secret at its next transaction.  Until
+ * changes, so every backend reads a new secret at its next transaction.
+ * That read takes a fresh snapshot, not the transaction's (under
+ * REPEATABLE READ that one may predate the change), and only a read that
+ * succeeded clears the invalidation (load_secret()).  Until
  * ALTER EXTENSION idempotency UPDATE has created the table, the 0.3.0 hash
  * is used, so old and new libraries agree during the update.
  *
@@ -40,10 +44,12 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -89,7 +95,19 @@ le64(const uint8 *p)
 	return v;
 }
 
-/* Read the secret (see the file comment); sets secret_state. */
+/*
+ * Read the secret (see the file comment); sets secret_state.
+ *
+ * The read uses a fresh snapshot, not the transaction's: under REPEATABLE
+ * READ the transaction's snapshot may predate the change whose invalidation
+ * brought us here, and the old secret read with it would be kept for good.
+ * The relation is locked before that snapshot is taken, so an invalidation
+ * still queued is processed first (it marks the secret stale again: one
+ * extra read next transaction, never a missed one).  The secret counts as
+ * read for this transaction (secret_lxid, secret_stale) only once the read
+ * has succeeded: an error mid-read leaves it stale, and the next key_hash()
+ * reads again even in the same transaction (after a rolled-back savepoint).
+ */
 static void
 load_secret(void)
 {
@@ -99,39 +117,63 @@ load_secret(void)
 	Datum		d;
 	bytea	   *secret;
 
-	secret_stale = false;
-	secret_lxid = IDEM_MY_LXID;
+	/*
+	 * A parallel worker may not take a new snapshot; the guard refuses to
+	 * work there anyway (25000), after the key's hash is computed.
+	 */
+	bool		parallel = IsInParallelMode();
+
 	secret_relid = rel;
 	if (!OidIsValid(rel))
 	{
+		secret_stale = false;
+		secret_lxid = IDEM_MY_LXID;
 		secret_state = SECRET_LEGACY;
 		return;
 	}
-	SPI_connect();
-	if (idem_run_as_owner(&plan_secret,
-						  "SELECT s.secret FROM idempotency.lock_secret AS s",
-						  0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.lock_secret must hold exactly one row"),
-				 errhint("Insert one random 16-byte secret (see the README, \"Table idempotency.lock_secret\").")));
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull || SPI_gettypeid(SPI_tuptable->tupdesc, 1) != BYTEAOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.lock_secret holds no usable secret"),
-				 errdetail("Its column secret must be a non-null bytea of %d bytes.", SECRET_LEN)));
-	secret = DatumGetByteaPP(d);
-	if (VARSIZE_ANY_EXHDR(secret) != SECRET_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.lock_secret holds no usable secret"),
-				 errdetail("The secret has %d bytes; it must have %d.",
-						   (int) VARSIZE_ANY_EXHDR(secret), SECRET_LEN)));
-	secret_k0 = le64((const uint8 *) VARDATA_ANY(secret));
-	secret_k1 = le64((const uint8 *) VARDATA_ANY(secret) + 8);
-	SPI_finish();
+	/* from here an invalidation marks the secret stale again */
+	secret_stale = false;
+	PG_TRY();
+	{
+		LockRelationOid(rel, AccessShareLock);
+		SPI_connect();
+		if (idem_run_as_owner_snap(&plan_secret,
+								   "SELECT s.secret FROM idempotency.lock_secret AS s",
+								   0, NULL, NULL, NULL, SPI_OK_SELECT,
+								   parallel ? InvalidSnapshot : GetLatestSnapshot()) != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.lock_secret must hold exactly one row"),
+					 errhint("Insert one random 16-byte secret (see the README, \"Table idempotency.lock_secret\").")));
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (isnull || SPI_gettypeid(SPI_tuptable->tupdesc, 1) != BYTEAOID)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.lock_secret holds no usable secret"),
+					 errdetail("Its column secret must be a non-null bytea of %d bytes.", SECRET_LEN)));
+		secret = DatumGetByteaPP(d);
+		if (VARSIZE_ANY_EXHDR(secret) != SECRET_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.lock_secret holds no usable secret"),
+					 errdetail("The secret has %d bytes; it must have %d.",
+							   (int) VARSIZE_ANY_EXHDR(secret), SECRET_LEN)));
+		secret_k0 = le64((const uint8 *) VARDATA_ANY(secret));
+		secret_k1 = le64((const uint8 *) VARDATA_ANY(secret) + 8);
+		SPI_finish();
+	}
+	PG_CATCH();
+	{
+		secret_stale = true;
+		secret_lxid = InvalidLocalTransactionId;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	secret_lxid = IDEM_MY_LXID;
 	secret_state = SECRET_KEYED;
+	/* read with the transaction's snapshot: read it again next time */
+	if (parallel)
+		secret_stale = true;
 }
 
 /* ---------------------------------------------------------------------
@@ -348,6 +390,21 @@ idem_expiry_of(const Interval *ttl, TimestampTz now)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be positive")));
 	return expires_at;
+}
+
+/*
+ * ceil of (until - now) in whole seconds, at least 0 and at most INT32_MAX
+ * (a lease may last longer than 2^31 seconds): lookup()'s retry_after and
+ * IK002's "retry after N seconds"
+ */
+int32
+idem_seconds_until(TimestampTz until, TimestampTz now)
+{
+	int64		us = until - now;
+
+	if (us <= 0)
+		return 0;
+	return (int32) Min((us + USECS_PER_SEC - 1) / USECS_PER_SEC, PG_INT32_MAX);
 }
 
 /* idem_expiry_of() of SQL argument ttlarg */

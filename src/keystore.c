@@ -26,7 +26,14 @@
  *		   (length limits and domain constraints included); the SELECT
  *		   casts every column back to the type the guard expects.
  *
- * Updates (a retry, the end of a lease) are always a prepared UPDATE.
+ * Updates (a retry, the end of a lease, a checkpoint) are always a
+ * prepared UPDATE.
+ *
+ * Versions: the recovery point columns (recovery_point, recovery_state)
+ * came with 0.5.0.  A 0.4.0 table (before or during ALTER EXTENSION
+ * UPDATE) has neither; it is served as before (fast path included, with
+ * the statements that do not name them), and checkpoint() refuses (55000)
+ * until the update adds them.
  * Every statement is schema-qualified, every operator OPERATOR(pg_catalog.=),
  * every value a parameter; it runs as the extension's owner (runas.c) for
  * the caller's own role only.  Every write refuses a read-only transaction
@@ -86,31 +93,43 @@ typedef enum StoreCol
 {
 	COL_OWNER, COL_SCOPE, COL_KEY, COL_STATUS, COL_REQUEST_HASH, COL_RESPONSE,
 	COL_RETRYABLE, COL_ATTEMPTS, COL_CREATED_AT, COL_UPDATED_AT,
-	COL_EXPIRES_AT, COL_LOCKED_UNTIL, NUM_COLS
+	COL_EXPIRES_AT, COL_LOCKED_UNTIL,
+	/* since 0.5.0 (recovery points); a 0.4.0 table has none of them */
+	COL_RECOVERY_POINT, COL_RECOVERY_STATE, NUM_COLS
 } StoreCol;
+
+/* the columns every version has (the row written by INSERT and UPDATE) */
+#define NUM_BASE_COLS COL_RECOVERY_POINT
 
 static const char *const col_names[NUM_COLS] = {
 	"owner", "scope", "key", "status", "request_hash", "response", "retryable",
-	"attempts", "created_at", "updated_at", "expires_at", "locked_until"
+	"attempts", "created_at", "updated_at", "expires_at", "locked_until",
+	"recovery_point", "recovery_state"
 };
 
 static Oid	col_types[NUM_COLS] = {
 	REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BOOLOID,
-	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TEXTOID, JSONBOID
 };
 
 /* NOT NULL as shipped: the fast path relies on it */
 static const bool col_notnull[NUM_COLS] = {
-	true, true, true, true, false, false, false, true, true, true, true, false
+	true, true, true, true, false, false, false, true, true, true, true, false,
+	false, false
 };
 
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static bool store_fast = false;			/* see the file comment */
+static bool store_recovery = false;		/* has the recovery point columns */
 static AttrNumber store_attnums[NUM_COLS];
 
 static SPIPlanPtr plan_select = NULL;
+static SPIPlanPtr plan_select_rp = NULL;
 static SPIPlanPtr plan_insert = NULL;
 static SPIPlanPtr plan_update = NULL;
+static SPIPlanPtr plan_update_rp = NULL;
+static SPIPlanPtr plan_checkpoint = NULL;
 
 #define KEY_WHERE \
 	" WHERE k.owner OPERATOR(pg_catalog.=) $1" \
@@ -118,13 +137,22 @@ static SPIPlanPtr plan_update = NULL;
 	"   AND k.key OPERATOR(pg_catalog.=) $3"
 
 /* columns in StoredKey order, cast to the types the guard reads */
-static const char *const sql_select =
-"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea,"
-"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool,"
-"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz,"
-"       k.expires_at::pg_catalog.timestamptz,"
-"       k.locked_until::pg_catalog.timestamptz, k.xmin,"
+#define SELECT_BASE \
+"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea," \
+"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool," \
+"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz," \
+"       k.expires_at::pg_catalog.timestamptz," \
+"       k.locked_until::pg_catalog.timestamptz, k.xmin," \
 "       k.updated_at::pg_catalog.timestamptz"
+
+static const char *const sql_select =
+SELECT_BASE
+"  FROM idempotency.idempotency_key AS k" KEY_WHERE;
+
+/* the same and the recovery point (columns 11 and 12), since 0.5.0 */
+static const char *const sql_select_rp =
+SELECT_BASE ", k.recovery_point::pg_catalog.text,"
+"       k.recovery_state::pg_catalog.jsonb"
 "  FROM idempotency.idempotency_key AS k" KEY_WHERE;
 
 static const char *const sql_insert =
@@ -133,11 +161,23 @@ static const char *const sql_insert =
 "   created_at, updated_at, expires_at, locked_until)"
 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
-static const char *const sql_update =
+#define UPDATE_BASE \
+"UPDATE idempotency.idempotency_key AS k" \
+"   SET status = $4, request_hash = $5, response = $6, retryable = $7," \
+"       attempts = $8, created_at = $9, updated_at = $10, expires_at = $11," \
+"       locked_until = $12"
+
+/* a retry or the end of the work: the recovery point stays */
+static const char *const sql_update = UPDATE_BASE KEY_WHERE;
+
+/* new work over an expired row: its recovery point goes too */
+static const char *const sql_update_rp =
+UPDATE_BASE ", recovery_point = NULL, recovery_state = NULL" KEY_WHERE;
+
+/* checkpoint(): the recovery point of a held lease */
+static const char *const sql_checkpoint =
 "UPDATE idempotency.idempotency_key AS k"
-"   SET status = $4, request_hash = $5, response = $6, retryable = $7,"
-"       attempts = $8, created_at = $9, updated_at = $10, expires_at = $11,"
-"       locked_until = $12" KEY_WHERE;
+"   SET recovery_point = $4, recovery_state = $5, updated_at = $6" KEY_WHERE;
 
 /* what an error context callback says */
 typedef struct StoreErrorArg
@@ -212,8 +252,15 @@ store_resolve(void)
 	for (int i = 0; i < td->natts; i++)
 		if (!TupleDescAttr(td, i)->attisdropped)
 			ncols++;
-	fast = fast && ncols == NUM_COLS;
-	for (int i = 0; i < NUM_COLS; i++)
+	/*
+	 * The recovery point columns came with 0.5.0: without both of them (a
+	 * 0.4.0 table, before or during ALTER EXTENSION UPDATE) the guard works
+	 * as before and checkpoint() asks for the update.
+	 */
+	store_recovery = get_attnum(relid, col_names[COL_RECOVERY_POINT]) > 0 &&
+		get_attnum(relid, col_names[COL_RECOVERY_STATE]) > 0;
+	fast = fast && ncols == (store_recovery ? NUM_COLS : NUM_BASE_COLS);
+	for (int i = 0; i < (store_recovery ? NUM_COLS : NUM_BASE_COLS); i++)
 	{
 		AttrNumber	att = get_attnum(relid, col_names[i]);
 		Form_pg_attribute a;
@@ -404,6 +451,18 @@ probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
 		out->expires_at = DatumGetTimestampTz(COL(COL_EXPIRES_AT));
 		d = COL(COL_LOCKED_UNTIL);
 		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
+		if (store_recovery)
+		{
+			MemoryContext old = MemoryContextSwitchTo(outcxt);
+
+			d = COL(COL_RECOVERY_POINT);
+			if (!isnull)
+				out->recovery_point = DatumGetTextPCopy(d);
+			d = COL(COL_RECOVERY_STATE);
+			if (!isnull)
+				out->recovery_state = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
 #undef COL
 	}
 	if (found)
@@ -441,7 +500,7 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 	slot = ExecInitExtraTupleSlot(estate, td, &TTSOpsVirtual);
 	ExecClearTuple(slot);
 	memset(slot->tts_isnull, true, sizeof(bool) * td->natts);
-	for (int i = 0; i < NUM_COLS; i++)
+	for (int i = 0; i < NUM_BASE_COLS; i++)
 	{
 		slot->tts_values[store_attnums[i] - 1] = values[i];
 		slot->tts_isnull[store_attnums[i] - 1] = nulls[i] == 'n';
@@ -477,8 +536,12 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 
 	key_values(id, values);
 	SPI_connect();
-	n = idem_run_as_owner_snap(&plan_select, sql_select, 3, argtypes, values,
-							   NULL, SPI_OK_SELECT, snap);
+	if (store_recovery)
+		n = idem_run_as_owner_snap(&plan_select_rp, sql_select_rp, 3, argtypes,
+								   values, NULL, SPI_OK_SELECT, snap);
+	else
+		n = idem_run_as_owner_snap(&plan_select, sql_select, 3, argtypes,
+								   values, NULL, SPI_OK_SELECT, snap);
 	if (n > 1)
 		bad_table(psprintf("It holds " UINT64_FORMAT " rows for one key: its primary key on (key, scope, owner) is missing.", n));
 	if (n == 0)
@@ -533,6 +596,18 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		out->expires_at = DatumGetTimestampTz(d);
 		d = SPI_getbinval(tup, td, 8, &isnull);
 		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
+		if (store_recovery)
+		{
+			MemoryContext old = MemoryContextSwitchTo(outcxt);
+
+			d = SPI_getbinval(tup, td, 11, &isnull);
+			if (!isnull)
+				out->recovery_point = DatumGetTextPCopy(d);
+			d = SPI_getbinval(tup, td, 12, &isnull);
+			if (!isnull)
+				out->recovery_state = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	SPI_finish();
 	return true;
@@ -672,10 +747,15 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 
 	if (h->row_exists)
 	{
+		store_resolve();
 		SPI_connect();
 		connected = true;
-		done = idem_run_as_owner(&plan_update, sql_update, NUM_COLS, col_types,
-								 values, nulls, SPI_OK_UPDATE) > 0;
+		if (h->reset_point && store_recovery)
+			done = idem_run_as_owner(&plan_update_rp, sql_update_rp, NUM_BASE_COLS,
+									 col_types, values, nulls, SPI_OK_UPDATE) > 0;
+		else
+			done = idem_run_as_owner(&plan_update, sql_update, NUM_BASE_COLS,
+									 col_types, values, nulls, SPI_OK_UPDATE) > 0;
 	}
 	if (!done)
 	{
@@ -696,7 +776,7 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 			if (!connected)
 				SPI_connect();
 			connected = true;
-			if (idem_run_as_owner(&plan_insert, sql_insert, NUM_COLS, col_types,
+			if (idem_run_as_owner(&plan_insert, sql_insert, NUM_BASE_COLS, col_types,
 								  values, nulls, SPI_OK_INSERT) != 1)
 				ereport(ERROR,
 						(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
@@ -708,6 +788,61 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	if (connected)
 		SPI_finish();
 	error_context_stack = errcb.previous;
+}
+
+/*
+ * Whether the key table has the recovery point columns (0.5.0 and later):
+ * checkpoint() needs them.
+ */
+bool
+idem_keystore_has_recovery(void)
+{
+	store_resolve();
+	return store_recovery;
+}
+
+/*
+ * checkpoint(): set the recovery point and state of key id, whose lease
+ * the caller holds (the key lock too: guard.c's lease holder check).  In
+ * the caller's transaction, as the extension's owner.  Returns the rows
+ * updated (1, or 0 if the row is gone, which the key lock rules out).
+ */
+uint64
+idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
+{
+	Oid			argtypes[6] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID,
+							   TIMESTAMPTZOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	uint64		n;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {id, "storing the recovery point of"};
+
+	check_writable(id);
+	if (!idem_keystore_has_recovery())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.idempotency_key has no recovery point columns"),
+				 errdetail("The library is version 0.5.0 or later; the extension's SQL objects are older."),
+				 errhint("Update the extension: ALTER EXTENSION idempotency UPDATE.")));
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	key_values(id, values);
+	values[3] = PointerGetDatum(point);
+	if (state)
+		values[4] = JsonbPGetDatum(state);
+	else
+		nulls[4] = 'n';
+	values[5] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	SPI_connect();
+	n = idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes, values,
+						  nulls, SPI_OK_UPDATE);
+	SPI_finish();
+	error_context_stack = errcb.previous;
+	return n;
 }
 
 void

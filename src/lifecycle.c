@@ -6,11 +6,20 @@
  * purge: every table of the extension has owner and expires_at columns and
  * an index on expires_at.  One batch is one statement per table:
  *
- *	  DELETE ... WHERE ctid = ANY (ARRAY(SELECT ctid ... WHERE expires_at <= now
- *									 LIMIT n FOR UPDATE SKIP LOCKED))
+ *	  WITH l AS (SELECT tableoid, ctid ... WHERE expires_at <= now [AND owner = r]
+ *				 LIMIT n FOR UPDATE SKIP LOCKED)
+ *	  DELETE ... WHERE ctid = ANY (l's ctids)				-- a TID scan
+ *				   AND (tableoid, ctid) = ANY (l's pairs)	-- only rows l locked
+ *				   AND expires_at <= now [AND owner = r]
  *
  * so a batch takes only row locks, never waits for a row another
- * transaction has locked, and rechecks the expiry of each row it deletes.
+ * transaction has locked, and rechecks the expiry (and owner) of each row
+ * it deletes.  A ctid is unique only within one table: on a partitioned key
+ * table (the README's recipe) another partition has a row at the same
+ * ctid, perhaps another role's, perhaps locked by another transaction, so
+ * the DELETE matches the pair (tableoid, ctid), which the filter checks
+ * before the row is locked: it never touches, nor waits for, a row the
+ * batch did not lock.
  * A begin() that found an expired row and later writes it copes with the
  * row vanishing (idem_keystore_write falls back to INSERT).  The SQL function
  * purges one batch of the caller's own rows; the background worker
@@ -59,12 +68,14 @@ static const char *const purge_tables[PURGE_NTABLES] = {
 static SPIPlanPtr purge_plans[PURGE_NTABLES][2];
 
 static const char *const purge_sql =
-"DELETE FROM idempotency.%s AS t"
-" WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-"         SELECT s.ctid FROM idempotency.%s AS s"
-"          WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
-"          LIMIT $2 FOR UPDATE SKIP LOCKED))"
-"   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
+"WITH l AS MATERIALIZED ("
+"  SELECT s.tableoid AS rel, s.ctid AS tid FROM idempotency.%s AS s"
+"   WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"   LIMIT $2 FOR UPDATE SKIP LOCKED)"
+" DELETE FROM idempotency.%s AS t"
+" WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT l.tid FROM l))"
+"   AND (t.tableoid, t.ctid) OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT (l.rel, l.tid) FROM l))"
+"   AND t.expires_at OPERATOR(pg_catalog.<=) $1 %s";
 
 /*
  * Delete at most batch_size expired rows from each table of the extension
@@ -93,8 +104,10 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		values[0] = TimestampTzGetDatum(now);
 		values[1] = Int32GetDatum(batch_size);
 		values[2] = ObjectIdGetDatum(owner);
-		sql = psprintf(purge_sql, purge_tables[i], purge_tables[i],
-					   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3");
+		sql = psprintf(purge_sql, purge_tables[i],
+					   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3",
+					   purge_tables[i],
+					   all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $3");
 		counts[i] = idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
 								 values, NULL, SPI_OK_DELETE);
 		pfree(sql);

@@ -22,7 +22,10 @@
  * not allow (IK005).  to_state is read by the state column type's input
  * function before anything runs, so a label the type does not have is the
  * type's own error; state columns of other types than strings, enums and
- * integers are refused (42804).
+ * integers are refused (42804).  "Already there" is the state type's own
+ * equality (an integer column at 5 is already at '05'), never a comparison
+ * of texts; integer and enum states are spelled as the type spells them
+ * before they are matched with a machine's (text) states.
  *
  * Locking: the UPDATE's row lock, and PostgreSQL's recheck of the WHERE
  * clause after waiting for a concurrent writer of the row, make concurrent
@@ -300,6 +303,16 @@ check_state_type(const IdemTarget *t, const IdemColumn *state)
 				 errdetail("A state column must be of a string type, an enum type or an integer type.")));
 }
 
+/* the probe's column col: the row is in to_state by the type's equality */
+static bool
+probe_already(int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
 static Datum
 transition_body(FunctionCallInfo fcinfo)
 {
@@ -336,13 +349,27 @@ transition_body(FunctionCallInfo fcinfo)
 				 errmsg("a state machine is required for state column \"%s\" of type %s",
 						state.name, format_type_be(state.type)),
 				 errhint("Without a machine, transition() only moves integer states forward.")));
-	/* a value the column cannot hold is the type's own error (22P02 ...) */
+	/*
+	 * A value the column cannot hold is the type's own error (22P02 ...).
+	 * An integer or enum to_state is spelled as the type spells it ('05' is
+	 * 5), so a machine's states, which are text, match it; strings stay as
+	 * given (char(n) would pad them).
+	 */
 	{
 		Oid			in,
-					ioparam;
+					ioparam,
+					out;
+		bool		varlena;
+		Datum		v;
 
 		getTypeInputInfo(state.type, &in, &ioparam);
-		(void) OidInputFunctionCall(in, to_state, ioparam, state.typmod);
+		v = OidInputFunctionCall(in, to_state, ioparam, state.typmod);
+		if (idem_is_integer_type(getBaseType(state.type)) ||
+			type_is_enum(getBaseType(state.type)))
+		{
+			getTypeOutputInfo(state.type, &out, &varlena);
+			to_state = OidOutputFunctionCall(out, v);
+		}
 	}
 
 	argtypes[0] = idc.type;
@@ -357,6 +384,10 @@ transition_body(FunctionCallInfo fcinfo)
 		char	   *where = psprintf("t.%s %s $1", idc.quoted,
 									 idem_operator_sql(idc.type, TYPECACHE_EQ_OPR));
 		char	   *state_type = idem_type_sql(state.type, -1);
+		/* already there: by the state type's equality, never as text */
+		char	   *same = psprintf("t.%s %s $2::%s", state.quoted,
+									idem_operator_sql(state.type, TYPECACHE_EQ_OPR),
+									state_type);
 
 		if (forward)
 		{
@@ -366,14 +397,14 @@ transition_body(FunctionCallInfo fcinfo)
 											   idem_operator_sql(state.type, TYPECACHE_LT_OPR),
 											   state_type),
 									  3, argtypes);
-			plans.probe = idem_target_prepare(psprintf("SELECT t.%s::pg_catalog.text FROM %s AS t WHERE %s",
-												state.quoted, t.qualname, where),
-									   1, argtypes);
+			plans.probe = idem_target_prepare(psprintf("SELECT t.%s::pg_catalog.text, %s FROM %s AS t WHERE %s",
+												state.quoted, same, t.qualname, where),
+									   2, argtypes);
 		}
 		else
 		{
 			plans.work = idem_target_prepare(psprintf("UPDATE %s AS t SET %s = $2::%s WHERE %s"
-											   " AND t.%s::pg_catalog.text OPERATOR(pg_catalog.<>) $2"
+											   " AND NOT (%s)"
 											   " AND t.%s::pg_catalog.text OPERATOR(pg_catalog.=) ANY (ARRAY("
 											   "   SELECT e.key FROM idempotency.state_machine AS m,"
 											   "          pg_catalog.jsonb_each(CASE WHEN pg_catalog.jsonb_typeof(m.transitions)"
@@ -381,14 +412,14 @@ transition_body(FunctionCallInfo fcinfo)
 											   "    WHERE m.machine OPERATOR(pg_catalog.=) $3"
 											   "      AND e.value OPERATOR(pg_catalog.?) $2))",
 											   t.qualname, state.quoted, state_type, where,
-											   state.quoted, state.quoted),
+											   same, state.quoted),
 									  3, argtypes);
 			/* the row's state and, in the same snapshot, the machine */
-			plans.probe = idem_target_prepare(psprintf("SELECT t.%s::pg_catalog.text, m.machine IS NOT NULL, m.transitions"
+			plans.probe = idem_target_prepare(psprintf("SELECT t.%s::pg_catalog.text, m.machine IS NOT NULL, m.transitions, %s"
 												" FROM %s AS t LEFT JOIN idempotency.state_machine AS m"
 												"   ON m.machine OPERATOR(pg_catalog.=) $3"
 												" WHERE %s",
-												state.quoted, t.qualname, where),
+												state.quoted, same, t.qualname, where),
 									   3, argtypes);
 		}
 		idem_plans_store(t.relid, sig, &plans);
@@ -422,7 +453,7 @@ transition_body(FunctionCallInfo fcinfo)
 
 		if (forward)
 		{
-			if (current != NULL && strcmp(current, to_state) == 0)
+			if (probe_already(2))
 			{
 				SPI_finish();
 				PG_RETURN_TEXT_P(cstring_to_text("already"));
@@ -445,7 +476,7 @@ transition_body(FunctionCallInfo fcinfo)
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("state machine \"%s\" does not exist", machine),
 					 errhint("Define it with idempotency.create_machine().")));
-		if (current != NULL && strcmp(current, to_state) == 0)
+		if (probe_already(4))
 		{
 			SPI_finish();
 			PG_RETURN_TEXT_P(cstring_to_text("already"));

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * once.c
- *	  One round trip: idempotency.once(), lookup() and http_response().
+ *	  One round trip: idempotency.once().
  *
  * once(key, request, sql, VARIADIC args) is begin() -> the work ->
  * complete() in one statement, so a client sends a guarded request as
@@ -37,19 +37,20 @@
  *
  * Plans: each (statement text, argument types) is prepared once per
  * backend with SPI and kept, in a cache of at most ONCE_PLAN_CACHE_SIZE
- * plans (least recently used goes first, with SPI_freeplan).  A plan that
+ * plans (least recently used goes first, with SPI_freeplan).  Each plan's
+ * own data and its input functions live in a memory context of their own
+ * (a child of plan_cxt): the input functions of domain, array and record
+ * types keep state in fn_extra (a domain's constraint reference and
+ * ExprContext), which goes when the plan's context is deleted with it.  A plan that
  * SPI_plan_is_valid() says is stale (say, a column changed type) is freed
  * and prepared again, so the parameter types are decided afresh.  The
  * plan cache re-analyses a kept plan when search_path or the role changes.
  *
- * lookup(key, scope) reads the caller's own key row the way the guard
- * does (keystore.c), without taking the key lock, without the guard's
- * serialization check and without writing; works on a hot standby.  A key that another transaction is
- * working on in single-transaction mode has no row yet: it is reported
- * from the lock table (keylock.c: idem_keylock_busy()).
+ * lookup() (lookup.c) tells a client when to retry; http_response()
+ * (http.c) builds a response to replay byte for byte.
  *
  * Locking: once() holds the key lock from begin to the end of the
- * transaction, like begin(); lookup() takes none.
+ * transaction, like begin().
  *
  *-------------------------------------------------------------------------
  */
@@ -58,7 +59,6 @@
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "common/base64.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -94,7 +94,9 @@ typedef struct OncePlan
 {
 	uint64		hash;			/* hash key: statement text and argument types */
 	dlist_node	lru;			/* in plan_lru, most recently used first */
-	char	   *sql;			/* the rest lives in plan_cxt */
+	MemoryContext cxt;			/* the rest lives here (a child of plan_cxt),
+								 * with the input functions' fn_extra state */
+	char	   *sql;
 	char	   *search_path;	/* the search_path and role it was analysed */
 	Oid			userid;			/* under: they decide untyped arguments' types */
 	int			nargs;
@@ -116,8 +118,6 @@ static MemoryContext plan_cxt = NULL;
 /* to_jsonb(record), called with a FuncExpr that tells it the argument type */
 static FmgrInfo to_jsonb_finfo;
 static bool to_jsonb_ready = false;
-
-/* lookup()'s statement, kept */
 
 static const char *const outcome_names[] = {"new", "retry", "replay"};
 
@@ -170,16 +170,8 @@ plan_free(OncePlan *p)
 	dlist_delete(&p->lru);
 	if (p->plan)
 		SPI_freeplan(p->plan);
-	pfree(p->sql);
-	pfree(p->search_path);
-	if (p->nargs > 0)
-	{
-		pfree(p->argtypes);
-		pfree(p->paramtypes);
-		pfree(p->untyped);
-		pfree(p->infuncs);
-		pfree(p->ioparams);
-	}
+	/* with whatever the input functions kept (a domain's ExprContext ...) */
+	MemoryContextDelete(p->cxt);
 	plan_count--;
 	hash_search(plan_cache, &p->hash, HASH_REMOVE, &found);
 }
@@ -350,7 +342,9 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 	}
 
 	p = hash_search(plan_cache, &hash, HASH_ENTER, &found);
-	old = MemoryContextSwitchTo(plan_cxt);
+	p->cxt = AllocSetContextCreate(plan_cxt, "idempotency once() plan",
+								   ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(p->cxt);
 	p->hash = hash;
 	p->sql = pstrdup(sql);
 	p->search_path = pstrdup(namespace_search_path);
@@ -373,7 +367,7 @@ plan_for(const char *sql, int nargs, const Oid *argtypes)
 				continue;
 			p->untyped[i] = true;
 			p->ioparams[i] = ioparams[i];
-			fmgr_info_cxt(infuncs[i], &p->infuncs[i], plan_cxt);
+			fmgr_info_cxt(infuncs[i], &p->infuncs[i], p->cxt);
 		}
 	}
 	MemoryContextSwitchTo(old);
@@ -564,17 +558,6 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 													  result, rnulls)));
 }
 
-/* ceil of (until - now) in whole seconds, at least 0 */
-static int32
-seconds_until(TimestampTz until, TimestampTz now)
-{
-	int64		us = until - now;
-
-	if (us <= 0)
-		return 0;
-	return (int32) Min((us + USECS_PER_SEC - 1) / USECS_PER_SEC, PG_INT32_MAX);
-}
-
 /* ---------------------------------------------------------------------
  * SQL-callable functions
  * ---------------------------------------------------------------------
@@ -665,207 +648,4 @@ idempotency_once_any(PG_FUNCTION_ARGS)
 		}
 	}
 	return once_run(fcinfo, nargs, values, nulls, types);
-}
-
-/*
- * lookup(key, scope) -> at most one row (status, attempts, created_at,
- * updated_at, expires_at, locked_until, retry_after) of the caller's key
- */
-PG_FUNCTION_INFO_V1(idempotency_lookup);
-
-Datum
-idempotency_lookup(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	KeyId		id;
-	StoredKey	stored;
-	Datum		out[7];
-	bool		onulls[7] = {false, false, false, false, false, false, false};
-	bool		have_row = false;
-	bool		finished = false;
-	TimestampTz now = GetCurrentTimestamp();
-
-	idem_init_materialized_srf(fcinfo);
-	id = keyid_of(fcinfo, 1);
-
-	/* the guard's own read (keystore.c), for the caller's role only */
-	idem_keystore_peek(&id, &stored, CurrentMemoryContext);
-	if (stored.found && stored.expires_at > GetCurrentTransactionStartTimestamp())
-	{
-		have_row = true;
-		out[0] = CStringGetTextDatum(stored.status == 'c' ? "completed" :
-									 stored.status == 'f' ? "failed" : "in_progress");
-		out[1] = Int32GetDatum(stored.attempts);
-		out[2] = TimestampTzGetDatum(stored.created_at);
-		out[3] = TimestampTzGetDatum(stored.updated_at);
-		out[4] = TimestampTzGetDatum(stored.expires_at);
-		out[5] = TimestampTzGetDatum(stored.locked_until);
-		onulls[5] = stored.locked_until == 0;
-		if (stored.status == 'c' || (stored.status == 'f' && !stored.retryable))
-		{
-			finished = true;
-			onulls[6] = true;
-		}
-		else if (stored.status == 'i' && stored.locked_until != 0)
-			out[6] = Int32GetDatum(seconds_until(stored.locked_until, now));
-		else
-			out[6] = Int32GetDatum(0);
-	}
-
-	/*
-	 * Not finished: is another transaction working on it now?  In single-
-	 * transaction mode that is the only trace of it (no row until commit).
-	 */
-	if (!finished && idem_keylock_busy(&id))
-	{
-		if (!have_row)
-			for (int i = 1; i < 6; i++)
-				onulls[i] = true;
-		have_row = true;
-		out[0] = CStringGetTextDatum("in_progress");
-		out[6] = Int32GetDatum(Max(1, onulls[5] ? 1 :
-								   seconds_until(DatumGetTimestampTz(out[5]), now)));
-		onulls[6] = false;
-	}
-
-	if (have_row)
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, onulls);
-	return (Datum) 0;
-}
-
-/*
- * http_response(status, body, headers) -> {"status": ..., "headers": {...},
- * "body": "..."}, the convention for replaying an HTTP response byte for
- * byte; the bytea form writes "body_base64" when the body is not valid in
- * the database encoding or holds a NUL byte.
- */
-static Datum
-http_response(FunctionCallInfo fcinfo, bool body_is_bytea)
-{
-	JsonbParseState *state = NULL;
-	JsonbValue	k,
-				v;
-	JsonbValue *res;
-	int32		status;
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("HTTP status must not be null")));
-	status = PG_GETARG_INT32(0);
-	if (status < 100 || status > 599)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("HTTP status %d is out of range", status),
-				 errdetail("An HTTP status is between 100 and 599.")));
-
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-
-	k.type = jbvString;
-	k.val.string.val = "status";
-	k.val.string.len = 6;
-	pushJsonbValue(&state, WJB_KEY, &k);
-	v.type = jbvNumeric;
-	v.val.numeric = DatumGetNumeric(DirectFunctionCall1(int4_numeric, Int32GetDatum(status)));
-	pushJsonbValue(&state, WJB_VALUE, &v);
-
-	k.val.string.val = "headers";
-	k.val.string.len = 7;
-	pushJsonbValue(&state, WJB_KEY, &k);
-	if (PG_ARGISNULL(2))
-	{
-		pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-		pushJsonbValue(&state, WJB_END_OBJECT, NULL);
-	}
-	else
-	{
-		Jsonb	   *headers = PG_GETARG_JSONB_P(2);
-		JsonbIterator *it;
-		JsonbIteratorToken tok;
-		JsonbValue	hv;
-
-		if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("HTTP headers must be a JSON object"),
-					 errdetail("Give them as {\"Header-Name\": \"value\", ...}.")));
-		it = JsonbIteratorInit(&headers->root);
-		while ((tok = JsonbIteratorNext(&it, &hv, true)) != WJB_DONE)
-		{
-			if (tok == WJB_VALUE && hv.type != jbvString)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("HTTP header values must be JSON strings"),
-						 errdetail("A value of type %s was given.",
-								   hv.type == jbvNumeric ? "number" :
-								   hv.type == jbvBool ? "boolean" :
-								   hv.type == jbvNull ? "null" : "object or array")));
-			pushJsonbValue(&state, tok, tok < WJB_BEGIN_ARRAY ? &hv : NULL);
-		}
-	}
-
-	if (!PG_ARGISNULL(1))
-	{
-		bool		as_text = true;
-		const char *data;
-		int			len;
-
-		if (body_is_bytea)
-		{
-			bytea	   *b = PG_GETARG_BYTEA_PP(1);
-
-			data = VARDATA_ANY(b);
-			len = VARSIZE_ANY_EXHDR(b);
-			as_text = memchr(data, '\0', len) == NULL &&
-				pg_verifymbstr(data, len, true);
-		}
-		else
-		{
-			text	   *t = PG_GETARG_TEXT_PP(1);
-
-			data = VARDATA_ANY(t);
-			len = VARSIZE_ANY_EXHDR(t);
-		}
-		k.val.string.val = as_text ? "body" : "body_base64";
-		k.val.string.len = strlen(k.val.string.val);
-		pushJsonbValue(&state, WJB_KEY, &k);
-		v.type = jbvString;
-		if (as_text)
-		{
-			v.val.string.val = (char *) data;
-			v.val.string.len = len;
-		}
-		else
-		{
-			int			enclen = pg_b64_enc_len(len);
-			char	   *enc = palloc(enclen + 1);
-
-			enclen = IDEM_B64_ENCODE(data, len, enc, enclen);
-			if (enclen < 0)
-				elog(ERROR, "base64 encoding failed");
-			v.val.string.val = enc;
-			v.val.string.len = enclen;
-		}
-		pushJsonbValue(&state, WJB_VALUE, &v);
-	}
-	res = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
-	PG_RETURN_JSONB_P(JsonbValueToJsonb(res));
-}
-
-/* http_response(status int, body text, headers jsonb) -> jsonb */
-PG_FUNCTION_INFO_V1(idempotency_http_response);
-
-Datum
-idempotency_http_response(PG_FUNCTION_ARGS)
-{
-	return http_response(fcinfo, false);
-}
-
-/* http_response(status int, body bytea, headers jsonb) -> jsonb */
-PG_FUNCTION_INFO_V1(idempotency_http_response_bytea);
-
-Datum
-idempotency_http_response_bytea(PG_FUNCTION_ARGS)
-{
-	return http_response(fcinfo, true);
 }

@@ -4,8 +4,11 @@
  *	  Ground floor: prepared SQL, run as the extension's owner or as the
  *	  caller.
  *
- * Design: the extension's tables belong to the owner of schema
- * idempotency (the role that ran CREATE EXTENSION).  Plain roles may only
+ * Design: the extension's tables belong to the extension's owner
+ * (pg_extension.extowner: the superuser that ran CREATE EXTENSION), never
+ * trusted from the owner of schema idempotency, which another role could
+ * have created first (the install script refuses such a schema; an old
+ * install may still have one).  Plain roles may only
  * SELECT their own rows; the SQL functions are SECURITY INVOKER and switch
  * to that owner for the duration of each statement, the way PostgreSQL's
  * own foreign-key checks do (SECURITY_LOCAL_USERID_CHANGE, plus
@@ -14,6 +17,12 @@
  * parameter, taken before the switch, so a role only reaches its own rows.
  * An error inside the statement is cleaned up by (sub)transaction abort,
  * which restores the user id.
+ *
+ * The owner is read from pg_extension once and cached.  PostgreSQL 15 has
+ * no syscache on pg_extension, so nothing announces a change of its rows;
+ * but an extension's owner never changes, and DROP EXTENSION drops
+ * idempotency.idempotency_key, whose relcache invalidation (or a reset of
+ * them all, or a change of pg_namespace) forgets the cached owner.
  *
  * Statements are prepared once per backend (SPI_prepare_cursor with a
  * generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr; every name
@@ -26,12 +35,18 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
 #include "catalog/namespace.h"
-#include "catalog/pg_namespace.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
 #include "idempotency.h"
@@ -40,35 +55,57 @@
  * Local state
  * ---------------------------------------------------------------------
  */
-static Oid	ext_owner = InvalidOid;	/* owner of schema idempotency */
+static Oid	ext_owner = InvalidOid;	/* pg_extension.extowner */
+static Oid	ext_owner_relid = InvalidOid;	/* idempotency.idempotency_key */
 
 static void
-owner_inval_callback(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
-					 uint32 hashvalue pg_attribute_unused())
+owner_syscache_callback(Datum arg pg_attribute_unused(), int cacheid pg_attribute_unused(),
+						uint32 hashvalue pg_attribute_unused())
 {
 	ext_owner = InvalidOid;
 }
 
-/* the owner of the extension's objects (cached until pg_namespace changes) */
+static void
+owner_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
+{
+	if (relid == InvalidOid || relid == ext_owner_relid)
+		ext_owner = InvalidOid;
+}
+
+/* the owner of the extension's objects (cached: see the file comment) */
 static Oid
 extension_owner(void)
 {
+	Oid			extoid;
 	Oid			nsp;
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
 	HeapTuple	tup;
+	Oid			owner;
 
 	if (OidIsValid(ext_owner))
 		return ext_owner;
-	nsp = get_namespace_oid("idempotency", true);
-	if (!OidIsValid(nsp))
+	extoid = get_extension_oid("idempotency", true);
+	if (!OidIsValid(extoid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("schema idempotency does not exist"),
+				 errmsg("extension idempotency is not installed in this database"),
 				 errhint("Run CREATE EXTENSION idempotency in this database.")));
-	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nsp));
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
 	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for namespace %u", nsp);
-	ext_owner = ((Form_pg_namespace) GETSTRUCT(tup))->nspowner;
-	ReleaseSysCache(tup);
+		elog(ERROR, "could not find tuple for extension %u", extoid);
+	owner = ((Form_pg_extension) GETSTRUCT(tup))->extowner;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	nsp = get_namespace_oid("idempotency", true);
+	ext_owner_relid = OidIsValid(nsp) ? get_relname_relid("idempotency_key", nsp) : InvalidOid;
+	ext_owner = owner;
 	return ext_owner;
 }
 
@@ -152,5 +189,6 @@ idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
 void
 idem_runas_init(void)
 {
-	CacheRegisterSyscacheCallback(NAMESPACEOID, owner_inval_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, owner_syscache_callback, (Datum) 0);
+	CacheRegisterRelcacheCallback(owner_relcache_callback, (Datum) 0);
 }

@@ -7,7 +7,9 @@
  * Design (after contrib/pg_stat_statements): with the library in
  * shared_preload_libraries, a shared hash table holds one entry per
  * (database, role, hash of the scope), at most idempotency.stats_max of
- * them.  An entry keeps the scope clipped to STATS_SCOPE_BYTES and the
+ * them.  An entry keeps the scope clipped to STATS_SCOPE_BYTES (in its
+ * database's encoding, which the entry records: stats() converts it to the
+ * reading database's, since databases of one cluster may differ) and the
  * counters of enum IdemStat (idempotency.h) plus the total and longest
  * key-lock wait.  When the table is full, the least-used STATS_DEALLOC_PCT
  * percent of the entries (at least one) are evicted: every count adds 1 to
@@ -36,6 +38,7 @@
 #include <unistd.h>
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
@@ -62,7 +65,7 @@
 #define STATS_USAGE_DECAY 0.99	/* usage kept at each eviction round */
 #define STATS_FILE PGSTAT_STAT_PERMANENT_DIRECTORY "/idempotency.stat"
 #define STATS_FILE_MAGIC 0x49444d53 /* "IDMS" */
-#define STATS_FILE_VERSION 1
+#define STATS_FILE_VERSION 2	/* 2: with each entry's encoding */
 #define STATS_TRANCHE "idempotency stats"
 
 /* ---------------------------------------------------------------------
@@ -91,6 +94,7 @@ typedef struct StatsEntry
 {
 	StatsKey	key;			/* must be first */
 	slock_t		mutex;			/* protects c */
+	int			encoding;		/* of scope: its database's */
 	char		scope[STATS_SCOPE_BYTES + 1];
 	StatsCounters c;
 } StatsEntry;
@@ -120,7 +124,7 @@ stats_shmem_request(void)
 
 /* a new entry for key (exclusive lock held); NULL if shared memory is out */
 static StatsEntry *
-entry_enter(const StatsKey *key, const char *scope, int scope_len)
+entry_enter(const StatsKey *key, const char *scope, int scope_len, int encoding)
 {
 	StatsEntry *e;
 	bool		found;
@@ -135,6 +139,7 @@ entry_enter(const StatsKey *key, const char *scope, int scope_len)
 			scope_len = pg_mbcliplen(scope, scope_len, STATS_SCOPE_BYTES);
 		memcpy(e->scope, scope, scope_len);
 		e->scope[scope_len] = '\0';
+		e->encoding = encoding;
 	}
 	return e;
 }
@@ -163,6 +168,7 @@ stats_shmem_shutdown(int code, Datum arg pg_attribute_unused())
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
 		if (fwrite(&e->key, sizeof(StatsKey), 1, f) != 1 ||
+			fwrite(&e->encoding, sizeof(e->encoding), 1, f) != 1 ||
 			fwrite(e->scope, sizeof(e->scope), 1, f) != 1 ||
 			fwrite(&e->c, sizeof(StatsCounters), 1, f) != 1)
 		{
@@ -217,11 +223,13 @@ stats_load(void)
 	for (i = 0; i < n && i < idem_stats_max; i++)
 	{
 		StatsKey	key;
+		int			encoding;
 		char		scope[STATS_SCOPE_BYTES + 1];
 		StatsCounters c;
 		StatsEntry *e;
 
 		if (fread(&key, sizeof(key), 1, f) != 1 ||
+			fread(&encoding, sizeof(encoding), 1, f) != 1 ||
 			fread(scope, sizeof(scope), 1, f) != 1 ||
 			fread(&c, sizeof(c), 1, f) != 1)
 		{
@@ -231,7 +239,9 @@ stats_load(void)
 			break;
 		}
 		scope[STATS_SCOPE_BYTES] = '\0';
-		e = entry_enter(&key, scope, strlen(scope));
+		if (!PG_VALID_ENCODING(encoding))
+			encoding = PG_SQL_ASCII;	/* bytes as they are */
+		e = entry_enter(&key, scope, strlen(scope), encoding);
 		if (e == NULL)
 			break;
 		e->c = c;
@@ -340,7 +350,7 @@ stats_count(Oid owner, const char *scope, int scope_len, IdemStat what,
 		{
 			if (hash_get_num_entries(stats_hash) >= idem_stats_max)
 				stats_evict();
-			e = entry_enter(&key, scope, scope_len);
+			e = entry_enter(&key, scope, scope_len, GetDatabaseEncoding());
 		}
 		if (e == NULL)
 		{
@@ -424,6 +434,45 @@ require_shared_memory(void)
 
 #define STATS_COLS (3 + IDEM_STAT_NCOUNTERS + 3)
 
+/* one entry, copied out of shared memory */
+typedef struct StatsRow
+{
+	StatsKey	key;
+	int			encoding;
+	char		scope[STATS_SCOPE_BYTES + 1];
+	StatsCounters c;
+} StatsRow;
+
+/*
+ * scope, written in encoding, in this database's encoding.  The entries of
+ * every database share one table, and the databases of a cluster may have
+ * different encodings: convert (as pg_stat_statements does with its query
+ * texts), and where this database's encoding cannot hold a character, cut
+ * the scope before it and end it with "...".  Never raises.
+ */
+static char *
+scope_for_reader(const char *scope, int encoding)
+{
+	int			len = strlen(scope);
+	int			db = GetDatabaseEncoding();
+	int			done;
+	char	   *out;
+	Oid			proc = InvalidOid;
+
+	if (encoding == db || db == PG_SQL_ASCII || len == 0)
+		return pstrdup(scope);
+	if (encoding != PG_SQL_ASCII)
+		proc = FindDefaultConversionProc(encoding, db);
+	out = palloc((Size) len * MAX_CONVERSION_GROWTH + 4);
+	if (OidIsValid(proc))
+		done = idem_convert_prefix(proc, encoding, db, scope, len, out);
+	else						/* nothing converts it: what is valid here */
+		done = idem_valid_prefix(db, scope, len, out);
+	if (done < len)
+		strcat(out, "...");
+	return out;
+}
+
 /* stats() -> one row per (database, role, scope) the caller may see */
 PG_FUNCTION_INFO_V1(idempotency_stats);
 
@@ -435,6 +484,8 @@ idempotency_stats(PG_FUNCTION_ARGS)
 	Tuplestorestate *store;
 	HASH_SEQ_STATUS seq;
 	StatsEntry *e;
+	StatsRow   *rows;
+	long		nrows = 0;
 	Oid			me = GetUserId();
 	bool		see_all = has_privs_of_role(me, ROLE_PG_READ_ALL_STATS);
 
@@ -446,34 +497,46 @@ idempotency_stats(PG_FUNCTION_ARGS)
 		elog(ERROR, "idempotency.stats() returns %d columns, the library %d",
 			 tupdesc->natts, STATS_COLS);
 
+	/* copy the entries out, then convert their scopes without the lock */
 	LWLockAcquire(stats->lock, LW_SHARED);
+	rows = palloc(Max(hash_get_num_entries(stats_hash), 1) * sizeof(StatsRow));
 	hash_seq_init(&seq, stats_hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
-		Datum		values[STATS_COLS];
-		bool		nulls[STATS_COLS];
-		StatsCounters c;
-		int			col = 0;
-		int			i;
+		StatsRow   *r = &rows[nrows];
 
 		if (!see_all && e->key.userid != me)
 			continue;
+		r->key = e->key;
+		r->encoding = e->encoding;
+		memcpy(r->scope, e->scope, sizeof(r->scope));
 		SpinLockAcquire(&e->mutex);
-		c = e->c;
+		r->c = e->c;
 		SpinLockRelease(&e->mutex);
-
-		memset(nulls, 0, sizeof(nulls));
-		values[col++] = ObjectIdGetDatum(e->key.dbid);
-		values[col++] = ObjectIdGetDatum(e->key.userid);
-		values[col++] = CStringGetTextDatum(e->scope);
-		for (i = 0; i < IDEM_STAT_NCOUNTERS; i++)
-			values[col++] = Int64GetDatum(c.n[i]);
-		values[col++] = Float8GetDatum(c.wait_total_ms);
-		values[col++] = Float8GetDatum(c.wait_max_ms);
-		values[col++] = TimestampTzGetDatum(c.since);
-		tuplestore_putvalues(store, tupdesc, values, nulls);
+		nrows++;
 	}
 	LWLockRelease(stats->lock);
+
+	for (long n = 0; n < nrows; n++)
+	{
+		StatsRow   *r = &rows[n];
+		Datum		values[STATS_COLS];
+		bool		nulls[STATS_COLS];
+		int			col = 0;
+		int			i;
+
+		memset(nulls, 0, sizeof(nulls));
+		values[col++] = ObjectIdGetDatum(r->key.dbid);
+		values[col++] = ObjectIdGetDatum(r->key.userid);
+		values[col++] = CStringGetTextDatum(scope_for_reader(r->scope, r->encoding));
+		for (i = 0; i < IDEM_STAT_NCOUNTERS; i++)
+			values[col++] = Int64GetDatum(r->c.n[i]);
+		values[col++] = Float8GetDatum(r->c.wait_total_ms);
+		values[col++] = Float8GetDatum(r->c.wait_max_ms);
+		values[col++] = TimestampTzGetDatum(r->c.since);
+		tuplestore_putvalues(store, tupdesc, values, nulls);
+	}
+	pfree(rows);
 	return (Datum) 0;
 }
 

@@ -40,9 +40,14 @@
  * Locking: idem_target_arg() takes RowExclusiveLock on the target (the
  * lock the helper's UPDATE or INSERT takes anyway) before it reads the
  * catalog or the plan cache, so no ALTER TABLE can come between the
- * validity check of a plan and its execution.  It does so only for a role
- * with some privilege on the table; for others the statement itself
- * raises 42501.
+ * validity check of a plan and its execution.  It does so whatever the
+ * caller's privileges, as the executor does: PostgreSQL's parser opens the
+ * target of an INSERT or UPDATE with RowExclusiveLock before any privilege
+ * check (parserOpenTable), and a role without privileges then gets the
+ * statement's own 42501.  The regclass argument took no lock (regclassin
+ * resolves the name with NoLock), so without this the helper would read
+ * the relcache of a table another transaction may be dropping
+ * (test/specs/target_lock.spec).
  *
  *-------------------------------------------------------------------------
  */
@@ -113,7 +118,6 @@ idem_target_arg(FunctionCallInfo fcinfo, int argno)
 	IdemTarget	t;
 	Oid			relid;
 	char		kind;
-	Oid			user = GetUserId();
 
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -129,18 +133,12 @@ idem_target_arg(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s\" is not a table", get_rel_name(relid))));
-	if (pg_class_aclmask(relid, user, ACL_SELECT | ACL_INSERT | ACL_UPDATE,
-						 ACLMASK_ANY) != 0 ||
-		pg_attribute_aclcheck_all(relid, user, ACL_SELECT | ACL_INSERT | ACL_UPDATE,
-								  ACLMASK_ANY) == ACLCHECK_OK)
-	{
-		LockRelationOid(relid, RowExclusiveLock);
-		/* dropped while we waited? */
-		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_TABLE),
-					 errmsg("relation with OID %u does not exist", relid)));
-	}
+	LockRelationOid(relid, RowExclusiveLock);
+	/* dropped while we waited? */
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation with OID %u does not exist", relid)));
 	t.relid = relid;
 	t.relname = get_rel_name(relid);
 	t.qualname = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),

@@ -1,32 +1,56 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The purge background worker.
+ *	  The purge background workers: a launcher, and a short-lived worker per
+ *	  database per cycle.
  *
- * Registered only when the library is in shared_preload_libraries.  It
- * connects to idempotency.database and, every idempotency.purge_interval,
- * deletes expired rows of every role in batches of idempotency.purge_batch,
- * one short transaction per batch (lifecycle.c: idem_purge_expired), until a
- * batch comes back short.  It logs what it removed (LOG when something was
- * removed, DEBUG1 otherwise).
+ * Design (as autovacuum does it).  The launcher is registered only when the
+ * library is in shared_preload_libraries.  It connects to no database, so it
+ * never keeps one busy: DROP DATABASE, ALTER DATABASE ... RENAME and CREATE
+ * DATABASE ... TEMPLATE work on every database while it runs.  Every
+ * idempotency.purge_interval it reads pg_database (a shared catalog) and,
+ * one database at a time, starts a dynamic worker connected to that
+ * database and waits for it to end.  The worker looks for the extension
+ * (none: it ends at once, DEBUG1), purges every role's expired rows in
+ * batches of idempotency.purge_batch, one short transaction per batch
+ * (lifecycle.c: idem_purge_expired), until a batch comes back short, logs
+ * what it removed (LOG when something was removed, DEBUG1 otherwise) and
+ * exits.  So every database where the extension is installed is purged,
+ * and a database is held only while it is being purged.
  *
- * Signals: SIGHUP rereads the configuration (a new idempotency.database
- * makes the worker exit, so that the postmaster starts it again, connected
- * to that database, after WORKER_RESTART_S); SIGTERM ends the worker at
- * once (die(); the executor checks for interrupts).  An ERROR in a cycle is
- * reported, its transaction aborted, and the worker sleeps until the next
- * cycle; a FATAL exit is restarted by the postmaster after
- * WORKER_RESTART_S.  Under binary upgrade it exits at once.  A database
- * without the extension is skipped (DEBUG1).
+ * Which databases: every database that accepts connections and is not a
+ * template (templates are copied, not used), or only idempotency.database
+ * when that is set.  A database that is dropped between the listing and the
+ * worker's start costs one log line; a configured database that does not
+ * exist costs one line per cycle.
  *
- * It shows in pg_stat_activity with backend_type "idempotency purge worker".
+ * Signals: the launcher rereads the configuration on SIGHUP (the database
+ * list is read anew every cycle) and ends on SIGTERM (die(); the worker it
+ * waits for finishes its batch and exits on its own).  A worker ends on
+ * SIGTERM too (DROP DATABASE ... WITH (FORCE) sends one).  An ERROR in a
+ * worker is reported, its transaction aborted, and the worker exits; the
+ * next cycle tries again.  The launcher exits under binary upgrade, and the
+ * postmaster restarts it WORKER_RESTART_S after a crash.  When no worker
+ * slot is free (max_worker_processes) the cycle says so once and ends.
+ *
+ * They show in pg_stat_activity with backend_type "idempotency purge
+ * launcher" and "idempotency purge worker".
+ *
+ * No locks of their own.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -40,12 +64,22 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "idempotency.h"
 
+#define LAUNCHER_NAME "idempotency purge launcher"
 #define WORKER_NAME "idempotency purge worker"
 #define WORKER_RESTART_S 10
 
+PGDLLEXPORT void idempotency_purge_launcher_main(Datum main_arg);
 PGDLLEXPORT void idempotency_purge_worker_main(Datum main_arg);
+
+/* a database the launcher will purge this cycle */
+typedef struct PurgeTarget
+{
+	Oid			oid;
+	char		name[NAMEDATALEN];
+} PurgeTarget;
 
 void
 idem_purge_worker_register(void)
@@ -53,36 +87,37 @@ idem_purge_worker_register(void)
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
+	/* a database connection to no database: shared catalogs only */
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = WORKER_RESTART_S;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempotency_purge_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, WORKER_NAME);
-	snprintf(worker.bgw_type, BGW_MAXLEN, WORKER_NAME);
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempotency_purge_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, LAUNCHER_NAME);
+	snprintf(worker.bgw_type, BGW_MAXLEN, LAUNCHER_NAME);
 	RegisterBackgroundWorker(&worker);
 }
+
+/* ---------------------------------------------------------------------
+ * The per-database worker
+ * ---------------------------------------------------------------------
+ */
 
 /* One purge batch in its own transaction; returns rows deleted. */
 static int64
 purge_one_batch(int64 *counts)
 {
-	int64		n = 0;
+	int64		n;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "purging expired idempotency keys");
 
-	if (OidIsValid(get_namespace_oid("idempotency", true)))
-	{
-		SPI_connect();
-		n = idem_purge_expired(InvalidOid, idem_purge_batch,
-						  GetCurrentTransactionStartTimestamp(), counts);
-		SPI_finish();
-	}
-	else
-		memset(counts, 0, sizeof(int64) * PURGE_NTABLES);
+	SPI_connect();
+	n = idem_purge_expired(InvalidOid, idem_purge_batch,
+						   GetCurrentTransactionStartTimestamp(), counts);
+	SPI_finish();
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -116,41 +151,155 @@ purge_until_done(int64 *totals)
 	return batches;
 }
 
-/* One purge cycle; an ERROR ends the cycle, not the worker. */
-static void
-purge_cycle(void)
+/* is the extension installed in this database?  *dbname gets its name */
+static bool
+extension_installed(char **dbname)
 {
+	bool		installed;
+	char	   *name;
+
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid("idempotency", true));
+	name = get_database_name(MyDatabaseId);
+	*dbname = MemoryContextStrdup(TopMemoryContext, name ? name : "?");
+	CommitTransactionCommand();
+	return installed;
+}
+
+void
+idempotency_purge_worker_main(Datum main_arg)
+{
+	Oid			dboid = DatumGetObjectId(main_arg);
 	int64		totals[PURGE_NTABLES] = {0, 0, 0};
 	int			batches;
-	MemoryContext cxt = CurrentMemoryContext;
+	char	   *dbname;
 
-	PG_TRY();
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* a dropped database: "database N does not exist" (FATAL), one line */
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	pgstat_report_appname(WORKER_NAME);
+
+	if (!extension_installed(&dbname))
 	{
-		batches = purge_until_done(totals);
+		elog(DEBUG1, WORKER_NAME " found no extension idempotency in database \"%s\"",
+			 dbname);
+		proc_exit(0);
 	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		EmitErrorReport();
-		AbortCurrentTransaction();
-		FlushErrorState();
-		pgstat_report_activity(STATE_IDLE, NULL);
-		ereport(LOG,
-				(errmsg(WORKER_NAME " will try again in %d s", idem_purge_interval_s)));
-		return;
-	}
-	PG_END_TRY();
+
+	/* an ERROR is reported and ends the worker; the next cycle tries again */
+	batches = purge_until_done(totals);
 
 	ereport(totals[0] + totals[1] + totals[2] > 0 ? LOG : DEBUG1,
 			(errmsg(WORKER_NAME " purged %lld expired keys, %lld tokens and %lld messages in database \"%s\" (%d batches)",
 					(long long) totals[0], (long long) totals[1],
-					(long long) totals[2], idem_database, batches)));
+					(long long) totals[2], dbname, batches)));
+	proc_exit(0);
+}
+
+/* ---------------------------------------------------------------------
+ * The launcher
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The databases to purge this cycle, allocated in cxt: every one that
+ * accepts connections and is not a template, or idempotency.database only.
+ */
+static List *
+databases_to_purge(MemoryContext cxt)
+{
+	List	   *targets = NIL;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+	bool		named = idem_database != NULL && idem_database[0] != '\0';
+	bool		found_named = false;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+		PurgeTarget *t;
+		MemoryContext old;
+
+		if (named)
+		{
+			if (strcmp(NameStr(db->datname), idem_database) != 0)
+				continue;
+			found_named = true;
+		}
+		else if (db->datistemplate)
+			continue;
+		if (!db->datallowconn || IDEM_DATABASE_IS_INVALID(db))
+			continue;
+		old = MemoryContextSwitchTo(cxt);
+		t = palloc(sizeof(PurgeTarget));
+		t->oid = db->oid;
+		strlcpy(t->name, NameStr(db->datname), NAMEDATALEN);
+		targets = lappend(targets, t);
+		MemoryContextSwitchTo(old);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	if (named && !found_named)
+		ereport(LOG,
+				(errmsg(LAUNCHER_NAME ": database \"%s\" (idempotency.database) does not exist",
+						idem_database),
+				 errhint("Set idempotency.database to '' to purge every database where the extension is installed.")));
+	return targets;
+}
+
+/*
+ * Start the worker for one database and wait for it to end.  Returns false
+ * when no worker slot was free (the rest of the cycle is skipped).
+ */
+static bool
+purge_database(const PurgeTarget *t)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	pid_t		pid;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempotency_purge_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, WORKER_NAME " for database %u", t->oid);
+	snprintf(worker.bgw_type, BGW_MAXLEN, WORKER_NAME);
+	worker.bgw_main_arg = ObjectIdGetDatum(t->oid);
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		ereport(LOG,
+				(errmsg(LAUNCHER_NAME ": no background worker slot free to purge database \"%s\"; trying again in %d s",
+						t->name, idem_purge_interval_s),
+				 errhint("Raise max_worker_processes.")));
+		return false;
+	}
+	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_POSTMASTER_DIED ||
+		WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+		proc_exit(1);
+	pfree(handle);
+	return true;
 }
 
 void
-idempotency_purge_worker_main(Datum main_arg pg_attribute_unused())
+idempotency_purge_launcher_main(Datum main_arg pg_attribute_unused())
 {
-	char	   *database;
+	MemoryContext cycle_cxt;
+	TimestampTz last_end = 0;	/* when the last cycle ended; 0: none yet */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -159,37 +308,57 @@ idempotency_purge_worker_main(Datum main_arg pg_attribute_unused())
 	if (IsBinaryUpgrade)
 		proc_exit(0);
 
-	database = pstrdup(idem_database);
-	BackgroundWorkerInitializeConnection(database, NULL, 0);
-	pgstat_report_appname(WORKER_NAME);
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname(LAUNCHER_NAME);
+	cycle_cxt = AllocSetContextCreate(TopMemoryContext, "idempotency purge cycle",
+									  ALLOCSET_DEFAULT_SIZES);
 	ereport(LOG,
-			(errmsg(WORKER_NAME " started for database \"%s\", interval %d s, batch %d",
-					idem_database, idem_purge_interval_s, idem_purge_batch)));
+			(errmsg(LAUNCHER_NAME " started: interval %d s, batch %d, databases: %s",
+					idem_purge_interval_s, idem_purge_batch,
+					idem_database && idem_database[0] ? idem_database :
+					"every one with the extension")));
 
+	/*
+	 * A cycle starts when purge_interval has passed since the last one ended
+	 * (at once the first time), whatever else sets the latch meanwhile (the
+	 * workers' start and end do, and SIGHUP).
+	 */
 	for (;;)
 	{
 		int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
+		long		timeout = -1;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			if (strcmp(database, idem_database) != 0)
-			{
-				ereport(LOG,
-						(errmsg(WORKER_NAME " restarting to move from database \"%s\" to \"%s\"",
-								database, idem_database)));
-				proc_exit(1);
-			}
 		}
 		if (idem_purge_interval_s > 0)
 		{
-			purge_cycle();
+			TimestampTz due = last_end + (TimestampTz) idem_purge_interval_s * USECS_PER_SEC;
+			TimestampTz now = GetCurrentTimestamp();
+
+			if (last_end == 0 || now >= due)
+			{
+				List	   *targets = databases_to_purge(cycle_cxt);
+				ListCell   *lc;
+
+				foreach(lc, targets)
+				{
+					CHECK_FOR_INTERRUPTS();
+					if (!purge_database((PurgeTarget *) lfirst(lc)))
+						break;
+				}
+				MemoryContextReset(cycle_cxt);
+				last_end = GetCurrentTimestamp();
+				due = last_end + (TimestampTz) idem_purge_interval_s * USECS_PER_SEC;
+				now = last_end;
+			}
+			timeout = (long) ((due - now + 999) / 1000);
 			events |= WL_TIMEOUT;
 		}
-		(void) WaitLatch(MyLatch, events, (long) idem_purge_interval_s * 1000L,
-						 PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

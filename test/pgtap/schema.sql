@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(105);
+SELECT plan(117);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -12,7 +12,8 @@ SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'
 SELECT has_table('idempotency', 'idempotency_key', 'key table exists');
 SELECT columns_are('idempotency', 'idempotency_key', ARRAY[
   'owner', 'scope', 'key', 'status', 'request_hash', 'response', 'retryable',
-  'attempts', 'created_at', 'updated_at', 'expires_at', 'locked_until']);
+  'attempts', 'created_at', 'updated_at', 'expires_at', 'locked_until',
+  'recovery_point', 'recovery_state']);
 SELECT col_type_is('idempotency', 'idempotency_key', 'owner', 'regrole', 'owner is regrole');
 SELECT col_type_is('idempotency', 'idempotency_key', 'scope', 'text', 'scope is text');
 SELECT col_type_is('idempotency', 'idempotency_key', 'key', 'text', 'key is text');
@@ -36,7 +37,8 @@ SELECT is((SELECT count(*)::int FROM pg_constraint
           0, 'no CHECK constraints on the key table (re-read on every insert; the functions guarantee them)');
 
 -- the other tables
-SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine', 'lock_secret']);
+SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine', 'lock_secret',
+                                       'derive_secret']);
 -- the lock secret: one 16-byte row, nobody but the owner may read it, not dumped
 SELECT is((SELECT count(*)::int FROM idempotency.lock_secret WHERE length(secret) = 16), 1,
           'lock_secret holds one 16-byte secret');
@@ -65,7 +67,8 @@ SELECT has_index('idempotency', 'seen_message', 'seen_message_expires_at_idx', '
 -- kept by pg_dump
 SELECT is((SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
              FROM pg_extension, unnest(extconfig) c WHERE extname = 'idempotency'),
-          ARRAY['idempotency.idempotency_key', 'idempotency.seen_message', 'idempotency.state_machine', 'idempotency.token'],
+          ARRAY['idempotency.derive_secret', 'idempotency.idempotency_key', 'idempotency.seen_message',
+                'idempotency.state_machine', 'idempotency.token'],
           'every table is marked for pg_dump (pg_extension_config_dump)');
 
 -- row-level security: plain roles read their own rows only
@@ -92,7 +95,8 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'issue_token', 'consume_token', 'first_seen',
                                         'create_machine', 'transition', 'update_versioned', 'insert_once',
                                         'forget', 'renew', 'stats', 'stats_reset',
-                                        'once', 'lookup', 'http_response', 'lock_secret_changed']);
+                                        'once', 'lookup', 'http_response', 'lock_secret_changed',
+                                        'checkpoint', 'derive_key']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');
@@ -117,8 +121,8 @@ SELECT is((SELECT pg_get_function_arguments('idempotency.begin(text,jsonb,text,i
 SELECT has_composite('idempotency', 'begin_result', 'begin() returns a named row type');
 SELECT is((SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
              FROM pg_attribute WHERE attrelid = 'idempotency.begin_result'::regclass AND attnum > 0),
-          'outcome text, status text, response jsonb, attempts integer, created_at timestamp with time zone',
-          'begin() returns (outcome, status, response, attempts, created_at)');
+          'outcome text, status text, response jsonb, attempts integer, created_at timestamp with time zone, recovery_point text, recovery_state jsonb',
+          'begin() returns (outcome, status, response, attempts, created_at, recovery_point, recovery_state)');
 SELECT function_returns('idempotency', 'complete', ARRAY['text', 'jsonb', 'text', 'integer'], 'void');
 SELECT function_returns('idempotency', 'fail', ARRAY['text', 'jsonb', 'text', 'boolean', 'integer'], 'void');
 SELECT function_returns('idempotency', 'fingerprint', ARRAY['jsonb'], 'bytea');
@@ -144,7 +148,7 @@ SELECT is_strict('idempotency', 'purge', ARRAY['integer']);
 SELECT isnt_strict('idempotency', 'consume_token', ARRAY['uuid', 'text'],
                    'consume_token() is not strict: a NULL scope is an error');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace
-             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset', 'http_response') AND proparallel <> 'u'),
+             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset', 'http_response', 'derive_key') AND proparallel <> 'u'),
           0, 'functions that lock and write are PARALLEL UNSAFE');
 SELECT is((SELECT count(*)::int FROM pg_proc p
              WHERE pronamespace = 'idempotency'::regnamespace
@@ -193,6 +197,29 @@ SELECT function_returns('idempotency', 'http_response', ARRAY['integer', 'bytea'
 SELECT volatility_is('idempotency', 'http_response', ARRAY['integer', 'text', 'jsonb'], 'immutable');
 SELECT isnt_strict('idempotency', 'once', ARRAY['text', 'jsonb', 'text', 'text[]'],
                    'once() is not strict: a NULL key is IK003');
+
+-- recovery points (0.5.0)
+SELECT col_type_is('idempotency', 'idempotency_key', 'recovery_point', 'text', 'recovery_point is text');
+SELECT col_type_is('idempotency', 'idempotency_key', 'recovery_state', 'jsonb', 'recovery_state is jsonb');
+SELECT is((SELECT string_agg(attname, ', ' ORDER BY attnum)
+             FROM pg_attribute WHERE attrelid = 'idempotency.lookup_result'::regclass AND attnum > 0),
+          'status, attempts, created_at, updated_at, expires_at, locked_until, retry_after, recovery_point, recovery_state',
+          'lookup() returns the recovery point and state last');
+SELECT function_returns('idempotency', 'checkpoint', ARRAY['text', 'text', 'jsonb', 'integer', 'text'], 'void');
+SELECT is((SELECT pg_get_function_arguments('idempotency.checkpoint(text,text,jsonb,integer,text)'::regprocedure)),
+          'key text, point text, state jsonb, attempt integer, scope text DEFAULT ''''::text',
+          'checkpoint() arguments and defaults');
+SELECT volatility_is('idempotency', 'checkpoint', ARRAY['text', 'text', 'jsonb', 'integer', 'text'], 'volatile');
+SELECT isnt_strict('idempotency', 'checkpoint', ARRAY['text', 'text', 'jsonb', 'integer', 'text'],
+                   'checkpoint() is not strict: a NULL point is an error, a NULL state is stored');
+SELECT function_returns('idempotency', 'derive_key', ARRAY['text', 'text', 'text'], 'text');
+SELECT volatility_is('idempotency', 'derive_key', ARRAY['text', 'text', 'text'], 'stable');
+SELECT is((SELECT proparallel::text FROM pg_proc WHERE oid = 'idempotency.derive_key(text,text,text)'::regprocedure),
+          'r', 'derive_key() is PARALLEL RESTRICTED (it reads the secret as the owner)');
+SELECT is((SELECT count(*)::int FROM idempotency.derive_secret WHERE length(secret) = 32), 1,
+          'derive_secret holds one 32-byte secret');
+SELECT table_privs_are('idempotency', 'derive_secret', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on derive_secret');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -28,8 +28,14 @@ $src->safe_psql('postgres', q{
 	SET ROLE app;
 	SELECT idempotency.issue_token('checkout');
 	SELECT idempotency.first_seen('consumer', 'msg-1');
+	SELECT outcome FROM idempotency.begin('pay-1', lease => '1 hour', scope => 'payments');
+	SELECT idempotency.checkpoint('pay-1', 'charge', '{"charge": "ch_1"}', 1, 'payments');
 	RESET ROLE;
 });
+# a request in progress: its retry after the restore must send the other
+# system the same derived key
+my $derive = q{SET ROLE app; SELECT idempotency.derive_key('pay-1', 'charge', 'payments')};
+my $derived = $src->safe_psql('postgres', $derive);
 
 my $rows = q{SELECT owner::text, scope, key, status, response, retryable, attempts,
 	encode(request_hash, 'hex'), created_at, expires_at
@@ -70,6 +76,13 @@ my ($ret, $out, $err) = $dst->psql('restored', q{SET ROLE app;
 	SELECT * FROM idempotency.begin('order-1', '{"sku": "B"}', scope => 'orders')},
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/IK001/, 'a different request after the restore is still IK001');
+is( $dst->safe_psql('restored', q{SET ROLE app;
+	SELECT recovery_point || ' ' || recovery_state FROM idempotency.lookup('pay-1', 'payments')}),
+	'charge {"charge": "ch_1"}', 'a key in progress keeps its recovery point');
+is($dst->safe_psql('restored', $derive), $derived,
+	'derive_key() gives the same key after the restore (the dumped secret is the oldest row)');
+is( $dst->safe_psql('restored', q{SELECT count(*) FROM idempotency.derive_secret}),
+	'2', 'the restore added the dumped secret beside the one CREATE EXTENSION made');
 is( $dst->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	$src->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'the extension is restored at its version');

@@ -134,7 +134,7 @@ for my $name (sort keys %queries)
 	ok(@rows >= 1, "$name: returns rows");
 }
 is( $node->safe_psql('postgres', $queries{idempotency_purge_worker}{query}), '1',
-	'the worker query sees the purge worker');
+	'the worker query sees the purge launcher');
 
 # the SQL of the README's "Operations" section runs (blocks and alert table)
 my $readme = slurp_file('README.md');

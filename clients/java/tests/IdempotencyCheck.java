@@ -2,6 +2,8 @@
  * Checks of org.idempotency.Idempotency on JDBC, against the database
  * (DATABASE_HOST/PORT/NAME/USER, the `payment` table of test/clients/run).
  * Prints "ok - ..." / "not ok - ..." lines; exits 1 when one failed.
+ * One static method per check; IdempotencyCheckTest runs the same methods
+ * as JUnit tests (mvn package, test/packages/run).
  */
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;
@@ -11,6 +13,8 @@ import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -19,9 +23,14 @@ import org.idempotency.Idempotency.Response;
 
 public class IdempotencyCheck {
 	static int failed = 0;
+	/** the descriptions (and diagnostics) of the checks that failed */
+	static final List<String> failures = new ArrayList<>();
 
 	static void check(String desc, boolean ok, Object diag) {
-		if (!ok) failed++;
+		if (!ok) {
+			failed++;
+			failures.add(desc + (diag != null ? ": " + diag : ""));
+		}
 		System.out.println((ok ? "ok" : "not ok") + " - [java units] " + desc);
 		if (!ok && diag != null) System.out.println("# " + diag);
 	}
@@ -56,63 +65,80 @@ public class IdempotencyCheck {
 			new Class<?>[] { Connection.class }, h);
 	}
 
-	public static void main(String[] args) throws Exception {
+	static String url() {
 		Map<String, String> env = System.getenv();
-		String url = "jdbc:postgresql://" + env.get("DATABASE_HOST") + ":" + env.get("DATABASE_PORT") + "/"
+		return "jdbc:postgresql://" + env.get("DATABASE_HOST") + ":" + env.get("DATABASE_PORT") + "/"
 			+ env.get("DATABASE_NAME") + "?user=" + env.get("DATABASE_USER");
-		String p = "java-" + ProcessHandle.current().pid() + "-";
-		try (Connection conn = DriverManager.getConnection(url); Connection other = DriverManager.getConnection(url)) {
-			// --- not in autocommit on entry: refused, the caller's work not committed
-			String k = p + "notauto";
-			conn.setAutoCommit(false);
-			try (PreparedStatement ps = conn.prepareStatement("INSERT INTO payment (idem_key, amount) VALUES (?, 1)")) {
-				ps.setString(1, k);
-				ps.executeUpdate();
-			}
-			Object got;
-			try {
-				got = Idempotency.run(conn, k, "{}", c -> Response.of(201, "application/json", "{}"));
-			} catch (IllegalStateException e) {
-				got = e;
-			}
-			conn.rollback();
-			conn.setAutoCommit(true);
-			long rows = count(other, "SELECT count(*) FROM payment WHERE idem_key = ?", k);
-			long keys = count(other, "SELECT count(*) FROM idempotency.idempotency_key WHERE key = ?", k);
-			check("run() on a connection not in autocommit: IllegalStateException, the caller's earlier insert "
-				+ "not committed", got instanceof IllegalStateException && rows == 0 && keys == 0,
-				got + " rows=" + rows + " keys=" + keys);
+	}
 
-			// --- 409 while in flight: every Statement it opened (retryAfter's too) closed
-			String kb = p + "busy";
-			other.setAutoCommit(false);
-			try (PreparedStatement ps = other.prepareStatement("SELECT outcome FROM idempotency.begin(?, '{}'::jsonb, '')")) {
-				ps.setString(1, kb);
-				ps.executeQuery().close();
-			}
-			Set<Object> open = ConcurrentHashMap.newKeySet();
-			Connection tracked = tracking(conn, open);
-			Response r = Idempotency.run(tracked, kb, "{}", new Idempotency.Options().lockWaitMillis(0),
-				c -> Response.of(201, "application/json", "{}"));
-			other.rollback();
-			other.setAutoCommit(true);
-			check("409 while in flight (retryAfter ran): every Statement it opened is closed; autocommit on again",
-				r.status == 409 && r.headers.get("Retry-After") != null && open.isEmpty() && conn.getAutoCommit(),
-				"status=" + r.status + " open=" + open.size());
+	static String prefix() {
+		return "java-" + ProcessHandle.current().pid() + "-" + System.nanoTime() % 100000 + "-";
+	}
 
-			// --- the stored-status rule and Options.store
-			String kt = p + "429";
-			Response a = Idempotency.run(conn, kt, "{}", c -> Response.of(429, "application/json", "{}"));
-			Response b = Idempotency.run(conn, kt, "{}", c -> Response.of(201, "application/json", "{}"));
-			check("429 not stored: the resend runs and gets 201", a.status == 429 && b.status == 201 && !b.replayed,
-				a.status + " " + b.status + " " + b.replayed);
-			String ks = p + "store";
-			Idempotency.Options all = new Idempotency.Options().store(s -> true);
-			a = Idempotency.run(conn, ks, "{}", all, c -> Response.of(503, "application/json", "{}"));
-			b = Idempotency.run(conn, ks, "{}", all, c -> Response.of(201, "application/json", "{}"));
-			check("Options.store(s -> true) stores a 503, and it is replayed",
-				a.status == 503 && b.status == 503 && b.replayed, a.status + " " + b.status + " " + b.replayed);
+	public static void main(String[] args) throws Exception {
+		String p = prefix();
+		try (Connection conn = DriverManager.getConnection(url()); Connection other = DriverManager.getConnection(url())) {
+			notAutocommit(conn, other, p);
+			busyClosesStatements(conn, other, p);
+			storeRule(conn, p);
 		}
 		System.exit(failed == 0 ? 0 : 1);
+	}
+
+	/** not in autocommit on entry: refused, the caller's work not committed */
+	static void notAutocommit(Connection conn, Connection other, String p) throws Exception {
+		String k = p + "notauto";
+		conn.setAutoCommit(false);
+		try (PreparedStatement ps = conn.prepareStatement("INSERT INTO payment (idem_key, amount) VALUES (?, 1)")) {
+			ps.setString(1, k);
+			ps.executeUpdate();
+		}
+		Object got;
+		try {
+			got = Idempotency.run(conn, k, "{}", c -> Response.of(201, "application/json", "{}"));
+		} catch (IllegalStateException e) {
+			got = e;
+		}
+		conn.rollback();
+		conn.setAutoCommit(true);
+		long rows = count(other, "SELECT count(*) FROM payment WHERE idem_key = ?", k);
+		long keys = count(other, "SELECT count(*) FROM idempotency.idempotency_key WHERE key = ?", k);
+		check("run() on a connection not in autocommit: IllegalStateException, the caller's earlier insert "
+			+ "not committed", got instanceof IllegalStateException && rows == 0 && keys == 0,
+			got + " rows=" + rows + " keys=" + keys);
+	}
+
+	/** 409 while in flight: every Statement it opened (retryAfter's too) closed */
+	static void busyClosesStatements(Connection conn, Connection other, String p) throws Exception {
+		String kb = p + "busy";
+		other.setAutoCommit(false);
+		try (PreparedStatement ps = other.prepareStatement("SELECT outcome FROM idempotency.begin(?, '{}'::jsonb, '')")) {
+			ps.setString(1, kb);
+			ps.executeQuery().close();
+		}
+		Set<Object> open = ConcurrentHashMap.newKeySet();
+		Connection tracked = tracking(conn, open);
+		Response r = Idempotency.run(tracked, kb, "{}", new Idempotency.Options().lockWaitMillis(0),
+			c -> Response.of(201, "application/json", "{}"));
+		other.rollback();
+		other.setAutoCommit(true);
+		check("409 while in flight (retryAfter ran): every Statement it opened is closed; autocommit on again",
+			r.status == 409 && r.headers.get("Retry-After") != null && open.isEmpty() && conn.getAutoCommit(),
+			"status=" + r.status + " open=" + open.size());
+	}
+
+	/** the stored-status rule and Options.store */
+	static void storeRule(Connection conn, String p) throws Exception {
+		String kt = p + "429";
+		Response a = Idempotency.run(conn, kt, "{}", c -> Response.of(429, "application/json", "{}"));
+		Response b = Idempotency.run(conn, kt, "{}", c -> Response.of(201, "application/json", "{}"));
+		check("429 not stored: the resend runs and gets 201", a.status == 429 && b.status == 201 && !b.replayed,
+			a.status + " " + b.status + " " + b.replayed);
+		String ks = p + "store";
+		Idempotency.Options all = new Idempotency.Options().store(s -> true);
+		a = Idempotency.run(conn, ks, "{}", all, c -> Response.of(503, "application/json", "{}"));
+		b = Idempotency.run(conn, ks, "{}", all, c -> Response.of(201, "application/json", "{}"));
+		check("Options.store(s -> true) stores a 503, and it is replayed",
+			a.status == 503 && b.status == 503 && b.replayed, a.status + " " + b.status + " " + b.replayed);
 	}
 }

@@ -17,27 +17,31 @@ and becomes FastAPI's 500.
 """
 import functools
 import inspect
+from typing import Any, Awaitable, Callable, Dict, Optional, TypeVar
 
 from fastapi import HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute, serialize_response
 
-try:
-    from fastapi.utils import is_body_allowed_for_status_code
-except ImportError:	# older FastAPI
-    def is_body_allowed_for_status_code(status_code):
-        return status_code is None or not (status_code < 200 or status_code in (204, 304))
+from .core import Answer, Captured, InvalidKey, Options, parse_key, problem, request_json
+from .guard import AsyncGuard
 
-from ._core import KeyError400, Options, parse_key, problem, request_json
-from .guard import AsyncGuard, Captured
+
+def _body_allowed(status_code: Optional[int]) -> bool:
+    """fastapi.utils.is_body_allowed_for_status_code (not in older FastAPI)."""
+    return status_code is None or not (status_code < 200 or status_code in (204, 304))
+
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Awaitable[Any]])
 
 _REQ = "_idempotency_request"
 
 
-def _send(answer):
+def _send(answer: Answer) -> Response:
     if answer.original is not None:
-        return answer.original
+        original: Response = answer.original
+        return original
     headers = dict(answer.headers)
     if answer.replayed:
         headers["Idempotent-Replayed"] = "true"
@@ -47,14 +51,15 @@ def _send(answer):
 _SERIALIZE_ARGS = set(inspect.signature(serialize_response).parameters)
 
 
-async def _serialize(request: Request, result, sub_response, status_code):
+async def _serialize(request: Request, result: Any, sub_response: Optional[Response],
+                     status_code: Optional[int]) -> Response:
     """``result`` (not a Response) -> the Response FastAPI would have sent
     for this route (fastapi.routing.get_request_handler, step for step)."""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return JSONResponse(jsonable_encoder(result), status_code=status_code or 200)
-    response_class = getattr(route.response_class, "value", route.response_class)	# DefaultPlaceholder
-    args = {}
+    response_class: Any = getattr(route.response_class, "value", route.response_class)	# DefaultPlaceholder
+    args: Dict[str, Any] = {}
     code = route.status_code or status_code or (sub_response.status_code if sub_response else None)
     if code is not None:
         args["status_code"] = code
@@ -67,19 +72,22 @@ async def _serialize(request: Request, result, sub_response, status_code):
                   exclude_defaults=route.response_model_exclude_defaults,
                   exclude_none=route.response_model_exclude_none, is_coroutine=True)
     content = await serialize_response(**{k: v for k, v in kwargs.items() if k in _SERIALIZE_ARGS})
-    response = response_class(content, **args)
-    if not is_body_allowed_for_status_code(response.status_code):
+    response: Response = response_class(content, **args)
+    if not _body_allowed(response.status_code):
         response.body = b""
     if sub_response is not None:
         response.headers.raw.extend(sub_response.headers.raw)
     return response
 
 
-def idempotent(pool, *, scope, status_code=None, **options):
-    """``status_code``: only for a route that sets none (the route's wins)."""
+def idempotent(pool: Any, *, scope: Any, status_code: Optional[int] = None,
+               **options: Any) -> Callable[[Endpoint], Endpoint]:
+    """``pool``: a psycopg_pool.AsyncConnectionPool; ``scope`` and
+    ``options``: as ``core.Options``; ``status_code``: only for a route that
+    sets none (the route's wins)."""
     guard = AsyncGuard(pool, Options(scope, **options))
 
-    def decorate(endpoint):
+    def decorate(endpoint: Endpoint) -> Endpoint:
         if not inspect.iscoroutinefunction(endpoint):
             raise TypeError("@idempotent needs an async endpoint (it runs on an AsyncConnectionPool)")
         sig = inspect.signature(endpoint)
@@ -95,11 +103,11 @@ def idempotent(pool, *, scope, status_code=None, **options):
                     and issubclass(p.annotation, Response)), None)
 
         @functools.wraps(endpoint)
-        async def wrapper(*args, **kwargs):
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
             request: Request = kwargs[own] if own else kwargs.pop(_REQ)
             try:
                 key = parse_key(request.headers.getlist("idempotency-key"))
-            except KeyError400 as e:
+            except InvalidKey as e:
                 return _send(problem(400, "Invalid Idempotency-Key", str(e)))
             if key is None:
                 if guard.o.required:
@@ -110,7 +118,7 @@ def idempotent(pool, *, scope, status_code=None, **options):
             fingerprint = request_json(request.method, path, await request.body())
             scope_ = guard.o.scope_for(request)
 
-            async def work(conn):
+            async def work(conn: Any) -> Captured:
                 request.state.idempotency = {"conn": conn, "key": key, "scope": scope_}
                 if wants_db:
                     kwargs["db"] = conn
@@ -129,7 +137,7 @@ def idempotent(pool, *, scope, status_code=None, **options):
 
             return _send(await guard.run(key, scope_, fingerprint, work))
 
-        wrapper.__signature__ = sig.replace(parameters=params)
-        return wrapper
+        setattr(wrapper, "__signature__", sig.replace(parameters=params))
+        return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -12,18 +12,22 @@ rolled back, a resend runs again); any other exception rolls back and
 becomes Flask's 500.
 """
 import functools
+from typing import Any, Callable, TypeVar
 
-from flask import current_app, g, request
+from flask import Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
-from ._core import KeyError400, Options, parse_key, problem, request_json
-from .guard import Captured, Guard
+from .core import Answer, Captured, InvalidKey, Options, parse_key, problem, request_json
+from .guard import Guard
+
+View = TypeVar("View", bound=Callable[..., Any])
 
 
-def _send(answer):
+def _send(answer: Answer) -> Response:
     if answer.original is not None:
-        return answer.original
-    resp = current_app.response_class(answer.body, status=answer.status)
+        original: Response = answer.original
+        return original
+    resp: Response = current_app.response_class(answer.body, status=answer.status)
     resp.headers.clear()
     for name, value in answer.headers.items():
         resp.headers[name] = value
@@ -32,15 +36,17 @@ def _send(answer):
     return resp
 
 
-def idempotent(pool, *, scope, **options):
+def idempotent(pool: Any, *, scope: Any, **options: Any) -> Callable[[View], View]:
+    """``pool``: a psycopg_pool.ConnectionPool; ``scope`` and ``options``: as
+    ``core.Options``."""
     guard = Guard(pool, Options(scope, **options))
 
-    def decorate(view):
+    def decorate(view: View) -> View:
         @functools.wraps(view)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
                 key = parse_key(request.headers.getlist("Idempotency-Key"))
-            except KeyError400 as e:
+            except InvalidKey as e:
                 return _send(problem(400, "Invalid Idempotency-Key", str(e)))
             if key is None:
                 if guard.o.required:
@@ -52,7 +58,7 @@ def idempotent(pool, *, scope, **options):
             fingerprint = request_json(request.method, path, request.get_data())
             scope_ = guard.o.scope_for(request)
 
-            def work(conn):
+            def work(conn: Any) -> Captured:
                 g.db = conn
                 g.idempotency = {"conn": conn, "key": key, "scope": scope_}
                 try:
@@ -60,13 +66,13 @@ def idempotent(pool, *, scope, **options):
                 except HTTPException as e:
                     if e.code is None or e.code >= 500:
                         raise
-                    resp = e.get_response()
+                    resp = e.get_response()  # type: ignore[assignment]
                 if resp.is_streamed:
                     raise TypeError("a streamed response cannot be stored for replay")
                 return Captured(resp.status_code, resp.headers.get, resp.get_data(), resp)
 
             return _send(guard.run(key, scope_, fingerprint, work))
 
-        return wrapper
+        return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -1,5 +1,6 @@
-"""The guarded transaction on psycopg 3, sync (``Guard``) and async
-(``AsyncGuard``): the same steps, written twice.
+"""The guarded transaction on psycopg 3 pools, sync (``Guard``, on
+``core.run`` and ``drivers.psycopg_pool_transaction``) and async
+(``AsyncGuard``: the same steps, awaited).  See ``core`` for the steps:
 
     BEGIN; set_config('idempotency.lock_wait', ..., true)   -- SET LOCAL
     begin(key, request, scope, ttl)
@@ -16,146 +17,90 @@
 
 ``work(conn)`` returns ``Captured(status, get_header, body, original)``.
 """
-import random
-import time
 import asyncio
-import weakref
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+import json
+from typing import Any, Awaitable, Callable, Optional
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from ._core import (Answer, BEGIN_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOCK_WAIT_SQL,
-                    LOOKUP_SQL, RETRYABLE, decode_response, encode_response, problem)
+from .core import (BEGIN_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOCK_WAIT_SQL, LOOKUP_SQL, RETRYABLE,
+                   Answer, Captured, Options, Transaction, _backoff, begin_params, decode_response,
+                   encode_response, error_answer, fresh_answer, message_of, problem, run)
+from .drivers import psycopg_pool_transaction
 
-_has_lookup = weakref.WeakKeyDictionary()	# pool -> bool, asked once per pool
-
-
-@dataclass
-class Captured:
-    status: int
-    get_header: Callable[[str], Optional[str]]
-    body: bytes
-    original: Any = None
-
-
-def _error_answer(e: psycopg.Error, retry_after: str) -> Optional[Answer]:
-    if e.sqlstate == "IK001":
-        return problem(422, "Idempotency-Key reused",
-                       "This Idempotency-Key was used with a different request.")
-    if e.sqlstate == "IK002":
-        return problem(409, "Idempotency-Key in use",
-                       "A request with this Idempotency-Key is being processed; retry later.",
-                       Retry_After=retry_after)
-    if e.sqlstate == "IK003":
-        return problem(400, "Invalid Idempotency-Key", str(e.diag.message_primary))
-    return None
-
-
-def _backoff(attempt: int) -> float:
-    return (5 * (attempt + 1) + random.random() * 20) / 1000
+__all__ = ["AsyncGuard", "Captured", "Guard"]
 
 
 class Guard:
-    def __init__(self, pool, options):
+    """``Guard(pool, options).run(key, scope, request, work)`` on a
+    psycopg_pool.ConnectionPool; ``work(conn)`` -> Captured."""
+
+    def __init__(self, pool: Any, options: Options) -> None:
         self.pool = pool
         self.o = options
 
-    def _retry_after(self, conn, key, scope) -> str:
-        try:
-            with conn.transaction():
-                if self.pool not in _has_lookup:
-                    _has_lookup[self.pool] = conn.execute(HAS_LOOKUP_SQL).fetchone()[0]
-                if _has_lookup[self.pool]:
-                    row = conn.execute(LOOKUP_SQL, (key, scope)).fetchone()
-                    if row and row[0] and row[0] > 0:
-                        return str(int(row[0]))
-        except psycopg.Error:
-            pass
-        return "1"
+    def run(self, key: str, scope: str, request: Any,
+            work: Callable[[Any], Captured]) -> Answer:
+        def on_tx(tx: Transaction) -> Captured:
+            return work(tx.connection)
 
-    def run(self, key: str, scope: str, request, work) -> Answer:
-        for attempt in range(self.o.retries + 1):
-            with self.pool.connection() as conn:
-                try:
-                    # conn.transaction(): BEGIN ... COMMIT whether the pool's
-                    # connections are in autocommit or not; psycopg.Rollback
-                    # leaves it rolled back, any exception rolls it back
-                    with conn.transaction() as tx:
-                        conn.execute(LOCK_WAIT_SQL, (self.o.lock_wait,))
-                        b = conn.execute(BEGIN_SQL, (key, Jsonb(request), scope, self.o.ttl)).fetchone()
-                        if b[0] == "replay":
-                            answer = decode_response(b[2], b[1])
-                            raise psycopg.Rollback(tx)
-                        got = work(conn)
-                        answer = Answer(got.status, original=got.original)
-                        if not self.o.store(got.status):
-                            raise psycopg.Rollback(tx)
-                        stored = encode_response(got.status, got.get_header, got.body,
-                                                 self.o.header_names)
-                        conn.execute(COMPLETE_SQL, (key, Jsonb(stored), scope))
-                    return answer
-                except psycopg.Error as e:
-                    if e.sqlstate in RETRYABLE and attempt < self.o.retries:
-                        time.sleep(_backoff(attempt))
-                        continue
-                    if e.sqlstate in RETRYABLE:
-                        return problem(503, "Try again", str(e.diag.message_primary), Retry_After="1")
-                    answer = _error_answer(
-                        e, self._retry_after(conn, key, scope) if e.sqlstate == "IK002" else "1")
-                    if answer is None:
-                        raise
-                    return answer
-        raise AssertionError("unreachable")
+        return run(lambda: psycopg_pool_transaction(self.pool), key, scope, request, on_tx, self.o)
 
 
 class AsyncGuard:
-    def __init__(self, pool, options):
+    """``await AsyncGuard(pool, options).run(key, scope, request, work)`` on
+    a psycopg_pool.AsyncConnectionPool; ``await work(conn)`` -> Captured."""
+
+    def __init__(self, pool: Any, options: Options) -> None:
         self.pool = pool
         self.o = options
 
-    async def _retry_after(self, conn, key, scope) -> str:
+    async def _retry_after(self, key: str, scope: str) -> str:
         try:
-            async with conn.transaction():
-                if self.pool not in _has_lookup:
-                    _has_lookup[self.pool] = (await (await conn.execute(HAS_LOOKUP_SQL)).fetchone())[0]
-                if _has_lookup[self.pool]:
-                    row = await (await conn.execute(LOOKUP_SQL, (key, scope))).fetchone()
+            async with self.pool.connection() as conn:
+                async with conn.transaction() as tx:
+                    has = await (await conn.execute(HAS_LOOKUP_SQL)).fetchone()
+                    row = None
+                    if has and has[0]:
+                        row = await (await conn.execute(LOOKUP_SQL, (key, scope))).fetchone()
                     if row and row[0] and row[0] > 0:
                         return str(int(row[0]))
+                    raise psycopg.Rollback(tx)
         except psycopg.Error:
             pass
         return "1"
 
-    async def run(self, key: str, scope: str, request, work) -> Answer:
+    async def run(self, key: str, scope: str, request: Any,
+                  work: Callable[[Any], Awaitable[Captured]]) -> Answer:
         for attempt in range(self.o.retries + 1):
-            async with self.pool.connection() as conn:
-                try:
+            try:
+                async with self.pool.connection() as conn:
                     async with conn.transaction() as tx:
                         await conn.execute(LOCK_WAIT_SQL, (self.o.lock_wait,))
-                        cur = await conn.execute(BEGIN_SQL, (key, Jsonb(request), scope, self.o.ttl))
+                        cur = await conn.execute(BEGIN_SQL, begin_params(key, request, scope, self.o))
                         b = await cur.fetchone()
+                        if b is None:
+                            raise RuntimeError("idempotency.begin() returned no row")
                         if b[0] == "replay":
                             answer = decode_response(b[2], b[1])
                             raise psycopg.Rollback(tx)
                         got = await work(conn)
-                        answer = Answer(got.status, original=got.original)
+                        answer = fresh_answer(got, self.o)
                         if not self.o.store(got.status):
                             raise psycopg.Rollback(tx)
                         stored = encode_response(got.status, got.get_header, got.body,
                                                  self.o.header_names)
-                        await conn.execute(COMPLETE_SQL, (key, Jsonb(stored), scope))
-                    return answer
-                except psycopg.Error as e:
-                    if e.sqlstate in RETRYABLE and attempt < self.o.retries:
-                        await asyncio.sleep(_backoff(attempt))
-                        continue
-                    if e.sqlstate in RETRYABLE:
-                        return problem(503, "Try again", str(e.diag.message_primary), Retry_After="1")
-                    answer = _error_answer(
-                        e, await self._retry_after(conn, key, scope) if e.sqlstate == "IK002" else "1")
-                    if answer is None:
-                        raise
-                    return answer
+                        await conn.execute(COMPLETE_SQL, (key, json.dumps(stored), scope))
+                return answer
+            except psycopg.Error as e:
+                if e.sqlstate in RETRYABLE and attempt < self.o.retries:
+                    await asyncio.sleep(_backoff(attempt))
+                    continue
+                if e.sqlstate in RETRYABLE:
+                    return problem(503, "Try again", message_of(e), Retry_After="1")
+                retry_after = await self._retry_after(key, scope) if e.sqlstate == "IK002" else "1"
+                answer_: Optional[Answer] = error_answer(e.sqlstate, message_of(e), retry_after)
+                if answer_ is None:
+                    raise
+                return answer_
         raise AssertionError("unreachable")

@@ -1,6 +1,7 @@
 """Checks of pg_idempotency's pure parts (no database): the key header and
-the stored-response encoding.  Prints "ok - ..." / "not ok - ..." lines;
+the stored-response encoding, the public names (and 0.4.0's).  Prints "ok - ..." / "not ok - ..." lines;
 the HTTP checks are in test/clients/driver.js."""
+import subprocess
 import sys
 
 from pg_idempotency._core import KeyError400, decode_response, encode_response, parse_key
@@ -40,4 +41,35 @@ for name, body in (("not UTF-8", b"\xff\xfe\x00binary"), ("with NUL", b"a\x00b")
           "body" not in r and "body_base64" in r and a.body == body and a.replayed)
 a = decode_response({"payment_id": 7}, "completed")
 check("a response stored by other code replays as JSON, 200", a.status == 200 and a.body == b'{"payment_id": 7}')
+a = decode_response('{"status": 201, "headers": {"Location": "/p/1"}, "body": "{\\"a\\":1}"}', "completed")
+check("a stored response given as text (jsonb from Django's psycopg2) is parsed the same",
+      a.status == 201 and a.headers == {"Location": "/p/1"} and a.body == b'{"a":1}' and a.replayed)
+
+# --- the public API and 0.4.0's names -------------------------------------------
+import pg_idempotency  # noqa: E402
+from pg_idempotency import _core, core  # noqa: E402
+
+old = ["Answer", "Options", "default_store", "parse_key", "KeyError400", "decode_response",
+       "encode_response", "problem", "request_json", "DEFAULT_HEADERS", "BEGIN_SQL", "COMPLETE_SQL",
+       "LOCK_WAIT_SQL", "LOOKUP_SQL", "HAS_LOOKUP_SQL", "RETRYABLE", "TRANSIENT"]
+check("pg_idempotency._core still has 0.4.0's names (the public pg_idempotency.core's objects)",
+      all(getattr(_core, n) is getattr(core, n) for n in old) and _core.KeyError400 is core.InvalidKey)
+check("pg_idempotency exports the core's helpers, and Guard/AsyncGuard on first use",
+      all(getattr(pg_idempotency, n, None) is not None for n in pg_idempotency.__all__)
+      and pg_idempotency.Guard.__module__ == "pg_idempotency.guard")
+e = None
+try:
+    parse_key(['"a'])
+except core.InvalidKey as x:
+    e = x
+check("InvalidKey is what parse_key raises (and KeyError400 catches it)", isinstance(e, _core.KeyError400))
+out = subprocess.run([sys.executable, "-c", "import sys, pg_idempotency, pg_idempotency.core, "
+                      "pg_idempotency.drivers, pg_idempotency.django; "
+                      "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg2', 'psycopg_pool')))"],
+                     capture_output=True, text=True)
+loaded_none = out.returncode == 0 and out.stdout.strip() == "[]"
+check("importing pg_idempotency, its core, drivers and Django integration loads no driver "
+      "(a Django app on psycopg2 needs no psycopg 3)", loaded_none)
+if not loaded_none:
+    print("# " + (out.stdout + out.stderr)[-400:])
 sys.exit(1 if failed else 0)

@@ -1,0 +1,98 @@
+"""Example (and test server): POST /payments on Django, one decorator line,
+the ORM write in the guarded transaction on Django's own connection
+(psycopg2 on Debian 12's Django 3.2).  The same contract as
+clients/node/examples/express.js.  Database from DATABASE_HOST/PORT/NAME/
+USER (a `payment` table: id bigserial, idem_key text, amount numeric);
+IDEMPOTENCY_BOUNCER=1 changes nothing (psycopg2 sends no named prepared
+statements, so PgBouncer in transaction mode works as it is).  Served by
+runserver's threaded WSGI server; prints "listening <port>".
+
+A one-file Django project; in a real one the view is in views.py, the model
+in models.py, and the table comes from a migration (see the README)."""
+import json
+import os
+import socketserver
+
+import django
+from django.conf import settings
+
+settings.configure(
+    DEBUG=False,
+    SECRET_KEY="example",
+    ALLOWED_HOSTS=["127.0.0.1", "localhost"],
+    ROOT_URLCONF=__name__,
+    INSTALLED_APPS=[],
+    MIDDLEWARE=[],
+    USE_TZ=True,
+    DATABASES={"default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": os.environ["DATABASE_HOST"], "PORT": os.environ["DATABASE_PORT"],
+        "NAME": os.environ["DATABASE_NAME"], "USER": os.environ["DATABASE_USER"],
+    }},
+    LOGGING={"version": 1, "disable_existing_loggers": False,
+             "loggers": {"django.server": {"level": "WARNING"}}},
+)
+django.setup()
+
+from django.db import connection, models  # noqa: E402
+from django.http import HttpResponse, JsonResponse  # noqa: E402
+from django.urls import path  # noqa: E402
+from django.views.decorators.csrf import csrf_exempt  # noqa: E402
+
+from pg_idempotency.django import idempotent  # noqa: E402
+
+
+class Payment(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    idem_key = models.TextField()
+    amount = models.DecimalField(max_digits=12, decimal_places=2, null=True)
+
+    class Meta:
+        app_label = "payments"
+        db_table = "payment"
+        managed = False
+
+
+throttled = set()
+
+
+@csrf_exempt
+@idempotent(scope="payments", user=lambda r: r.headers.get("X-User"))
+def pay(request):
+    p = json.loads(request.body)
+    key = request.idempotency["key"]
+    if p.get("decline"):
+        return JsonResponse({"error": "card_declined"}, status=402)
+    payment = Payment.objects.create(idem_key=key, amount=p.get("amount"))
+    if p.get("sleep"):
+        with connection.cursor() as c:
+            c.execute("SELECT pg_sleep(%s)", [p["sleep"]])
+    if p.get("boom"):
+        raise RuntimeError("boom")
+    if p.get("throttle") and key not in throttled:
+        throttled.add(key)	# 429: rolled back, not stored
+        return JsonResponse({"error": "rate_limited"}, status=429, headers={"Retry-After": "1"})
+    if p.get("binary"):
+        return HttpResponse(b"\xff\x00\xfe" + str(payment.id).encode(),
+                            content_type="application/octet-stream")
+    body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (
+        payment.id, json.dumps(p.get("amount")))
+    return HttpResponse(body, status=201, content_type="application/json",
+                        headers={"Location": f"/payments/{payment.id}"})
+
+
+urlpatterns = [path("payments", pay)]
+
+
+if __name__ == "__main__":
+    from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer
+    from django.core.wsgi import get_wsgi_application
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):	# runserver's, threaded
+        daemon_threads = True
+        request_queue_size = 128
+
+    server = Server(("127.0.0.1", int(os.environ.get("PORT", "0"))), WSGIRequestHandler)
+    server.set_app(get_wsgi_application())
+    print(f"listening {server.server_port}", flush=True)
+    server.serve_forever()

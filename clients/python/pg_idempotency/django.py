@@ -1,0 +1,212 @@
+"""Django: ``@idempotent(scope=...)`` on a view, on Django's own connection.
+
+    from pg_idempotency.django import idempotent
+
+    @csrf_exempt
+    @idempotent(scope="payments")
+    def pay(request):
+        p = Payment.objects.create(amount=json.loads(request.body)["amount"])
+        return JsonResponse({"id": p.id}, status=201, headers={"Location": f"/payments/{p.id}"})
+
+The view runs inside ``transaction.atomic(using)`` on ``connections[using]``
+(Django's connection: psycopg2 on Django 3.2; psycopg 3 on 4.2+ goes through
+the same code, untested under Django 4.2),
+with ``idempotency.begin()`` before it and ``complete()`` after it in the same
+transaction: its ORM writes commit with the stored answer or roll back with
+it.  Answers as the FastAPI and Flask decorators: a missing key 400 (unless
+``required=False``), a malformed one 400, another request under the key 422,
+the key in flight 409 with Retry-After (from ``idempotency.lookup()``), a
+finished key the stored status, headers and body byte for byte as an
+HttpResponse with ``Idempotent-Replayed: true``; errors are
+application/problem+json.  What is stored: ``store`` (``default_store``:
+not 408, 409, 425, 429 nor 5xx: those roll back, ORM writes included, and a
+resend runs again).  Http404, PermissionDenied, BadRequest and
+SuspiciousOperation are answers (Django's 404, 403 and 400 responses, stored
+by default); any other exception rolls back and Django answers 500.
+
+A TemplateResponse (or a finalized DRF Response: put the decorator above
+``@api_view`` or on ``dispatch``) is rendered before it is stored.  A
+streaming response cannot be stored: TypeError, rolled back, 500.
+
+Class-based views: decorate the class (its ``dispatch``), or use
+``method_decorator(idempotent(...), name="post")``.  Only ``methods`` are
+guarded (POST, PUT, PATCH, DELETE); GET, HEAD, OPTIONS pass through.
+
+Inside a transaction already open on ``using`` (``ATOMIC_REQUESTS``, a
+``TestCase``, the caller's own ``atomic()``) the guard is a savepoint: a
+stored answer is released into the outer transaction and becomes durable
+when it commits (a rollback of the outer transaction forgets the key with
+its writes); a replay, a refused status or an error rolls back to the
+savepoint; 40001/40P01 are not retried (the error propagates: only the
+whole outer transaction can be retried).
+
+``request.idempotency``: {"key", "scope", "using", "conn"} while the view runs.
+"""
+import functools
+import inspect
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
+
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
+from django.db import connections, transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
+from django.http.request import RawPostDataException
+
+from .core import (Answer, Captured, InvalidKey, Options, Transaction, default_store, parse_key,
+                   problem, request_json, run)
+
+__all__ = ["UNSAFE_METHODS", "django_transaction", "idempotent", "send"]
+
+UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+# exceptions Django itself answers with a 4xx: answers like any other (stored
+# by default), as Flask's abort(4xx) and FastAPI's HTTPException
+CLIENT_ERRORS = (Http404, PermissionDenied, BadRequest, SuspiciousOperation, MultiPartParserError)
+View = Callable[..., Any]
+
+
+class _DjangoTx:
+    """A core.Transaction on connections[using], in transaction.atomic()."""
+
+    def __init__(self, using: str, nested: bool) -> None:
+        self.using = using
+        self.connection = connections[using]
+        self.nested = nested
+
+    def execute(self, sql: str, params: Sequence[Any]) -> Optional[Sequence[Any]]:
+        with self.connection.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            row: Optional[Sequence[Any]] = cur.fetchone() if cur.description else None
+            return row
+
+    def set_rollback(self) -> None:
+        transaction.set_rollback(True, using=self.using)
+
+
+@contextmanager
+def django_transaction(using: str = "default") -> Iterator[_DjangoTx]:
+    """One guarded transaction on Django's connection ``using``:
+    ``transaction.atomic(using)``, a savepoint when one is open already."""
+    nested = connections[using].in_atomic_block
+    with transaction.atomic(using=using):
+        yield _DjangoTx(using, nested)
+
+
+def send(answer: Answer) -> HttpResponse:
+    """An Answer -> the HttpResponse to send: the view's own response when it
+    ran, else the stored (or error) one, byte for byte."""
+    if answer.original is not None:
+        original: HttpResponse = answer.original
+        return original
+    resp = HttpResponse(answer.body, status=answer.status)
+    if "Content-Type" not in answer.headers and "content-type" not in answer.headers:
+        del resp["Content-Type"]
+    for name, value in answer.headers.items():
+        resp[name] = value
+    if answer.replayed:
+        resp["Idempotent-Replayed"] = "true"
+    return resp
+
+
+def _find_request(args: Tuple[Any, ...]) -> HttpRequest:
+    """The HttpRequest among a view's first arguments: (request, ...) for a
+    function, (self, request, ...) for a method; a DRF Request's own."""
+    for a in args[:2]:
+        if isinstance(a, HttpRequest):
+            return a
+        inner = getattr(a, "_request", None)
+        if isinstance(inner, HttpRequest):
+            return inner
+    raise TypeError("@idempotent: the view was not called with an HttpRequest")
+
+
+def _body(request: HttpRequest) -> bytes:
+    try:
+        return bytes(request.body)
+    except RawPostDataException:
+        raise TypeError("@idempotent: the request body was read as a stream before the guard; "
+                        "put @idempotent outermost (above @api_view, or on dispatch)") from None
+
+
+def _capture(response: Any) -> Captured:
+    """The view's answer -> what is stored: rendered first (TemplateResponse,
+    a finalized DRF Response); a streaming response is refused."""
+    if getattr(response, "streaming", False):
+        raise TypeError("@idempotent: a streaming response (StreamingHttpResponse, FileResponse) "
+                        "cannot be stored for replay; return an HttpResponse")
+    render = getattr(response, "render", None)
+    if callable(render) and not getattr(response, "is_rendered", True):
+        if hasattr(response, "data") and not hasattr(response, "accepted_renderer"):
+            raise TypeError("@idempotent: a DRF Response reached the guard before DRF finalized "
+                            "it; put @idempotent above @api_view (or on the APIView's dispatch)")
+        response = render() or response
+    if not isinstance(response, HttpResponse):
+        raise TypeError(f"@idempotent: the view returned {type(response).__name__}, "
+                        "not an HttpResponse")
+    headers = getattr(response, "headers", None)
+    get: Callable[[str], Optional[str]] = headers.get if headers is not None else response.get
+    return Captured(response.status_code, get, bytes(response.content), response)
+
+
+def idempotent(*, scope: Union[str, Callable[[Any], str]], using: str = "default",
+               methods: Iterable[str] = UNSAFE_METHODS,
+               user: Optional[Callable[[Any], Any]] = None, lock_wait_ms: int = 200,
+               retries: int = 3, required: bool = True, headers: Iterable[str] = (),
+               ttl: Optional[str] = None,
+               store: Callable[[int], bool] = default_store) -> Callable[[Any], Any]:
+    """The decorator: on a function view, a view method, or a View class
+    (its ``dispatch``).  ``scope``: str or callable(request); ``user``:
+    callable(request) -> id (a scope per user, e.g.
+    ``lambda r: r.user.pk``); ``using``: the database alias; the rest as
+    ``core.Options``."""
+    options = Options(scope, user=user, lock_wait_ms=lock_wait_ms, retries=retries,
+                      required=required, headers=headers, ttl=ttl, store=store)
+    guarded = frozenset(m.upper() for m in methods)
+
+    def guard(view: View) -> View:
+        if inspect.iscoroutinefunction(view):
+            raise TypeError("@idempotent guards sync views: the transaction is Django's "
+                            "(sync) connection's; write the view as a def")
+
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            request = _find_request(args)
+            if request.method not in guarded:
+                return view(*args, **kwargs)
+            try:
+                key = parse_key([request.headers["Idempotency-Key"]]
+                                if "Idempotency-Key" in request.headers else [])
+            except InvalidKey as e:
+                return send(problem(400, "Invalid Idempotency-Key", str(e)))
+            if key is None:
+                if options.required:
+                    return send(problem(400, "Idempotency-Key missing",
+                                        "This request requires an Idempotency-Key header."))
+                return view(*args, **kwargs)
+            fingerprint = request_json(str(request.method), request.get_full_path(),
+                                       _body(request))
+            scope_ = options.scope_for(request)
+
+            def work(tx: Transaction) -> Captured:
+                info: Dict[str, Any] = {"key": key, "scope": scope_, "using": using,
+                                        "conn": tx.connection}
+                setattr(request, "idempotency", info)
+                try:
+                    response = view(*args, **kwargs)
+                except CLIENT_ERRORS as e:	# Django's own 404/403/400 page
+                    from django.core.handlers.exception import response_for_exception
+                    response = response_for_exception(request, e)
+                return _capture(response)
+
+            return send(run(lambda: django_transaction(using), key, scope_, fingerprint, work,
+                            options))
+
+        return wrapper
+
+    def decorate(view: Any) -> Any:
+        if isinstance(view, type):	# a class-based view: guard its dispatch
+            setattr(view, "dispatch", guard(getattr(view, "dispatch")))
+            return view
+        return guard(view)
+
+    return decorate

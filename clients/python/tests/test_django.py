@@ -1,0 +1,377 @@
+"""Checks of pg_idempotency.django on Debian's Django (3.2, psycopg2) against
+the database: the test project in tests/django_site (its migration creates
+the extension), through Django's test client and over real HTTP (runserver's
+threaded WSGI server in this process).  Prints "ok - ..." / "not ok - ..."
+lines; test/clients/run runs it directly and through PgBouncer.
+
+The database: a fresh one (DJANGO_DATABASE) created through the direct
+connection (PGHOST, libpq's environment); Django connects through
+DATABASE_HOST/PORT (PgBouncer when IDEMPOTENCY_BOUNCER=1)."""
+import http.client
+import io
+import json
+import os
+import sys
+import threading
+import time
+import unittest
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import psycopg2
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+MODE = "bouncer" if os.environ.get("IDEMPOTENCY_BOUNCER") == "1" else "direct"
+DBNAME = f"django_{MODE}"
+os.environ["DJANGO_DATABASE"] = DBNAME
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_site.settings")
+
+admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
+admin.autocommit = True
+with admin.cursor() as c:
+    c.execute(f"DROP DATABASE IF EXISTS {DBNAME}")
+    c.execute(f"CREATE DATABASE {DBNAME}")
+admin.close()
+
+import django  # noqa: E402
+
+django.setup()
+from django.core.management import call_command  # noqa: E402
+from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler  # noqa: E402
+from django.core.wsgi import get_wsgi_application  # noqa: E402
+from django.db import OperationalError, connection, connections  # noqa: E402
+from django.test import Client, TestCase  # noqa: E402
+
+from django_site.shop import views  # noqa: E402
+from django_site.shop.models import Order  # noqa: E402
+
+P = f"dj-{MODE}-{uuid.uuid4().hex[:8]}-"
+failed = 0
+db = psycopg2.connect(dbname=DBNAME)	# direct, for looking at what was committed
+db.autocommit = True
+
+
+def check(desc: str, cond: bool, diag: Any = None) -> None:
+    global failed
+    failed += not cond
+    print(f"{'ok' if cond else 'not ok'} - [python django {MODE}] {desc}", flush=True)
+    if not cond and diag is not None:
+        print(f"# {diag!r}"[:800], flush=True)
+
+
+def one(sql: str, *args: Any) -> Any:
+    with db.cursor() as c:
+        c.execute(sql, args)
+        return c.fetchone()[0]
+
+
+def rows(key: str) -> int:
+    return int(one("SELECT count(*) FROM shop_order WHERE idem_key = %s", key))
+
+
+def stored(key: str) -> int:
+    return int(one("SELECT count(*) FROM idempotency.idempotency_key WHERE key = %s", key))
+
+
+def sleeping() -> int:
+    return int(one("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                   "AND query LIKE '%%pg\\_sleep%%' AND pid <> pg_backend_pid()"))
+
+
+def wait_for(cond: Callable[[], bool], seconds: float = 15) -> bool:
+    end = time.time() + seconds
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+client = Client(raise_request_exception=False)
+
+
+def post(path: str, body: Dict[str, Any], key: Optional[str] = None, c: Client = client,
+         **headers: str) -> Any:
+    extra = {"HTTP_" + k.upper(): v for k, v in headers.items()}
+    if key is not None:
+        extra["HTTP_IDEMPOTENCY_KEY"] = key
+    return c.post(path, data=json.dumps(body), content_type="application/json", **extra)
+
+
+def replayed(r: Any) -> bool:
+    return r.get("Idempotent-Replayed") == "true"
+
+
+def same(a: Any, b: Any) -> bool:
+    return (a.status_code == b.status_code and a.content == b.content
+            and a.get("Content-Type") == b.get("Content-Type") and a.get("Location") == b.get("Location"))
+
+
+def show(r: Any) -> Any:
+    return r.status_code, dict(r.items()), r.content[:300]
+
+
+# --- the migration ------------------------------------------------------------
+call_command("migrate", verbosity=0)
+check("the migration's CreateExtension(\"idempotency\") installed the extension",
+      one("SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'") == 1)
+
+# --- the test client, outside any transaction --------------------------------
+k = P + "first"
+r1 = post("/orders", {"amount": "10.50"}, k)
+r2 = post("/orders", {"amount": "10.50"}, k)
+resp = json.loads(one("SELECT response::text FROM idempotency.idempotency_key WHERE key = %s", k))
+created = one("SELECT created_at FROM shop_order WHERE idem_key = %s", k)
+body1 = json.loads(r1.content) if r1.status_code == 201 else {}
+check("first request: 201 from the view, its ORM insert committed with the key",
+      r1.status_code == 201 and not replayed(r1) and rows(k) == 1 and stored(k) == 1
+      and body1.get("key") == k and r1["Location"] == f"/orders/{body1.get('id')}", show(r1))
+check("the resend: the stored answer byte for byte (status, body, Content-Type, Location), "
+      "Idempotent-Replayed: true; the view did not run again",
+      replayed(r2) and same(r1, r2) and views.ATTEMPTS[k] == 1 and rows(k) == 1
+      and r1.get("X-Not-Stored") == "1" and r2.get("X-Not-Stored") is None, [show(r1), show(r2)])
+check("ORM default (auto_now_add): the row's created_at is in the stored body and the replay",
+      body1.get("created_at") == created.isoformat() and resp["body"] == r1.content.decode()
+      and json.loads(r2.content)["created_at"] == created.isoformat(), [body1, created, resp])
+
+r = post("/orders", {"amount": "99.00"}, k)
+check("same key, another body -> 422 problem+json, nothing written",
+      r.status_code == 422 and r["Content-Type"] == "application/problem+json"
+      and json.loads(r.content)["status"] == 422 and rows(k) == 1, show(r))
+r = post("/orders", {"amount": "1.00"})
+check("no Idempotency-Key -> 400 problem+json, the view not run",
+      r.status_code == 400 and r["Content-Type"] == "application/problem+json", show(r))
+r = post("/orders", {"amount": "1.00"}, '"unterminated')
+check("malformed structured-field key -> 400", r.status_code == 400, show(r))
+r = post("/orders", {"amount": "1.00"}, "x" * 300)
+check("key longer than 255 characters -> 400 (IK003 from the extension through Django's DatabaseError)",
+      r.status_code == 400 and "problem+json" in r["Content-Type"], show(r))
+sf = post("/orders", {"amount": "2.00"}, f'"{P}sf"')
+bare = post("/orders", {"amount": "2.00"}, f"{P}sf")
+check('"k" (structured-field string) and bare k are one key', sf.status_code == 201 and replayed(bare)
+      and same(sf, bare), [show(sf), show(bare)])
+
+# --- a handler that fails, then its resend -----------------------------------
+k = P + "fail"
+r1 = post("/orders", {"amount": "3.00", "fail": True}, k)
+n1, s1 = rows(k), stored(k)
+r2 = post("/orders", {"amount": "3.00"}, k)
+check("a view that raises after its ORM insert -> 500, rolled back, no key; the resend runs: 201, 1 row",
+      r1.status_code == 500 and n1 == 0 and s1 == 0 and r2.status_code == 201 and not replayed(r2)
+      and rows(k) == 1, [show(r1), n1, s1, show(r2)])
+
+# --- statuses: the stored-status rule and `store` ----------------------------
+k = P + "429"
+r1 = post("/orders", {"amount": "4.00", "throttle": True}, k)
+n1, s1 = rows(k), stored(k)
+check("429 is not stored: its ORM insert rolled back, nothing stored, Retry-After passed through",
+      r1.status_code == 429 and r1["Retry-After"] == "1" and n1 == 0 and s1 == 0, [show(r1), n1, s1])
+k = P + "429s"
+r1 = post("/orders-429", {"amount": "4.00", "throttle": True}, k)
+r2 = post("/orders-429", {"amount": "4.00", "throttle": True}, k)
+check("store=lambda s: s < 500 stores the 429 (and its insert); the resend replays it",
+      r1.status_code == 429 and replayed(r2) and same(r1, r2) and rows(k) == 1, [show(r1), show(r2)])
+
+k = P + "404"
+r1 = post("/orders", {"amount": "4.50", "missing": True}, k)
+r2 = post("/orders", {"amount": "4.50", "missing": True}, k)
+check("Http404 raised by the view is an answer (Django's 404 page), stored and replayed; the view ran once",
+      r1.status_code == 404 and not replayed(r1) and replayed(r2) and same(r1, r2)
+      and views.ATTEMPTS[k] == 1 and stored(k) == 1, [show(r1), show(r2)])
+
+# --- 40001: retried outside a transaction -------------------------------------
+k = P + "40001"
+r = post("/orders", {"amount": "5.00", "serialization": True}, k)
+check("40001 raised by the view: rolled back and run again (retries=3: 4 attempts), then 503 "
+      "with Retry-After; nothing written",
+      r.status_code == 503 and r["Retry-After"] == "1" and views.ATTEMPTS[k] == 4
+      and rows(k) == 0 and stored(k) == 0, [show(r), views.ATTEMPTS[k]])
+
+# --- responses: rendered, refused, class-based, DRF ---------------------------
+k = P + "tpl"
+r1 = post("/orders-template", {"amount": "6.00"}, k)
+r2 = post("/orders-template", {"amount": "6.00"}, k)
+check("a TemplateResponse is rendered before it is stored; replayed byte for byte",
+      r1.status_code == 201 and r1.content.startswith(b"order ") and b"created 20" in r1.content
+      and replayed(r2) and same(r1, r2), [show(r1), show(r2)])
+k = P + "stream"
+r = post("/orders", {"amount": "7.00", "stream": True}, k)
+check("a StreamingHttpResponse is refused: 500, its insert rolled back, nothing stored",
+      r.status_code == 500 and rows(k) == 0 and stored(k) == 0, show(r))
+try:
+    Client().post("/orders", data=json.dumps({"amount": "7.00", "stream": True}),
+                  content_type="application/json", HTTP_IDEMPOTENCY_KEY=P + "stream2")
+    msg = ""
+except TypeError as e:
+    msg = str(e)
+check("... with a TypeError that says why", "streaming response" in msg and "cannot be stored" in msg, msg)
+k = P + "cbv"
+g = client.get("/orders-class")
+r1 = post("/orders-class", {"amount": "8.00"}, k)
+r2 = post("/orders-class", {"amount": "8.00"}, k)
+r3 = post("/orders-class", {"amount": "8.00"})
+check("a decorated class-based view: GET unguarded (no key needed), POST guarded (201, replay, 400 "
+      "without a key)", g.status_code == 200 and r1.status_code == 201 and replayed(r2) and same(r1, r2)
+      and r3.status_code == 400 and rows(k) == 1, [show(g), show(r1), show(r2), show(r3)])
+k = P + "method"
+r1 = post("/orders-method", {"amount": "8.50"}, k)
+r2 = post("/orders-method", {"amount": "8.50"}, k)
+check("method_decorator(idempotent(...), name-free) on a View's post(): 201, then its replay",
+      r1.status_code == 201 and replayed(r2) and same(r1, r2) and rows(k) == 1, [show(r1), show(r2)])
+k = P + "drf"
+r1 = post("/orders-drf", {"amount": "9.00"}, k)
+r2 = post("/orders-drf", {"amount": "9.00"}, k)
+check("a DRF Response (decorator above @api_view) is rendered, stored, replayed byte for byte",
+      r1.status_code == 201 and r1["Content-Type"] == "application/json" and b'"created_at"' in r1.content
+      and replayed(r2) and same(r1, r2) and rows(k) == 1, [show(r1), show(r2)])
+k = P + "drf-wrong"
+r = post("/orders-drf-wrong", {"amount": "9.00"}, k)
+check("the decorator under @api_view (a Response DRF has not finalized): refused, 500, nothing stored",
+      r.status_code == 500 and stored(k) == 0, show(r))
+r1 = post("/orders-optional", {})
+r2 = post("/orders-optional", {}, P + "opt")
+check("required=False: no key runs the view unguarded; with a key it is guarded",
+      r1.status_code == 201 and json.loads(r1.content) == {"guarded": False}
+      and json.loads(r2.content) == {"guarded": True} and stored(P + "opt") == 1, [show(r1), show(r2)])
+
+try:
+    from pg_idempotency.django import idempotent
+
+    @idempotent(scope="async")
+    async def async_view(request: Any) -> Any:
+        return None
+    msg = ""
+except TypeError as e:
+    msg = str(e)
+check("an async view is refused when it is decorated, with a TypeError that says why",
+      "sync views" in msg, msg)
+
+# --- ATOMIC_REQUESTS: the guard is a savepoint in Django's transaction ---------
+k = P + "atomic"
+r1 = post("/orders-atomic", {"amount": "11.00"}, k)
+r2 = post("/orders-atomic", {"amount": "11.00"}, k)
+r3 = post("/orders-atomic", {"amount": "12.00"}, k)
+check("ATOMIC_REQUESTS: 201 committed with Django's transaction; replay byte for byte; 422",
+      r1.status_code == 201 and replayed(r2) and same(r1, r2) and r3.status_code == 422
+      and rows(k) == 1 and stored(k) == 1, [show(r1), show(r2), show(r3)])
+k = P + "atomic-fail"
+r1 = post("/orders-atomic", {"amount": "13.00", "fail": True}, k)
+n1, s1 = rows(k), stored(k)
+r2 = post("/orders-atomic", {"amount": "13.00"}, k)
+check("ATOMIC_REQUESTS: a view that fails -> 500, rolled back; its resend: 201, 1 row",
+      r1.status_code == 500 and n1 == 0 and s1 == 0 and r2.status_code == 201 and rows(k) == 1,
+      [show(r1), n1, s1, show(r2)])
+k = P + "atomic-429"
+r1 = post("/orders-atomic", {"amount": "14.00", "throttle": True}, k)
+check("ATOMIC_REQUESTS: 429 rolls back to the savepoint: no row, no key",
+      r1.status_code == 429 and rows(k) == 0 and stored(k) == 0, show(r1))
+k = P + "atomic-40001"
+r = post("/orders-atomic", {"amount": "15.00", "serialization": True}, k)
+check("ATOMIC_REQUESTS: 40001 is not retried inside Django's transaction (1 attempt): the error "
+      "propagates, 500, nothing written",
+      r.status_code == 500 and views.ATTEMPTS[k] == 1 and rows(k) == 0 and stored(k) == 0,
+      [show(r), views.ATTEMPTS[k]])
+
+
+# --- Django's TestCase: everything in the test's transaction, rolled back -----
+class GuardInTestCase(TestCase):
+    key = P + "testcase"
+
+    def test_guard(self) -> None:
+        self.assertTrue(connection.in_atomic_block)
+        r1 = post("/orders", {"amount": "16.00"}, self.key, c=self.client)
+        r2 = post("/orders", {"amount": "16.00"}, self.key, c=self.client)
+        r3 = post("/orders", {"amount": "17.00"}, self.key, c=self.client)
+        self.assertEqual(r1.status_code, 201)
+        self.assertTrue(replayed(r2) and same(r1, r2))
+        self.assertEqual(r3.status_code, 422)
+        self.assertEqual(Order.objects.filter(idem_key=self.key).count(), 1)
+        k2 = self.key + "-40001"
+        with self.assertRaises(OperationalError):
+            post("/orders", {"amount": "18.00", "serialization": True}, k2, c=self.client)
+        self.assertEqual(views.ATTEMPTS[k2], 1)
+        self.assertEqual(Order.objects.filter(idem_key=k2).count(), 0)
+
+
+out = io.StringIO()
+result = unittest.TextTestRunner(stream=out, verbosity=0).run(
+    unittest.defaultTestLoader.loadTestsFromTestCase(GuardInTestCase))
+check("TestCase: the guard is a savepoint in the test's transaction: 201, replay, 422, one row seen "
+      "by the ORM; 40001 not retried (OperationalError, 1 attempt)", result.wasSuccessful(),
+      out.getvalue()[-600:])
+check("TestCase: afterwards the row and the key are gone with the test's transaction",
+      rows(GuardInTestCase.key) == 0 and stored(GuardInTestCase.key) == 0)
+
+# --- in flight: 409 with Retry-After (test client, two threads) ----------------
+k = P + "busy"
+wait_for(lambda: sleeping() == 0)
+first: List[Any] = []
+t = threading.Thread(target=lambda: first.append(post("/orders", {"amount": "19.00", "sleep": 1.5}, k,
+                                                       c=Client(raise_request_exception=False))))
+t.start()
+in_flight = wait_for(lambda: sleeping() > 0)
+r = post("/orders", {"amount": "19.00", "sleep": 1.5}, k)
+t.join()
+r2 = post("/orders", {"amount": "19.00", "sleep": 1.5}, k)
+check("a duplicate while the first is in flight -> 409 problem+json with Retry-After (lookup()); "
+      "after it, the replay",
+      in_flight and r.status_code == 409 and r["Retry-After"].isdigit() and int(r["Retry-After"]) >= 1
+      and first and first[0].status_code == 201 and replayed(r2) and same(first[0], r2) and rows(k) == 1,
+      [show(r), first and show(first[0]), show(r2)])
+
+# --- over real HTTP: runserver's threaded WSGI server ------------------------
+connections.close_all()
+server = ThreadedWSGIServer(("127.0.0.1", 0), WSGIRequestHandler)
+server.request_queue_size = 64
+server.set_app(get_wsgi_application())
+threading.Thread(target=server.serve_forever, daemon=True).start()
+port = server.server_port
+
+
+def http_post(path: str, body: Dict[str, Any], key: Optional[str]) -> Tuple[int, Dict[str, str], bytes]:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    h = {"Content-Type": "application/json"}
+    if key is not None:
+        h["Idempotency-Key"] = key
+    c.request("POST", path, json.dumps(body).encode(), h)
+    resp = c.getresponse()
+    out = (resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+    c.close()
+    return out
+
+
+def http_retry(path: str, body: Dict[str, Any], key: str) -> Tuple[int, Dict[str, str], bytes]:
+    for _ in range(200):
+        r = http_post(path, body, key)
+        if r[0] != 409:
+            return r
+        time.sleep(min(0.1, float(r[1].get("retry-after", "1"))))
+    return r
+
+
+for path, label in (("/orders", "Django's connection"), ("/orders-atomic", "ATOMIC_REQUESTS")):
+    k = P + "c10" + path.replace("/", "-")
+    results: List[Tuple[int, Dict[str, str], bytes]] = []
+    threads = [threading.Thread(target=lambda: results.append(http_retry(path, {"amount": "20.00"}, k)))
+               for _ in range(10)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    firsts = [x for x in results if x[1].get("idempotent-replayed") != "true"]
+    check(f"over HTTP ({label}): 10 concurrent duplicates -> 1 row, 10 byte-identical 201s, 9 replayed",
+          len(results) == 10 and rows(k) == 1 and all(x[0] == 201 and x[2] == results[0][2] for x in results)
+          and len(firsts) == 1, [(x[0], x[2][:80]) for x in results])
+
+k = P + "http-fail"
+a = http_post("/orders", {"amount": "21.00", "fail": True}, k)
+b = http_post("/orders", {"amount": "21.00"}, k)
+c2 = http_post("/orders", {"amount": "21.00"}, k)
+check("over HTTP: a failing view (500), its resend 201, then byte-exact replays; 1 row",
+      a[0] == 500 and b[0] == 201 and c2[1].get("idempotent-replayed") == "true" and c2[2] == b[2]
+      and c2[1].get("location") == b[1].get("location") and rows(k) == 1, [a[0], b, c2])
+server.shutdown()
+server.server_close()
+connections.close_all()
+db.close()
+sys.exit(1 if failed else 0)

@@ -1,0 +1,270 @@
+/*-------------------------------------------------------------------------
+ *
+ * recovery.c
+ *	  Recovery points: idempotency.checkpoint() and derive_key().
+ *
+ * A request that calls other systems (a card processor, a mailer) runs in
+ * phases under one lease-mode key: create the order, charge the card,
+ * record the charge, send the receipt.  Each database phase commits its
+ * business writes together with checkpoint(key, point, state, attempt),
+ * which records on the key's row the name of the phase just finished and a
+ * jsonb state the handler chooses (the order id, the charge id).  If the
+ * process dies, the retry's begin() returns outcome retry with the last
+ * committed point and state (lookup() shows them too), and the handler
+ * skips the phases before it.  A phase that calls another system passes
+ * derive_key(key, step): the same for every attempt, so the other system's
+ * own idempotency turns a repeated call into a replay.
+ *
+ * Fencing: checkpoint() is allowed only to the attempt that holds the
+ * key's lease, checked exactly as complete(..., attempt) checks it
+ * (guard.c: lease_holder, which takes the key lock and raises IK004 for a
+ * taken-over, finished, unknown or expired key).  The key lock is held to
+ * the end of the caller's transaction, so a takeover's begin() waits for
+ * the phase to commit or roll back and then sees its point.  A key begun
+ * in single-transaction mode has no point to resume from (everything
+ * commits at once): IK004.
+ *
+ * derive_key(key, step, scope) = "idk_" + base32 (lowercase, no padding)
+ * of the first 128 bits of HMAC-SHA256(secret, role name, scope, key,
+ * step), each field length-prefixed so no two inputs collide.  The secret
+ * is the oldest row of idempotency.derive_secret, readable by the
+ * extension's owner only, so no other role can compute or guess another
+ * role's derived keys.  It is not idempotency.lock_secret: that one may
+ * be changed while no keys are in flight, but a changed derive secret
+ * would change the downstream key of a request still to be retried.  The
+ * role enters by name, not oid: the key table (and its in-progress keys)
+ * survive pg_dump by role name, and so do derived keys (ALTER ROLE ...
+ * RENAME changes them).
+ *
+ * Locking: checkpoint() takes the key lock (guard.c) and writes the row
+ * as the extension's owner in the caller's transaction (keystore.c);
+ * derive_key() reads the secret table and takes no lock of its own.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "common/hmac.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+
+#include "idempotency.h"
+
+#define DERIVE_SECRET_LEN 32	/* bytes of HMAC-SHA256 key */
+#define DERIVE_BITS_BYTES 16	/* 128 bits of the MAC are kept */
+#define DERIVE_PREFIX "idk_"
+
+/* ---------------------------------------------------------------------
+ * Local state
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_secret = NULL;
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * A name argument (a recovery point, a step): not null (22004), not empty
+ * and at most idempotency.max_key_length characters (22023).
+ */
+static text *
+name_arg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what)));
+	if (pg_mbstrlen_with_len(VARDATA_ANY(t), len) > idem_max_key_length)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long", what),
+				 errdetail("The %s has %d characters; idempotency.max_key_length allows %d.",
+						   what, pg_mbstrlen_with_len(VARDATA_ANY(t), len),
+						   idem_max_key_length)));
+	return t;
+}
+
+/* 55000 unless the installed SQL objects have recovery points */
+static void
+require_recovery(const char *what)
+{
+	if (!idem_keystore_has_recovery())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s needs version 0.5.0 of extension idempotency", what),
+				 errdetail("The library is 0.5.0 or later, the extension's SQL objects are older."),
+				 errhint("Update the extension: ALTER EXTENSION idempotency UPDATE.")));
+}
+
+/* the oldest row of idempotency.derive_secret, read as the owner */
+static void
+load_derive_secret(uint8 *secret)
+{
+	Oid			nsp = get_namespace_oid("idempotency", true);
+	bool		isnull;
+	Datum		d;
+	bytea	   *b;
+
+	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("derive_secret", nsp)))
+		require_recovery("idempotency.derive_key()");	/* before the update */
+	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("derive_secret", nsp)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.derive_secret does not exist"),
+				 errhint("Update the extension: ALTER EXTENSION idempotency UPDATE.")));
+	SPI_connect();
+	if (idem_run_as_owner(&plan_secret,
+						  "SELECT s.secret FROM idempotency.derive_secret AS s"
+						  " ORDER BY s.created_at, s.secret LIMIT 1",
+						  0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.derive_secret is empty"),
+				 errdetail("derive_key() needs the secret the extension's install script creates."),
+				 errhint("Restore the row from a dump of this database; a new secret changes every derived key (see the README, \"derive_key()\").")));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	b = isnull ? NULL : DatumGetByteaPP(d);
+	if (b == NULL || VARSIZE_ANY_EXHDR(b) != DERIVE_SECRET_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.derive_secret holds no usable secret"),
+				 errdetail("The secret must be %d bytes.", DERIVE_SECRET_LEN)));
+	memcpy(secret, VARDATA_ANY(b), DERIVE_SECRET_LEN);
+	SPI_finish();
+}
+
+/* feed one length-prefixed field to the MAC */
+static void
+mac_field(pg_hmac_ctx *ctx, const char *data, uint32 len)
+{
+	uint8		lenbuf[4];
+
+	lenbuf[0] = (uint8) (len >> 24);
+	lenbuf[1] = (uint8) (len >> 16);
+	lenbuf[2] = (uint8) (len >> 8);
+	lenbuf[3] = (uint8) len;
+	if (pg_hmac_update(ctx, lenbuf, 4) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) data, len) < 0)
+		elog(ERROR, "could not compute HMAC-SHA256: %s", pg_hmac_error(ctx));
+}
+
+/* ---------------------------------------------------------------------
+ * SQL-callable functions
+ * ---------------------------------------------------------------------
+ */
+
+/* checkpoint(key, point, state, attempt, scope): record a recovery point */
+PG_FUNCTION_INFO_V1(idempotency_checkpoint);
+
+Datum
+idempotency_checkpoint(PG_FUNCTION_ARGS)
+{
+	KeyId		id = idem_keyid(fcinfo, 0, 4, "idempotency key");
+	text	   *point = name_arg(fcinfo, 1, "recovery point");
+	Jsonb	   *state = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	int32		attempt;
+	HeldKey    *held;
+	HeldKey		h;
+
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("attempt must not be null"),
+				 errhint("Pass the attempts value that begin() returned.")));
+	attempt = PG_GETARG_INT32(3);
+	require_recovery("idempotency.checkpoint()");
+
+	held = idem_held_lookup(&id);
+	if (held && held->state == HELD_BEGUN)
+	{
+		idem_stats_count(&id, IDEM_STAT_IK004);
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s is not held by a lease", idem_describe_key(&id)),
+				 errdetail("This transaction began it without a lease; its work commits at once, so there is no point to resume from."),
+				 errhint("Begin the key with lease => an interval to run it in phases.")));
+	}
+
+	/* the attempt holds the lease (IK004 otherwise); takes the key lock */
+	idem_guard_lease_holder(&id, attempt, &h);
+	if (idem_keystore_checkpoint(&id, point, state) != 1)
+		elog(ERROR, "%s vanished under its key lock", idem_describe_key(&id));
+	PG_RETURN_VOID();
+}
+
+/* derive_key(key, step, scope) -> text: the key to give another system */
+PG_FUNCTION_INFO_V1(idempotency_derive_key);
+
+Datum
+idempotency_derive_key(PG_FUNCTION_ARGS)
+{
+	static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+	text	   *step = name_arg(fcinfo, 1, "step");
+	uint8		secret[DERIVE_SECRET_LEN];
+	uint8		mac[PG_SHA256_DIGEST_LENGTH];
+	char	   *role;
+	pg_hmac_ctx *ctx;
+	char		out[sizeof(DERIVE_PREFIX) + (DERIVE_BITS_BYTES * 8 + 4) / 5];
+	char	   *p;
+	uint32		acc = 0;
+	int			bits = 0;
+
+	load_derive_secret(secret);
+	role = GetUserNameFromId(id.owner, false);
+
+	ctx = pg_hmac_create(PG_SHA256);
+	if (ctx == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	if (pg_hmac_init(ctx, secret, DERIVE_SECRET_LEN) < 0)
+		elog(ERROR, "could not compute HMAC-SHA256: %s", pg_hmac_error(ctx));
+	mac_field(ctx, "idempotency.derive_key v1", strlen("idempotency.derive_key v1"));
+	mac_field(ctx, role, strlen(role));
+	mac_field(ctx, id.scope, id.scope_len);
+	mac_field(ctx, id.key, id.key_len);
+	mac_field(ctx, VARDATA_ANY(step), VARSIZE_ANY_EXHDR(step));
+	if (pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
+		elog(ERROR, "could not compute HMAC-SHA256: %s", pg_hmac_error(ctx));
+	pg_hmac_free(ctx);
+	explicit_bzero(secret, sizeof(secret));
+
+	/* base32 of the first 128 bits: 26 characters */
+	strcpy(out, DERIVE_PREFIX);
+	p = out + strlen(DERIVE_PREFIX);
+	for (int i = 0; i < DERIVE_BITS_BYTES; i++)
+	{
+		acc = (acc << 8) | mac[i];
+		bits += 8;
+		while (bits >= 5)
+		{
+			*p++ = alphabet[(acc >> (bits - 5)) & 31];
+			bits -= 5;
+		}
+	}
+	if (bits > 0)
+		*p++ = alphabet[(acc << (5 - bits)) & 31];
+	*p = '\0';
+	PG_RETURN_TEXT_P(cstring_to_text(out));
+}
