@@ -30,7 +30,8 @@
  *	- Server structs WE size (stack or palloc with our sizeof), each
  *	  unchanged in every minor release so far and filled only through the
  *	  server's macros or functions:
- *		ScanKeyData (keystore.c: ScanKeyEntryInitialize), HASHCTL
+ *		ScanKeyData (keystore.c: ScanKeyEntryInitialize; runas.c:
+ *		ScanKeyInit), HASHCTL
  *		(hash_create: heldkeys.c, machine.c, once.c, stats.c, target.c),
  *		LOCKTAG (keylock.c: SET_LOCKTAG_ADVISORY), BackgroundWorker
  *		(worker.c: RegisterBackgroundWorker, RegisterDynamicBackgroundWorker),
@@ -44,7 +45,9 @@
  *		trigdesc), FormData_pg_class (relkind, relam),
  *		FormData_pg_index (indkey, indnkeyatts), FormData_pg_attribute
  *		(atttypid, atttypmod, attnotnull, attisdropped),
- *		FormData_pg_namespace, FormData_pg_operator, TupleDescData
+ *		FormData_pg_namespace, FormData_pg_operator,
+ *		FormData_pg_extension (extowner), FormData_pg_database
+ *		(datname, datallowconn, datistemplate, datconnlimit), TupleDescData
  *		(natts), TupleTableSlot (tts_values, tts_isnull), EState
  *		(es_output_cid, es_tupleTable), PGPROC (pid; vxid.lxid or lxid
  *		below), VirtualTransactionId, SPITupleTable (SPI_tuptable),
