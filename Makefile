@@ -69,9 +69,21 @@ endif
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
 
-.PHONY: test demo
+.PHONY: test test-all demo
+# make test: this machine's PostgreSQL (pg_config).  make test PG=17 (or 18,
+# 15): the same suite inside a throwaway layer over the cached Debian chroot
+# of that major (test/chroot.sh; built once, as root).  make test-all: 15, 17
+# and 18, one line per major and the summed closing line (test/matrix).
+PG ?=
 test:
+ifeq ($(PG),)
 	bash test/run
+else
+	bash test/chroot.sh scratch $(PG) . make --no-print-directory COPT='$(COPT)' test
+endif
+
+test-all:
+	bash test/matrix
 
 demo:
 	bash demo/run

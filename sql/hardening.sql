@@ -169,11 +169,14 @@ COMMIT;
 -- parallel workers: a PARALLEL SAFE wrapper could escape the commit check
 CREATE FUNCTION parallel_begin(k text) RETURNS text LANGUAGE sql PARALLEL SAFE
   AS $$ SELECT outcome FROM idempotency.begin(k) $$;
-SET force_parallel_mode = on;
+-- (force_parallel_mode is named debug_parallel_query since 16: set whichever exists)
+SELECT name IS NOT NULL AS forced, set_config(name, 'on', false) AS parallel
+  FROM pg_catalog.pg_settings WHERE name IN ('force_parallel_mode', 'debug_parallel_query');
 SET parallel_leader_participation = off;
 SELECT parallel_begin('h-parallel');
 \echo :LAST_ERROR_SQLSTATE
-RESET force_parallel_mode;
+SELECT set_config(name, 'off', false) AS parallel
+  FROM pg_catalog.pg_settings WHERE name IN ('force_parallel_mode', 'debug_parallel_query');
 RESET parallel_leader_participation;
 SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key = 'h-parallel';
 DROP FUNCTION parallel_begin(text);

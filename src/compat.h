@@ -1,94 +1,127 @@
 /*-------------------------------------------------------------------------
  *
  * compat.h
- *	  Every difference between the PostgreSQL versions the extension builds
- *	  against (13 to 17), in one place.  The .c files use the names below
- *	  and never test PG_VERSION_NUM themselves.
+ *	  Every difference between the PostgreSQL majors the extension builds
+ *	  against, in one place.  The .c files use the names below and never
+ *	  test PG_VERSION_NUM themselves.
+ *
+ * Majors: 15, 17 and 18 are built with -Wall -Wextra -Werror and every
+ * suite runs on them (Debian bookworm, trixie and sid; test/chroot.sh,
+ * `make test-all`, .ci/run).  16 is UNTESTED: no Debian suite ships it, so
+ * it has never been compiled here; the thresholds at 160000 below are taken
+ * from the server's source, and every branch a 16 build would take is also
+ * the branch that 15 or 17 compiles and tests.  13 and 14 are not supported
+ * (their shims were never compiled either and were removed in 0.5.0).
+ *
+ * The minor-release ABI trap.  15.9, 16.5 and 17.1 added a field to
+ * ResultRelInfo: an extension that allocated one with its own sizeof (as
+ * makeNode(ResultRelInfo) in the extension does: makeNode expands to
+ * newNode(sizeof(...)) at OUR compile time) and handed it to the server's
+ * InitResultRelInfo, which zeroes the server's sizeof, overwrote memory
+ * (timescaledb crashed; 15.10, 16.6 and 17.2 restored the old size).  So:
+ *
+ *	- Executor nodes are allocated by the server, never by us:
+ *	  CreateExecutorState() for the EState, ExecGetTriggerResultRel() for
+ *	  the ResultRelInfo (IDEM_NEW_RESULT_REL below: the server's makeNode
+ *	  and InitResultRelInfo, so its sizeof is the running server's),
+ *	  ExecInitExtraTupleSlot()/table_slot_create() for slots,
+ *	  index_beginscan() for scans.  No RangeTblEntry, no range table.
+ *
+ *	- Server structs WE size (stack or palloc with our sizeof), each
+ *	  unchanged in every minor release so far and filled only through the
+ *	  server's macros or functions:
+ *		ScanKeyData (keystore.c: ScanKeyEntryInitialize; runas.c:
+ *		ScanKeyInit), HASHCTL
+ *		(hash_create: heldkeys.c, machine.c, once.c, stats.c, target.c),
+ *		LOCKTAG (keylock.c: SET_LOCKTAG_ADVISORY), BackgroundWorker
+ *		(worker.c: RegisterBackgroundWorker, RegisterDynamicBackgroundWorker),
+ *		FmgrInfo (once.c: fmgr_info_cxt), JsonbValue (once.c,
+ *		fingerprint.c, target.c: pushJsonbValue), StringInfoData
+ *		(initStringInfo).
+ *
+ *	- Server structs whose fields we read or write through a pointer the
+ *	  server gave us (a field offset compiled in):
+ *		RelationData (rd_rel, rd_rules, rd_index, rd_indcollation,
+ *		trigdesc), FormData_pg_class (relkind, relam),
+ *		FormData_pg_index (indkey, indnkeyatts), FormData_pg_attribute
+ *		(atttypid, atttypmod, attnotnull, attisdropped),
+ *		FormData_pg_namespace, FormData_pg_operator,
+ *		FormData_pg_extension (extowner), FormData_pg_database
+ *		(datname, datallowconn, datistemplate, datconnlimit), TupleDescData
+ *		(natts), TupleTableSlot (tts_values, tts_isnull), EState
+ *		(es_output_cid, es_tupleTable), PGPROC (pid; vxid.lxid or lxid
+ *		below), VirtualTransactionId, SPITupleTable (SPI_tuptable),
+ *		FunctionCallInfoBaseData (flinfo, context, resultinfo, nargs),
+ *		ReturnSetInfo (setResult, setDesc), ErrorData, Query
+ *		(utilityStmt), JsonbValue read back from JsonbIterator.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef IDEMPOTENCY_COMPAT_H
 #define IDEMPOTENCY_COMPAT_H
 
+#if PG_VERSION_NUM < 150000
+#error "idempotency needs PostgreSQL 15 or later (tested: 15, 17, 18)"
+#endif
+
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "access/table.h"
+#include "common/base64.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "executor/executor.h"
 #include "nodes/pg_list.h"
-#include "utils/tuplestore.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/tuplestore.h"
 
-#if PG_VERSION_NUM >= 140000
-#include "common/cryptohash.h"
-#endif
-#include "common/sha2.h"
-
-#if PG_VERSION_NUM >= 160000
-#include "parser/parse_relation.h"
-#endif
 #if PG_VERSION_NUM >= 170000
 #include "storage/procarray.h"
-#include "storage/procnumber.h"
 #else
 #include "storage/sinvaladt.h"
 #endif
 
 /* ---------------------------------------------------------------------
- * sha256: pg_cryptohash since 14 (final() takes the length since 15)
+ * sha256 (pg_cryptohash; the same on every supported major)
  * ---------------------------------------------------------------------
  */
 typedef struct IdemSha256
 {
-#if PG_VERSION_NUM >= 140000
 	pg_cryptohash_ctx *ctx;
-#else
-	pg_sha256_ctx ctx;
-#endif
 } IdemSha256;
 
 static inline void
 idem_sha256_init(IdemSha256 *st)
 {
-#if PG_VERSION_NUM >= 140000
 	st->ctx = pg_cryptohash_create(PG_SHA256);
 	if (pg_cryptohash_init(st->ctx) < 0)
 		elog(ERROR, "could not initialize sha256 context");
-#else
-	pg_sha256_init(&st->ctx);
-#endif
 }
 
 static inline void
 idem_sha256_update(IdemSha256 *st, const void *data, size_t len)
 {
-#if PG_VERSION_NUM >= 140000
 	if (pg_cryptohash_update(st->ctx, (const uint8 *) data, len) < 0)
 		elog(ERROR, "could not update sha256 context");
-#else
-	pg_sha256_update(&st->ctx, (const uint8 *) data, len);
-#endif
 }
 
 /* out has PG_SHA256_DIGEST_LENGTH (32) bytes */
 static inline void
 idem_sha256_final(IdemSha256 *st, uint8 *out)
 {
-#if PG_VERSION_NUM >= 150000
 	if (pg_cryptohash_final(st->ctx, out, PG_SHA256_DIGEST_LENGTH) < 0)
 		elog(ERROR, "could not finalize sha256 context");
 	pg_cryptohash_free(st->ctx);
-#elif PG_VERSION_NUM >= 140000
-	if (pg_cryptohash_final(st->ctx, out) < 0)
-		elog(ERROR, "could not finalize sha256 context");
-	pg_cryptohash_free(st->ctx);
-#else
-	pg_sha256_final(&st->ctx, out);
-#endif
 }
 
 /* ---------------------------------------------------------------------
- * the PGPROC of a virtual transaction's backend (ProcNumber since 17)
+ * the PGPROC of a virtual transaction's backend: ProcNumber since 17
+ * (storage/procarray.h), BackendId before (storage/sinvaladt.h)
  * ---------------------------------------------------------------------
  */
 #if PG_VERSION_NUM >= 170000
@@ -108,38 +141,46 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
 #endif
 
 /* ---------------------------------------------------------------------
- * executor: the range table takes permission infos since 16
+ * executor: a ResultRelInfo for rel (locked by the caller), allocated and
+ * initialised by the server (makeNode + InitResultRelInfo inside
+ * ExecGetTriggerResultRel, so its sizeof is the running server's: see the
+ * ABI trap above), with no range-table entry (index 0, as core's own
+ * trigger and partition-routing targets have).  The relation is opened
+ * once more (NoLock); IDEM_FREE_RESULT_REL closes its indexes and that
+ * reference.  ExecCloseResultRelations() must not see it (it asserts that
+ * such an entry has no open indexes): we never call it.
  * ---------------------------------------------------------------------
  */
-#if PG_VERSION_NUM >= 180000
-/* 18: and the relids that partition pruning left (here: the one relation) */
-#define IDEM_INIT_RANGE_TABLE(estate, rte) \
-	do { \
-		List	   *perminfos_ = NIL; \
-		addRTEPermissionInfo(&perminfos_, (rte)); \
-		ExecInitRangeTable((estate), list_make1(rte), perminfos_, \
-						   bms_make_singleton(1)); \
-	} while (0)
-#elif PG_VERSION_NUM >= 160000
-#define IDEM_INIT_RANGE_TABLE(estate, rte) \
-	do { \
-		List	   *perminfos_ = NIL; \
-		addRTEPermissionInfo(&perminfos_, (rte)); \
-		ExecInitRangeTable((estate), list_make1(rte), perminfos_); \
-	} while (0)
-#else
-#define IDEM_INIT_RANGE_TABLE(estate, rte) \
-	ExecInitRangeTable((estate), list_make1(rte))
-#endif
+#define IDEM_NEW_RESULT_REL(estate, rel) \
+	ExecGetTriggerResultRel((estate), RelationGetRelid(rel), NULL)
 
-/* the primary key index: 18 asks whether a deferrable one will do (no) */
+static inline void
+idem_free_result_rel(ResultRelInfo *rri)
+{
+	ExecCloseIndices(rri);
+	table_close(rri->ri_RelationDesc, NoLock);
+}
+
+/* the executor's simple-relation insert (as logical replication apply) */
+#define IDEM_SIMPLE_INSERT(rri, estate, slot) \
+	ExecSimpleRelationInsert((rri), (estate), (slot))
+
+/* ---------------------------------------------------------------------
+ * relcache and index scans
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The primary key index (InvalidOid if none).  18 returns a deferrable one
+ * only when asked: as before 18, a deferrable primary key is none.
+ */
 #if PG_VERSION_NUM >= 180000
 #define IDEM_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex((rel), false)
 #else
 #define IDEM_PRIMARY_KEY_INDEX(rel) RelationGetPrimaryKeyIndex(rel)
 #endif
 
-/* index_beginscan takes scan instrumentation since 18 (none here) */
+/* an index scan; 18 takes instrumentation (none here) */
 #if PG_VERSION_NUM >= 180000
 #define IDEM_INDEX_BEGINSCAN(heap, index, snap, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snap), NULL, (nkeys), (norderbys))
@@ -148,92 +189,43 @@ idem_sha256_final(IdemSha256 *st, uint8 *out)
 	index_beginscan((heap), (index), (snap), (nkeys), (norderbys))
 #endif
 
-/* pg_b64_encode's source is uint8 since 18 */
-#if PG_VERSION_NUM >= 180000
-#define IDEM_B64_SRC(p) ((const uint8 *) (p))
-#else
-#define IDEM_B64_SRC(p) ((const char *) (p))
-#endif
-
-/* MERGE exists since 15 */
-#if PG_VERSION_NUM >= 150000
-#define IDEM_IS_MERGE_TAG(tag) ((tag) == T_MergeStmt)
-#else
-#define IDEM_IS_MERGE_TAG(tag) false
-#endif
-
-/* parse analysis takes a query environment since 15 */
-#if PG_VERSION_NUM >= 150000
-#define IDEM_PARSE_ANALYZE_VARPARAMS(rs, sql, types, ntypes) \
-	parse_analyze_varparams((rs), (sql), (types), (ntypes), NULL)
-#else
-#define IDEM_PARSE_ANALYZE_VARPARAMS(rs, sql, types, ntypes) \
-	parse_analyze_varparams((rs), (sql), (types), (ntypes))
-#endif
-
-/* the executor's simple-relation insert takes the ResultRelInfo since 14 */
-#if PG_VERSION_NUM >= 140000
-#define IDEM_SIMPLE_INSERT(rri, estate, slot) \
-	ExecSimpleRelationInsert((rri), (estate), (slot))
-#else
-#define IDEM_SIMPLE_INSERT(rri, estate, slot) \
-	do { \
-		(estate)->es_result_relation_info = (rri); \
-		ExecSimpleRelationInsert((estate), (slot)); \
-	} while (0)
-#endif
-
 /* ---------------------------------------------------------------------
- * set-returning functions in materialize mode: InitMaterializedSRF since 15
+ * base64 of bytes: 18 takes them as uint8, before as char
  * ---------------------------------------------------------------------
  */
+#if PG_VERSION_NUM >= 180000
+#define IDEM_B64_ENCODE(src, len, dst, dstlen) \
+	pg_b64_encode((const uint8 *) (src), (len), (dst), (dstlen))
+#else
+#define IDEM_B64_ENCODE(src, len, dst, dstlen) \
+	pg_b64_encode((const char *) (src), (len), (dst), (dstlen))
+#endif
+
+/* MERGE's statement tag */
+#define IDEM_IS_MERGE_TAG(tag) ((tag) == T_MergeStmt)
+
+/* parse analysis with parameters of types the parser may resolve */
+#define IDEM_PARSE_ANALYZE_VARPARAMS(rs, sql, types, ntypes) \
+	parse_analyze_varparams((rs), (sql), (types), (ntypes), NULL)
+
+/* set-returning functions in materialize mode */
 static inline void
 idem_init_materialized_srf(FunctionCallInfo fcinfo)
 {
-#if PG_VERSION_NUM >= 150000
 	InitMaterializedSRF(fcinfo, 0);
-#else
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TupleDesc	tupdesc;
-	MemoryContext old;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		!(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("materialize mode required, but it is not allowed in this context")));
-	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
-	MemoryContextSwitchTo(old);
-#endif
 }
 
-/* ---------------------------------------------------------------------
- * GUCs: MarkGUCPrefixReserved since 15
- * ---------------------------------------------------------------------
- */
-#if PG_VERSION_NUM >= 150000
+/* GUCs: no other library may take our prefix */
 #define IDEM_RESERVE_GUC_PREFIX(prefix) MarkGUCPrefixReserved(prefix)
-#else
-#define IDEM_RESERVE_GUC_PREFIX(prefix) EmitWarningsOnPlaceholders(prefix)
-#endif
 
 /* ---------------------------------------------------------------------
  * shared memory of a preloaded library: requested from shmem_request_hook
- * since 15 (which refuses requests made elsewhere), from _PG_init before.
- * idem_request_shmem(fn), called from _PG_init, makes fn request it
- * (RequestAddinShmemSpace, RequestNamedLWLockTranche) at the right time,
- * chaining any previous hook.
+ * (which refuses requests made elsewhere).  idem_request_shmem(fn), called
+ * from _PG_init, makes fn request it (RequestAddinShmemSpace,
+ * RequestNamedLWLockTranche) at the right time, chaining any previous hook.
  * ---------------------------------------------------------------------
  */
 typedef void (*IdemShmemRequestFn) (void);
-
-#if PG_VERSION_NUM >= 150000
-#include "miscadmin.h"
 
 static IdemShmemRequestFn idem_shmem_request_fn pg_attribute_unused() = NULL;
 static shmem_request_hook_type idem_prev_shmem_request_hook pg_attribute_unused() = NULL;
@@ -253,13 +245,6 @@ idem_request_shmem(IdemShmemRequestFn fn)
 	idem_prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = idem_shmem_request_chain;
 }
-#else
-static inline void
-idem_request_shmem(IdemShmemRequestFn fn)
-{
-	fn();
-}
-#endif
 
 /* ---------------------------------------------------------------------
  * a database left half-dropped by an interrupted DROP DATABASE (marked by
@@ -273,54 +258,31 @@ idem_request_shmem(IdemShmemRequestFn fn)
 #endif
 
 /* ---------------------------------------------------------------------
- * Encoding conversion that stops at what it cannot convert, and the
- * valid prefix of a string: both since 14 (pg_do_encoding_conversion_buf
- * with noError, pg_encoding_verifymbstr).  13 converts only whole strings
- * and raises on what it cannot: there, keep the ASCII prefix, which every
- * server encoding spells alike.  dest has room for len *
- * MAX_CONVERSION_GROWTH + 1 bytes; both return the bytes of src taken.
+ * Encoding conversion that stops at what it cannot convert
+ * (pg_do_encoding_conversion_buf with noError), and the valid prefix of a
+ * string (pg_encoding_verifymbstr): the same on every supported major.
+ * dest has room for len * MAX_CONVERSION_GROWTH + 1 bytes; both return the
+ * bytes of src taken.
  * ---------------------------------------------------------------------
  */
-static inline int
-idem_ascii_prefix(const char *src, int len, char *dest)
-{
-	int			n = 0;
-
-	while (n < len && !IS_HIGHBIT_SET(src[n]))
-	{
-		dest[n] = src[n];
-		n++;
-	}
-	dest[n] = '\0';
-	return n;
-}
-
 static inline int
 idem_convert_prefix(Oid proc, int src_encoding, int dest_encoding,
 					const char *src, int len, char *dest)
 {
-#if PG_VERSION_NUM >= 140000
 	return pg_do_encoding_conversion_buf(proc, src_encoding, dest_encoding,
 										 (unsigned char *) src, len,
 										 (unsigned char *) dest,
 										 len * MAX_CONVERSION_GROWTH + 1, true);
-#else
-	return idem_ascii_prefix(src, len, dest);
-#endif
 }
 
 static inline int
 idem_valid_prefix(int encoding, const char *src, int len, char *dest)
 {
-#if PG_VERSION_NUM >= 140000
 	int			n = pg_encoding_verifymbstr(encoding, src, len);
 
 	memcpy(dest, src, n);
 	dest[n] = '\0';
 	return n;
-#else
-	return idem_ascii_prefix(src, len, dest);
-#endif
 }
 
 #endif							/* IDEMPOTENCY_COMPAT_H */

@@ -136,7 +136,7 @@ http_response(FunctionCallInfo fcinfo, bool body_is_bytea)
 			int			enclen = pg_b64_enc_len(len);
 			char	   *enc = palloc(enclen + 1);
 
-			enclen = pg_b64_encode(IDEM_B64_SRC(data), len, enc, enclen);
+			enclen = IDEM_B64_ENCODE(data, len, enc, enclen);
 			if (enclen < 0)
 				elog(ERROR, "base64 encoding failed");
 			v.val.string.val = enc;

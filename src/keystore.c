@@ -384,6 +384,7 @@ store_resolve(void)
 	int			ncols = 0;
 	bool		fast;
 	bool		citus;
+	Oid			pk = InvalidOid;
 
 	if (OidIsValid(store_relid))
 		return;
@@ -434,12 +435,12 @@ store_resolve(void)
 	/* the probe needs a btree primary key on exactly (owner, scope, key) */
 	if (fast)
 	{
-		list_free(RelationGetIndexList(rel));
-		fast = OidIsValid(rel->rd_pkindex);
+		pk = IDEM_PRIMARY_KEY_INDEX(rel);
+		fast = OidIsValid(pk);
 	}
 	if (fast)
 	{
-		Relation	index = index_open(rel->rd_pkindex, AccessShareLock);
+		Relation	index = index_open(pk, AccessShareLock);
 		int			seen = 0;
 
 		fast = index->rd_rel->relam == BTREE_AM_OID &&
@@ -534,9 +535,7 @@ probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
 	 * The primary key as the relcache knows it now that the table is locked
 	 * (store_resolve() checked its columns).
 	 */
-	if (!heap->rd_indexvalid)
-		list_free(RelationGetIndexList(heap));
-	index = index_open(heap->rd_pkindex, AccessShareLock);
+	index = index_open(IDEM_PRIMARY_KEY_INDEX(heap), AccessShareLock);
 	slot = table_slot_create(heap, NULL);
 
 	for (int i = 0; i < 3; i++)
@@ -647,16 +646,11 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 {
 	TupleDesc	td = RelationGetDescr(rel);
 	EState	   *estate = CreateExecutorState();
-	RangeTblEntry *rte = makeNode(RangeTblEntry);
-	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 
-	rte->rtekind = RTE_RELATION;
-	rte->relid = RelationGetRelid(rel);
-	rte->relkind = rel->rd_rel->relkind;
-	rte->rellockmode = RowExclusiveLock;
-	IDEM_INIT_RANGE_TABLE(estate, rte);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	/* allocated by the server, never by us (compat.h: the ABI trap) */
+	rri = IDEM_NEW_RESULT_REL(estate, rel);
 	estate->es_output_cid = GetCurrentCommandId(true);
 	ExecOpenIndices(rri, false);
 
@@ -671,7 +665,7 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 	ExecStoreVirtualTuple(slot);
 	IDEM_SIMPLE_INSERT(rri, estate, slot);
 
-	ExecCloseIndices(rri);
+	idem_free_result_rel(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
 }

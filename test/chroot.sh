@@ -3,8 +3,9 @@
 # version matrix (and anything else that must not touch the host's server).
 #
 #   test/chroot.sh ensure MAJOR       cached chroot with PostgreSQL MAJOR and its
-#                                     server headers, pgTAP, the TAP modules and a
-#                                     compiler; built once (debootstrap + apt),
+#                                     server headers, pgTAP, the TAP modules, a
+#                                     compiler and the driver/client suites'
+#                                     packages; built once (debootstrap + apt),
 #                                     then reused: prints its directory
 #   test/chroot.sh fresh MAJOR DIR    a new chroot in DIR, nothing installed but
 #                                     debootstrap's minbase (downloaded .deb files
@@ -13,12 +14,22 @@
 #   test/chroot.sh run DIR CMD...     run CMD as root inside chroot DIR with /proc,
 #                                     a tmpfs /dev/shm, /dev/pts, the host's TLS
 #                                     roots and name resolution; unmounted after
+#   test/chroot.sh scratch MAJOR SRC CMD...
+#                                     run CMD in a throwaway copy-on-write layer
+#                                     (overlayfs) over the cached chroot of MAJOR,
+#                                     from a copy of the checkout SRC in /root/src
+#                                     (mode 700, without .git and build products);
+#                                     nothing it installs or writes reaches the
+#                                     cache, and runs in parallel do not collide
+#   test/chroot.sh copy SRC DEST      copy a checkout as scratch does (for fresh)
+#   test/chroot.sh remove DIR         remove a chroot made by fresh, refusing while
+#                                     anything is mounted below it
 #   test/chroot.sh suite MAJOR        the Debian suite that ships MAJOR
 #
 # MAJOR: 15 (bookworm), 17 (trixie), 18 (sid).  The cache lives outside the
 # checkout, in $IDEM_CACHE (default /var/cache/idempotency): chroots in
 # chroot/pgMAJOR, downloaded packages in apt/SUITE (shared by every chroot of
-# that suite, so a fresh chroot downloads nothing twice).  A chroot whose
+# that suite, so a fresh chroot downloads nothing twice; see mount_all).  A chroot whose
 # build was interrupted has no .ready file and is built again.
 set -eu -o pipefail
 
@@ -43,19 +54,41 @@ need_host_tools() {
 		{ apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
 }
 
-# mount what a chroot needs to run servers and package tools; umount_all undoes it
+# mount what a chroot needs to run servers and package tools; umount_all
+# undoes it.  Downloaded packages: a chroot of our own (ensure, fresh) gets
+# hard links to the cached .deb files of its suite before, and the cache
+# gets the new ones after (seed_debs, harvest_debs): sharing the archive
+# directory itself would make two apt-get runs of one suite fail on its lock.
+# A scratch layer, which installs nothing as a rule, mounts it (shared=1).
 MOUNTED=()
-mount_all() {
-	local dir=$1 suite=$2
+mount_all() {	# dir suite [shared]
+	local dir=$1 suite=$2 shared=${3:-0}
 	mkdir -p "$dir/proc" "$dir/dev/shm" "$dir/dev/pts" "$dir/etc/ssl/certs" \
 		"$dir/var/cache/apt/archives" "$CACHE/apt/$suite"
 	mount -t proc proc "$dir/proc" && MOUNTED+=("$dir/proc")
 	mount -t tmpfs -o size=2g,mode=1777 shm "$dir/dev/shm" && MOUNTED+=("$dir/dev/shm")
 	mount -t devpts -o newinstance,ptmxmode=0666 devpts "$dir/dev/pts" && MOUNTED+=("$dir/dev/pts")
 	mount --bind /etc/ssl/certs "$dir/etc/ssl/certs" && MOUNTED+=("$dir/etc/ssl/certs")
-	mount --bind "$CACHE/apt/$suite" "$dir/var/cache/apt/archives" &&
-		MOUNTED+=("$dir/var/cache/apt/archives")
+	if [ "$shared" = 1 ]; then
+		mount --bind "$CACHE/apt/$suite" "$dir/var/cache/apt/archives" &&
+			MOUNTED+=("$dir/var/cache/apt/archives")
+	else
+		seed_debs "$dir" "$suite"
+	fi
 	cp /etc/resolv.conf /etc/hosts "$dir/etc/" 2>/dev/null || true
+}
+seed_debs() {	# dir suite
+	find "$CACHE/apt/$2" -maxdepth 1 -name '*.deb' \
+		-exec ln -f -t "$1/var/cache/apt/archives/" {} + 2>/dev/null ||
+		find "$CACHE/apt/$2" -maxdepth 1 -name '*.deb' \
+			-exec cp -n -t "$1/var/cache/apt/archives/" {} + 2>/dev/null || true
+}
+harvest_debs() {	# dir suite
+	local f
+	for f in "$1"/var/cache/apt/archives/*.deb; do
+		[ -f "$f" ] && [ ! -e "$CACHE/apt/$2/${f##*/}" ] || continue
+		ln "$f" "$CACHE/apt/$2/" 2>/dev/null || cp "$f" "$CACHE/apt/$2/" || true
+	done
 }
 umount_all() {
 	local i
@@ -91,40 +124,115 @@ bootstrap() {	# suite dir
 	echo "$suite" >"$dir/.suite"
 }
 
+# what a cached chroot has: the server, its headers, pgTAP, the TAP modules and
+# a compiler; and what the driver and client suites would install anyway
+# (test/drivers/run, test/clients/run), so that a run in a throwaway layer
+# does not unpack a JDK and node each time
+packages_of() {	# major
+	local m=$1
+	echo "postgresql-$m postgresql-server-dev-$m postgresql-$m-pgtap postgresql-contrib-$m" \
+		"libipc-run-perl libtap-parser-sourcehandler-pgtap-perl make gcc libc6-dev ca-certificates" \
+		"pgbouncer python3-psycopg python3-psycopg-pool python3-fastapi python3-uvicorn" \
+		"python3-httpx python3-flask libpostgresql-jdbc-java default-jdk-headless nodejs npm"
+}
+
 ensure() {	# major
-	local major=$1 suite dir
+	local major=$1 suite dir want
 	suite=$(suite_of "$major")
 	dir=$CACHE/chroot/pg$major
-	if [ -f "$dir/.ready" ]; then
+	want=$(packages_of "$major")
+	# .ready holds the package list it was built with; a longer list is
+	# installed into the existing chroot, without a new debootstrap
+	if [ -f "$dir/.ready" ] && [ "$(cat "$dir/.ready")" = "$want" ]; then
 		echo "$dir"
 		return 0
 	fi
 	[ "$(id -u)" = 0 ] || die "building a chroot needs root"
-	rm -rf "$dir"
 	mkdir -p "$CACHE/chroot"
-	bootstrap "$suite" "$dir" >&2
+	exec 9>"$dir.lock"
+	flock 9
+	if [ -f "$dir/.ready" ] && [ "$(cat "$dir/.ready")" = "$want" ]; then
+		echo "$dir"
+		return 0
+	fi
+	if [ ! -f "$dir/.ready" ]; then
+		rm -rf "$dir"
+		bootstrap "$suite" "$dir" >&2
+	fi
 	trap umount_all EXIT
 	mount_all "$dir" "$suite"
-	in_chroot "$dir" sh -c "apt-get update -qq && apt-get install -y -qq \
-		postgresql-$major postgresql-server-dev-$major postgresql-$major-pgtap \
-		postgresql-contrib-$major \
-		libipc-run-perl libtap-parser-sourcehandler-pgtap-perl make gcc libc6-dev \
-		ca-certificates" >"$dir.install.log" 2>&1 || {
+	# shellcheck disable=SC2086
+	in_chroot "$dir" sh -c "apt-get update -qq && apt-get install -y -qq $want" \
+		>"$dir.install.log" 2>&1 || {
 		tail -n 20 "$dir.install.log" >&2
 		umount_all
 		die "installing PostgreSQL $major into $dir failed"
 	}
 	rm -f "$dir.install.log"
+	harvest_debs "$dir" "$suite"
 	# Debian's postinst makes a cluster and may start it; the tests make their own
 	in_chroot "$dir" sh -c "pg_dropcluster --stop $major main 2>/dev/null; true" >&2
 	umount_all
 	trap - EXIT
-	touch "$dir/.ready"
+	echo "$want" >"$dir/.ready"
+	exec 9>&-
 	echo "$dir"
+}
+
+# remove a directory once nothing is mounted below it (a bind mount of the
+# host's /etc/ssl/certs is on the same file system: rm would go into it)
+safe_rm() {	# dir
+	if grep -q " $1/" /proc/mounts; then
+		echo "test/chroot.sh: left $1: something is still mounted below it" >&2
+		return 1
+	fi
+	rm -rf "$1"
+}
+
+# copy a checkout without .git and build products (all is built anew)
+copy_src() {	# src dest
+	mkdir -p "$2"
+	chmod 700 "$2"
+	tar -C "$1" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+		--exclude=./results --exclude=./tmp_check --exclude=./test/output \
+		--exclude=node_modules -cf - . | tar -C "$2" -xf -
+}
+
+scratch() {	# major src cmd...
+	local major=$1 src=$2 base suite rc tmp
+	shift 2
+	[ -d "$src" ] || die "$src is not a directory"
+	base=$(ensure "$major")
+	suite=$(suite_of "$major")
+	SCRATCH=$(mktemp -d /tmp/idempotency-chroot.XXXXXX)
+	tmp=$SCRATCH
+	mkdir "$tmp/upper" "$tmp/work" "$tmp/root"
+	trap 'umount_all; umount -l "$SCRATCH/root" 2>/dev/null; safe_rm "$SCRATCH"' EXIT
+	mount -t overlay overlay \
+		-o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$tmp/root" ||
+		die "cannot mount an overlay over $base"
+	copy_src "$src" "$tmp/root/root/src"
+	mount_all "$tmp/root" "$suite" 1
+	set +e
+	in_chroot "$tmp/root" sh -c 'cd /root/src && exec "$@"' sh "$@"
+	rc=$?
+	set -e
+	return $rc
 }
 
 cmd=${1:-}
 case "$cmd" in
+scratch)
+	scratch "${2:?MAJOR}" "${3:?SRC}" "${@:4}"
+	;;
+copy)
+	copy_src "${2:?SRC}" "${3:?DEST}"
+	;;
+remove)
+	dir=${2:?DIR}
+	[ -f "$dir/.suite" ] || die "$dir is not a chroot made here"
+	safe_rm "$dir"
+	;;
 suite)
 	suite_of "${2:?MAJOR}"
 	;;
@@ -149,10 +257,11 @@ run)
 	in_chroot "$dir" "$@"
 	rc=$?
 	umount_all
+	harvest_debs "$dir" "$suite"
 	exit $rc
 	;;
 *)
-	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

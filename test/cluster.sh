@@ -63,10 +63,31 @@ cluster_stop() {
 	CLUSTER_DIR=""
 }
 
+# pg_major: the PostgreSQL major to install and test: $PG_MAJOR if set, else
+# the one pg_config reports, else the one this Debian release ships
+# (bookworm 15, trixie 17, forky/sid 18), else 15.
+pg_major() {
+	local v
+	if [ -n "${PG_MAJOR:-}" ]; then
+		echo "$PG_MAJOR"
+		return
+	fi
+	v=$(${PG_CONFIG:-pg_config} --version 2>/dev/null | sed -nE 's/^PostgreSQL ([0-9]+).*/\1/p')
+	if [ -z "$v" ] && [ -r /etc/os-release ]; then
+		case "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" in
+		bookworm) v=15 ;;
+		trixie) v=17 ;;
+		forky | sid) v=18 ;;
+		esac
+	fi
+	echo "${v:-15}"
+}
+
 # ensure_packages: install the Debian packages the suites need when missing.
 ensure_packages() {
-	local pkgs=() p
-	for p in postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap libipc-run-perl \
+	local pkgs=() p m
+	m=$(pg_major)
+	for p in postgresql-$m postgresql-server-dev-$m postgresql-$m-pgtap libipc-run-perl \
 		libtap-parser-sourcehandler-pgtap-perl make gcc; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs+=("$p")
 	done
