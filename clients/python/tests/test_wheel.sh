@@ -92,7 +92,7 @@ EOF
 typed() {
 	cd "$W" && env -u PYTHONPATH "$V/bin/python" -m mypy --strict --cache-dir "$MYPY_CACHE/app" typed_app.py || return 1
 	! env -u PYTHONPATH "$V/bin/python" -m mypy --strict --cache-dir "$MYPY_CACHE/app" typed_bad.py >"$W/bad.log" 2>&1 &&
-		grep -q 'incompatible types in assignment (expression has type "Optional\[str\]"' -i "$W/bad.log"
+		grep -qiE 'incompatible types in assignment \(expression has type "(Optional\[str\]|str \| None)"' "$W/bad.log"
 }
 check "mypy --strict on a typed app against the installed package: clean; a type error in it is caught (py.typed read)" typed
 
