@@ -63,12 +63,14 @@ need_host_tools() {
 MOUNTED=()
 mount_all() {	# dir suite [shared]
 	local dir=$1 suite=$2 shared=${3:-0}
-	mkdir -p "$dir/proc" "$dir/dev/shm" "$dir/dev/pts" "$dir/etc/ssl/certs" \
+	mkdir -p "$dir/proc" "$dir/dev/shm" "$dir/dev/pts" "$dir/usr/local/share/ca-host" \
 		"$dir/var/cache/apt/archives" "$CACHE/apt/$suite"
 	mount -t proc proc "$dir/proc" && MOUNTED+=("$dir/proc")
 	mount -t tmpfs -o size=2g,mode=1777 shm "$dir/dev/shm" && MOUNTED+=("$dir/dev/shm")
 	mount -t devpts -o newinstance,ptmxmode=0666 devpts "$dir/dev/pts" && MOUNTED+=("$dir/dev/pts")
-	mount --bind /etc/ssl/certs "$dir/etc/ssl/certs" && MOUNTED+=("$dir/etc/ssl/certs")
+	# the host's TLS roots for npm, as a copy: a bind mount of /etc/ssl/certs
+	# let the chroot's ssl-cert and ca-certificates rewrite the host's files
+	cp /etc/ssl/certs/ca-certificates.crt "$dir/usr/local/share/ca-host/" 2>/dev/null || true
 	if [ "$shared" = 1 ]; then
 		mount --bind "$CACHE/apt/$suite" "$dir/var/cache/apt/archives" &&
 			MOUNTED+=("$dir/var/cache/apt/archives")
@@ -103,7 +105,7 @@ in_chroot() {	# dir cmd...
 	shift
 	env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		HOME=/root LANG=C.UTF-8 TERM=dumb DEBIAN_FRONTEND=noninteractive CI="${CI:-}" \
-		NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
+		NODE_EXTRA_CA_CERTS=/usr/local/share/ca-host/ca-certificates.crt \
 		chroot "$dir" "$@"
 }
 
@@ -196,6 +198,12 @@ copy_src() {	# src dest
 	tar -C "$1" --exclude=./.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
 		--exclude=./results --exclude=./tmp_check --exclude=./test/output \
 		--exclude=node_modules -cf - . | tar -C "$2" -xf -
+	# the third-party sources the suites build from (Citus), beside it as in
+	# a clone: ../shared/vendor
+	if [ -d "$1/../shared/vendor" ]; then
+		mkdir -p "$2/../shared"
+		cp -R "$1/../shared/vendor" "$2/../shared/"
+	fi
 }
 
 scratch() {	# major src cmd...
