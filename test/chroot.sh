@@ -71,6 +71,13 @@ mount_all() {	# dir suite [shared]
 	# the host's TLS roots for npm, as a copy: a bind mount of /etc/ssl/certs
 	# let the chroot's ssl-cert and ca-certificates rewrite the host's files
 	cp /etc/ssl/certs/ca-certificates.crt "$dir/usr/local/share/ca-host/" 2>/dev/null || true
+	# and as the chroot's own bundle when it has none (chroots made while
+	# that bind mount hid their /etc/ssl/certs have an empty one): Python's
+	# ssl (pip, httpx) reads it
+	if [ ! -s "$dir/etc/ssl/certs/ca-certificates.crt" ]; then
+		mkdir -p "$dir/etc/ssl/certs"
+		cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/" 2>/dev/null || true
+	fi
 	if [ "$shared" = 1 ]; then
 		mount --bind "$CACHE/apt/$suite" "$dir/var/cache/apt/archives" &&
 			MOUNTED+=("$dir/var/cache/apt/archives")
