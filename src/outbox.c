@@ -332,9 +332,9 @@ topics_changed(void)
  * gen_random_uuid() (pg_strong_random: 30k instructions a call).
  */
 static Datum
-message_uuid(int64 id)
+message_uuid(int64 id, MemoryContext cxt)
 {
-	pg_uuid_t  *u = palloc(sizeof(pg_uuid_t));
+	pg_uuid_t  *u = MemoryContextAlloc(cxt, sizeof(pg_uuid_t));
 	KeyId		k;
 	uint64		h[2];
 	int			i;
@@ -632,6 +632,7 @@ idempotency_publish(PG_FUNCTION_ARGS)
 	TimestampTz available = now;
 	Topic		t;
 	int64		id;
+	MemoryContext caller_cxt;
 
 	not_null(fcinfo, 1, "payload");
 	if (!PG_ARGISNULL(3) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(3)))
@@ -647,6 +648,7 @@ idempotency_publish(PG_FUNCTION_ARGS)
 															PG_GETARG_DATUM(4)));
 	}
 
+	caller_cxt = CurrentMemoryContext;
 	SPI_connect();
 	topic_for_publish(topic, &t);
 
@@ -658,7 +660,8 @@ idempotency_publish(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum(id);
 	values[1] = Int32GetDatum(t.id);
 	values[2] = ObjectIdGetDatum(t.owner);
-	values[3] = message_uuid(id);
+	/* returned after SPI_finish(): allocated in the caller's context */
+	values[3] = message_uuid(id, caller_cxt);
 	values[4] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	nulls[4] = PG_ARGISNULL(2) ? 'n' : ' ';
 	values[5] = PG_GETARG_DATUM(1);
