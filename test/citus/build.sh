@@ -42,10 +42,11 @@ if [ -f "$PREFIX/.stamp" ] && [ "$(cat "$PREFIX/.stamp")" = "$key" ] &&
 	exit 0
 fi
 
-# the build dependencies (Debian), installed when missing
+# the build dependencies (Debian), installed when missing; gdb for the suite's
+# crash between PREPARE and COMMIT PREPARED
 pkgs=()
 for p in libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libssl-dev libselinux1-dev \
-	libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev flex autoconf make gcc \
+	libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev flex autoconf make gcc gdb \
 	postgresql-server-dev-$PGMAJOR; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs+=("$p")
 done
