@@ -26,6 +26,20 @@ as_pg() {
 	fi
 }
 
+# tcp_port: a TCP port for a test's own listener: below the kernel's
+# ephemeral range (so no outgoing connection of another process can hold
+# it) and with nothing listening on it on 127.0.0.1 now
+tcp_port() {
+	local lo=32768 p _
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null
+	[ "$lo" -gt 12000 ] 2>/dev/null || lo=32768
+	for _ in $(seq 50); do
+		p=$((10000 + RANDOM % (lo - 10000 - 4)))
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+	done
+	echo "$p"
+}
+
 cluster_start() {
 	[ -n "$PG_BINDIR" ] || PG_BINDIR=$(${PG_CONFIG:-pg_config} --bindir)
 	CLUSTER_DIR=$(mktemp -d /tmp/idempotency-pg.XXXXXX)
@@ -36,7 +50,7 @@ cluster_start() {
 		cat "$CLUSTER_DIR/initdb.log" >&2
 		return 1
 	}
-	PGPORT=${CLUSTER_PORT:-$((20000 + RANDOM % 20000))}
+	PGPORT=${CLUSTER_PORT:-$(tcp_port)}
 	{
 		echo "port = $PGPORT"
 		echo "listen_addresses = ''"

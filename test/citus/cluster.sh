@@ -19,7 +19,7 @@ citus_start() {
 	chmod 755 "$CITUS_DIR"
 	[ "$(id -u)" = 0 ] && chown postgres: "$CITUS_DIR"
 	HOST=$CITUS_DIR
-	port=$((20000 + RANDOM % 20000))
+	port=$(tcp_port)
 	PORT_C=$port PORT_W1=$((port + 1)) PORT_W2=$((port + 2))
 	for n in c w1 w2; do
 		as_pg "$CITUS_BIN/initdb" -D "$CITUS_DIR/$n" -U postgres -A trust --no-sync \
