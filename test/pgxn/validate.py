@@ -38,8 +38,17 @@ def validator():
         s = fix(json.loads(f.read_text()))
         store[s["$id"]] = s
     root = store["https://pgxn.org/meta/v1/distribution.schema.json"]
-    resolver = jsonschema.RefResolver.from_schema(root, store=store)
-    return jsonschema.Draft202012Validator(root, resolver=resolver)
+    try:
+        # jsonschema >= 4.18 (trixie, sid): a referencing registry; its
+        # RefResolver is deprecated and not consulted by every keyword
+        from referencing import Registry, Resource
+        registry = Registry().with_resources(
+            (uri, Resource.from_contents(s)) for uri, s in store.items())
+        return jsonschema.Draft202012Validator(root, registry=registry)
+    except ImportError:
+        # bookworm's jsonschema 4.10
+        resolver = jsonschema.RefResolver.from_schema(root, store=store)
+        return jsonschema.Draft202012Validator(root, resolver=resolver)
 
 
 def main(path):
