@@ -17,6 +17,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 
 #include "compat.h"
 #include "idempotency.h"
@@ -37,6 +38,35 @@ int			idem_stats_max = 1000;
 int			idem_log_waits_ms = -1;
 
 void		_PG_init(void);
+
+/*
+ * One relcache callback for the whole library, registered by the first
+ * cache that needs it in a process, not at load time: the server has ten
+ * slots per process, and with shared_preload_libraries a callback
+ * registered in _PG_init would take one in every process the postmaster
+ * starts, walsenders included, where Citus and pgoutput need theirs (a
+ * logical shard move failed with "out of relcache_callback_list slots").
+ */
+static bool relcache_watched = false;
+
+static void
+relcache_inval(Datum arg pg_attribute_unused(), Oid relid)
+{
+	idem_runas_relcache(relid);
+	idem_keyid_relcache(relid);
+	idem_keystore_relcache(relid);
+	idem_outbox_relcache(relid);
+}
+
+/* call before filling a cache that a relcache invalidation must clear */
+void
+idem_relcache_watch(void)
+{
+	if (relcache_watched)
+		return;
+	CacheRegisterRelcacheCallback(relcache_inval, (Datum) 0);
+	relcache_watched = true;
+}
 
 void
 _PG_init(void)
@@ -110,9 +140,7 @@ _PG_init(void)
 	IDEM_RESERVE_GUC_PREFIX("idempotency");
 
 	idem_runas_init();
-	idem_keyid_init();
 	idem_heldkeys_init();
-	idem_keystore_init();
 	idem_stats_init();
 
 	if (process_shared_preload_libraries_in_progress)

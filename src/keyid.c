@@ -77,8 +77,8 @@ static uint64 secret_k0;
 static uint64 secret_k1;
 static SPIPlanPtr plan_secret = NULL;
 
-static void
-secret_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
+void
+idem_keyid_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == secret_relid)
 		secret_stale = true;
@@ -111,8 +111,8 @@ le64(const uint8 *p)
 static void
 load_secret(void)
 {
-	Oid			nsp = get_namespace_oid("idempotency", true);
-	Oid			rel = OidIsValid(nsp) ? get_relname_relid("lock_secret", nsp) : InvalidOid;
+	Oid			nsp;
+	Oid			rel;
 	bool		isnull;
 	Datum		d;
 	bytea	   *secret;
@@ -123,6 +123,9 @@ load_secret(void)
 	 */
 	bool		parallel = IsInParallelMode();
 
+	idem_relcache_watch();
+	nsp = get_namespace_oid("idempotency", true);
+	rel = OidIsValid(nsp) ? get_relname_relid("lock_secret", nsp) : InvalidOid;
 	secret_relid = rel;
 	if (!OidIsValid(rel))
 	{
@@ -444,8 +447,3 @@ idempotency_lock_secret_changed(PG_FUNCTION_ARGS)
 	PG_RETURN_POINTER(NULL);
 }
 
-void
-idem_keyid_init(void)
-{
-	CacheRegisterRelcacheCallback(secret_inval_callback, (Datum) 0);
-}

@@ -240,12 +240,11 @@ typedef struct TopicCacheEntry
 
 static HTAB *topic_cache = NULL;
 static bool topic_cache_stale = false;
-static bool topic_callback_registered = false;
 static Oid	topic_relid = InvalidOid;
 static Oid	message_seq_relid = InvalidOid;
 
-static void
-topic_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
+void
+idem_outbox_relcache(Oid relid)
 {
 	if (!OidIsValid(relid) || relid == topic_relid || relid == message_seq_relid)
 	{
@@ -263,6 +262,7 @@ outbox_relids(void)
 
 	if (OidIsValid(topic_relid) && OidIsValid(message_seq_relid))
 		return;
+	idem_relcache_watch();
 	nsp = get_namespace_oid("idempotency", false);
 	topic_relid = get_relname_relid("outbox_topic", nsp);
 	message_seq_relid = get_relname_relid("outbox_message_id_seq", nsp);
@@ -281,11 +281,7 @@ topic_for_publish(const char *name, Topic *out)
 	TopicCacheEntry *e;
 	bool		found;
 
-	if (!topic_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(topic_inval_callback, (Datum) 0);
-		topic_callback_registered = true;
-	}
+	idem_relcache_watch();
 	if (topic_cache == NULL || topic_cache_stale)
 	{
 		HASHCTL		ctl;

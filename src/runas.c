@@ -75,8 +75,8 @@ owner_syscache_callback(Datum arg pg_attribute_unused(), int cacheid pg_attribut
 	ext_owner = InvalidOid;
 }
 
-static void
-owner_relcache_callback(Datum arg pg_attribute_unused(), Oid relid)
+void
+idem_runas_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == ext_owner_relid)
 		ext_owner = InvalidOid;
@@ -96,6 +96,7 @@ extension_owner(void)
 
 	if (OidIsValid(ext_owner))
 		return ext_owner;
+	idem_relcache_watch();
 	extoid = get_extension_oid("idempotency", true);
 	if (!OidIsValid(extoid))
 		ereport(ERROR,
@@ -254,5 +255,4 @@ void
 idem_runas_init(void)
 {
 	CacheRegisterSyscacheCallback(NAMESPACEOID, owner_syscache_callback, (Datum) 0);
-	CacheRegisterRelcacheCallback(owner_relcache_callback, (Datum) 0);
 }
