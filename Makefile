@@ -13,6 +13,7 @@ OBJS = \
 	src/heldkeys.o \
 	src/keylock.o \
 	src/keystore.o \
+	src/shard.o \
 	src/guard.o \
 	src/lifecycle.o \
 	src/ops.o \

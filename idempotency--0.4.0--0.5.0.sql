@@ -482,6 +482,7 @@ AS $$
 DECLARE
     t record;
     msgs pg_catalog.text;
+    convert pg_catalog.text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                     WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -490,6 +491,57 @@ BEGIN
                   DETAIL = 'The citus extension is not installed in this database, so there is nothing to distribute the idempotency tables over.',
                   HINT = 'On a Citus coordinator: CREATE EXTENSION citus; then call idempotency.distribute() again. A single server needs no set-up.';
     END IF;
+    -- Rows name their role by name, not by oid, on Citus: role oids differ
+    -- from node to node, and Citus copies shards between nodes (a shard
+    -- move, create_distributed_table over rows already there) in binary,
+    -- where a regrole is its oid, which on the other node is another role
+    -- or none (a moved key would be claimed again: paid twice).  The
+    -- role's name, as regrole prints it (quote_ident), survives any copy.
+    -- Every node's own copy of the tables, here first (with Citus's DDL
+    -- propagation: a table distributed already converts its shards), then
+    -- on each worker (their copies, which become the tables' shells there;
+    -- run_command_on_workers runs one statement).
+    convert := $do$
+DO $conv$
+DECLARE
+    t pg_catalog.text;
+    p pg_catalog.name;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message'] LOOP
+        CONTINUE WHEN (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+                        WHERE a.attrelid OPERATOR(pg_catalog.=)
+                              ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass
+                          AND a.attname OPERATOR(pg_catalog.=) 'owner')
+                      OPERATOR(pg_catalog.<>) 'pg_catalog.regrole'::pg_catalog.regtype;
+        -- a worker's shell of a table distributed already: the
+        -- coordinator's ALTER converts it (and would wait for us here)
+        CONTINUE WHEN NOT pg_catalog.citus_is_coordinator()
+                  AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS d
+                               WHERE d.logicalrelid OPERATOR(pg_catalog.=)
+                                     ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass);
+        FOR p IN SELECT y.polname FROM pg_catalog.pg_policy AS y
+                  WHERE y.polrelid OPERATOR(pg_catalog.=)
+                        ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass
+        LOOP
+            EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I', p, t);
+        END LOOP;
+        EXECUTE pg_catalog.format('ALTER TABLE idempotency.%I ALTER COLUMN owner TYPE pg_catalog.text'
+                                  ' USING owner::pg_catalog.text', t);
+        EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
+                                  ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.quote_ident(CURRENT_USER))',
+                                  t OPERATOR(pg_catalog.||) '_own_rows', t);
+    END LOOP;
+END
+$conv$
+$do$;
+    EXECUTE convert;
+    FOR t IN SELECT w.nodename, w.nodeport, w.result
+               FROM pg_catalog.run_command_on_workers(convert) AS w
+              WHERE NOT w.success
+    LOOP
+        RAISE EXCEPTION 'idempotency.distribute() could not convert the owner columns on worker %:%', t.nodename, t.nodeport
+            USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = t.result;
+    END LOOP;
     FOR t IN
         SELECT v.tab, v.col, v.colocate
           FROM (VALUES (1, 'idempotency.idempotency_key', 'key', 'default'),
@@ -552,8 +604,8 @@ BEGIN
                           AND p.polname OPERATOR(pg_catalog.=) (t.tab OPERATOR(pg_catalog.||) '_own_rows_write')) THEN
             EXECUTE pg_catalog.format(
                 'CREATE POLICY %I ON idempotency.%I FOR ALL'
-                ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))'
-                ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
+                ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.quote_ident(CURRENT_USER))'
+                ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.quote_ident(CURRENT_USER))',
                 t.tab OPERATOR(pg_catalog.||) '_own_rows_write', t.tab);
         END IF;
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency.%I TO PUBLIC', t.tab);

@@ -8,6 +8,9 @@
 #   bare     INSERT INTO payments ...                    (bench/scripts/citus_bare.sql)
 #   once     once(key, ..., that INSERT), autocommit     (citus_once.sql: delegated)
 #   oncetx   the same once() inside BEGIN ... COMMIT      (citus_oncetx.sql: routed)
+#   deleg    the INSERT alone in a PL/pgSQL function that Citus delegates
+#            to the key's node as it delegates once() (citus_delegated.sql):
+#            the cost of delegation itself, the ceiling for once()
 #
 # through the coordinator and through worker 1, at 4 and 16 clients, each
 # right after its bare baseline; ratio = tps / bare tps of the same round.
@@ -42,6 +45,11 @@ CREATE TABLE public.payments (key text COLLATE "C" NOT NULL, amount int NOT NULL
 SELECT create_distributed_table('public.payments', 'key', colocate_with => 'idempotency.idempotency_key');
 CREATE ROLE app LOGIN;
 GRANT SELECT, INSERT ON public.payments TO app;
+CREATE FUNCTION public.pay(k text, node text) RETURNS void LANGUAGE plpgsql
+AS $$ BEGIN INSERT INTO public.payments (key, amount, node) VALUES (k, 1, node); END $$;
+SELECT create_distributed_function('public.pay(text, text)', 'k', colocate_with := 'public.payments',
+                                   force_delegation := true);
+GRANT EXECUTE ON FUNCTION public.pay(text, text) TO app;
 SQL
 
 tps() {	# node script clients
@@ -52,18 +60,20 @@ tps() {	# node script clients
 
 echo "Citus 13.2.2, PostgreSQL $(psql -AtX -p "$PORT_C" -c 'SHOW server_version'), coordinator + 2 workers on one machine ($(nproc) cores), ${SECS} s per run, $ROUNDS round(s)"
 echo
-echo "| entry node | clients | bare tps | once() tps | once() / bare | once() in BEGIN..COMMIT tps | ratio |"
-echo "|---|---|---|---|---|---|---|"
+echo "| entry node | clients | bare tps | delegated INSERT tps | / bare | once() tps | once() / bare | once() / delegated | once() in BEGIN..COMMIT tps | / bare |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$ROUNDS"); do
 	for node in c w1; do
 		for c in $CLIENTS; do
 			b=$(tps "$node" bare "$c")
+			d=$(tps "$node" delegated "$c")
 			o=$(tps "$node" once "$c")
 			b2=$(tps "$node" bare "$c")
 			t=$(tps "$node" oncetx "$c")
 			name=$([ "$node" = c ] && echo coordinator || echo "worker 1")
-			awk -v n="$name" -v c="$c" -v b="$b" -v o="$o" -v b2="$b2" -v t="$t" 'BEGIN {
-				printf "| %s | %d | %.0f | %.0f | **%.2f** | %.0f | %.2f |\n", n, c, b, o, o / b, t, t / b2 }'
+			awk -v n="$name" -v c="$c" -v b="$b" -v d="$d" -v o="$o" -v b2="$b2" -v t="$t" 'BEGIN {
+				printf "| %s | %d | %.0f | %.0f | %.2f | %.0f | **%.2f** | %.2f | %.0f | %.2f |\n",
+					n, c, b, d, d / b, o, o / b, o / d, t, t / b2 }'
 		done
 	done
 done

@@ -544,7 +544,6 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 	h->attempts = stored.attempts;
 	h->created_at = stored.created_at;
 	h->expires_at = stored.expires_at;
-	h->shard_owner = stored.shard_owner;
 	h->has_hash = stored.has_hash;
 	memcpy(h->request_hash, stored.request_hash, FINGERPRINT_LEN);
 }

@@ -93,6 +93,9 @@ typedef struct SavedUser
 } SavedUser;
 
 extern void idem_runas_init(void);
+extern void idem_runas_relcache(Oid relid);
+/* idempotency.c: the library's one relcache callback, registered on first use */
+extern void idem_relcache_watch(void);
 extern void idem_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
 						 Oid *argtypes);
 extern void idem_as_owner(SavedUser *saved);
@@ -116,7 +119,7 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 extern void idem_fingerprint(Jsonb *jb, uint8 *out);
 
 /* keyid.c */
-extern void idem_keyid_init(void);
+extern void idem_keyid_relcache(Oid relid);
 extern char *idem_describe_key(const KeyId *id);
 extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
 extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
@@ -188,8 +191,6 @@ typedef struct HeldKey
 	TimestampTz locked_until;	/* lease end; 0 = none */
 	bool		reset_point;	/* new work over an expired row: the next
 								 * write clears its recovery point */
-	Oid			shard_owner;	/* Citus, lease holder check: the owner's oid
-								 * on the shard's node (checkpoint()) */
 	bool		has_hash;
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
@@ -227,10 +228,11 @@ typedef struct StoredKey
 	TimestampTz locked_until;	/* 0 when NULL */
 	text	   *recovery_point;	/* NULL when SQL NULL or no such column */
 	Jsonb	   *recovery_state;	/* NULL when SQL NULL or no such column */
-	Oid			shard_owner;	/* Citus: the owner's oid on the shard's node */
 } StoredKey;
 
-extern void idem_keystore_init(void);
+extern void idem_keystore_relcache(Oid relid);
+/* outbox.c: its topic cache */
+extern void idem_outbox_relcache(Oid relid);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
 								 MemoryContext outcxt);
 extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
@@ -239,8 +241,8 @@ extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
 								bool retryable);
 extern bool idem_keystore_has_recovery(void);
-extern uint64 idem_keystore_checkpoint(const KeyId *id, Oid shard_owner,
-									   text *point, Jsonb *state);
+extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
+									   Jsonb *state);
 /* Citus (issue 17): the key's shard serialises it */
 typedef enum IdemTable
 {
@@ -251,13 +253,16 @@ typedef enum IdemTable
 } IdemTable;
 
 /*
- * SQL comparing an owner column (regrole) with a parameter: a regrole, or
- * on a table Citus knows, the role's name as text (idem_owner_name()).
- * Role oids differ from node to node (Citus creates roles by name), and
- * Citus ships a regrole compared as an oid with the oid of the node where
- * the statement starts; the column's name is taken where the row lives.
- * (A text parameter, not a cast of a regrole one: Citus 13.2 cannot plan a
- * generic UPDATE with a cast of a parameter, and crashes trying.)
+ * SQL comparing an owner column with a parameter: a regrole, or on a table
+ * Citus knows, the role's name as text (idem_owner_name()).  Role oids
+ * differ from node to node (Citus creates roles by name), so on Citus the
+ * owner column is text holding the role's name as regrole prints it
+ * (distribute() converts it): Citus copies shards between nodes in binary,
+ * where a regrole is its oid, and a moved row would belong to another role
+ * or none.  The cast is a no-op on a text column (no function of a column,
+ * which Citus refuses in an UPDATE or DELETE).  (A text parameter, not a
+ * cast of a regrole one: Citus 13.2 cannot plan a generic UPDATE with a
+ * cast of a parameter, and crashes trying.)
  */
 #define IDEM_OWNER_EQ(col, param) \
 	col " OPERATOR(pg_catalog.=) " param
@@ -265,6 +270,9 @@ typedef enum IdemTable
 	col "::pg_catalog.text OPERATOR(pg_catalog.=) " param
 
 extern bool idem_citus_table(Oid relid);
+/* shard.c: Citus: the key's shard, when it is on this node */
+extern int64 idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid);
+extern void idem_shard_inval(Oid relid);
 extern bool idem_table_distributed(IdemTable t);
 extern bool idem_keystore_distributed(const KeyId *id);
 extern bool idem_keystore_claim(const HeldKey *h);

@@ -44,7 +44,7 @@
  *
  * Updates (a retry, the end of a lease, a checkpoint) are always a
  * prepared UPDATE (on Citus an upsert, and a checkpoint an UPDATE by the
- * owner's oid read on the shard: see the SQL below).
+ * owner's name: see the SQL below).
  *
  * Versions: the recovery point columns (recovery_point, recovery_state)
  * came with 0.5.0.  A 0.4.0 table (before or during ALTER EXTENSION
@@ -94,6 +94,7 @@
 #include "nodes/parsenodes.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -249,34 +250,52 @@ static const char *const sql_upsert_citus = UPSERT_CITUS;
 static const char *const sql_upsert_citus_rp =
 UPSERT_CITUS ", recovery_point = NULL, recovery_state = NULL";
 
-/*
- * Citus: after the columns (10, or 12 with the recovery point), the owner's
- * oid where the row lives (for forget() and checkpoint(): role oids differ
- * between nodes)
- */
-#define OWNER_OID ", k.owner::pg_catalog.oid"
-
+/* Citus: the owner by name (a text column there: see distribute()) */
 static const char *const sql_select_citus =
-SELECT_BASE OWNER_OID FROM_KEYS KEY_WHERE_CITUS;
+SELECT_BASE FROM_KEYS KEY_WHERE_CITUS;
 static const char *const sql_select_citus_rp =
-SELECT_BASE SELECT_RP OWNER_OID FROM_KEYS KEY_WHERE_CITUS;
+SELECT_BASE SELECT_RP FROM_KEYS KEY_WHERE_CITUS;
 /* Citus: the same reads, locking the row on the shard */
 static const char *const sql_select_lock =
-SELECT_BASE OWNER_OID FROM_KEYS KEY_WHERE_CITUS "   FOR UPDATE OF k";
+SELECT_BASE FROM_KEYS KEY_WHERE_CITUS "   FOR UPDATE OF k";
 static const char *const sql_select_lock_rp =
-SELECT_BASE SELECT_RP OWNER_OID FROM_KEYS KEY_WHERE_CITUS "   FOR UPDATE OF k";
+SELECT_BASE SELECT_RP FROM_KEYS KEY_WHERE_CITUS "   FOR UPDATE OF k";
 
 /*
- * Citus: checkpoint() by the owner's oid on the shard's node, which the
- * lease holder check read while locking the row (no cast of a parameter,
- * no STABLE function of a column: Citus routes it by the key)
+ * Citus: checkpoint() by the owner's name (the column is text there, so
+ * this is no function of a column, which Citus would refuse in an UPDATE)
  */
 static const char *const sql_checkpoint_citus =
 "UPDATE idempotency.idempotency_key AS k"
 "   SET recovery_point = $4, recovery_state = $5, updated_at = $6"
-" WHERE k.owner OPERATOR(pg_catalog.=) $1"
-"   AND k.scope OPERATOR(pg_catalog.=) $2"
-"   AND k.key OPERATOR(pg_catalog.=) $3";
+KEY_WHERE_CITUS;
+
+/*
+ * Citus, the key's shard on this node (shard.c): the same Citus statements
+ * on the shard table itself, as the table's owner, one set of plans per
+ * shard (the text names the shard).  See the file comment.
+ */
+typedef enum ShardStmt
+{
+	SS_CLAIM, SS_SELECT, SS_SELECT_RP, SS_LOCK, SS_LOCK_RP, SS_UPSERT,
+	SS_UPSERT_RP, SS_CHECKPOINT, SS_N
+} ShardStmt;
+
+static const char *const shard_tmpl[SS_N] = {
+	sql_claim, sql_select_citus, sql_select_citus_rp, sql_select_lock,
+	sql_select_lock_rp, sql_upsert_citus, sql_upsert_citus_rp,
+	sql_checkpoint_citus
+};
+
+typedef struct ShardPlans
+{
+	int64		shard;			/* hash key */
+	Oid			relid;			/* the shard table when planned */
+	char	   *sql[SS_N];		/* texts naming it (TopMemoryContext) */
+	SPIPlanPtr	plans[SS_N];
+} ShardPlans;
+
+static HTAB *shard_plans = NULL;
 
 /* what an error context callback says */
 typedef struct StoreErrorArg
@@ -289,14 +308,15 @@ typedef struct StoreErrorArg
  * Helpers
  * ---------------------------------------------------------------------
  */
-static void
-store_inval_callback(Datum arg pg_attribute_unused(), Oid relid)
+void
+idem_keystore_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == store_relid)
 		store_relid = InvalidOid;
 	for (int i = 0; i < IDEM_NTABLES; i++)
 		if (relid == InvalidOid || relid == table_relid[i])
 			table_relid[i] = InvalidOid;
+	idem_shard_inval(relid);
 }
 
 static void
@@ -350,6 +370,25 @@ idem_citus_table(Oid relid)
 }
 
 /*
+ * On Citus a table's owner column holds the role's name (text): see
+ * IDEM_OWNER_EQ_CITUS.  A table distributed by hand, without distribute(),
+ * still has a regrole there: refuse it rather than compare oids of another
+ * node.
+ */
+static void
+citus_owner_check(Oid relid, const char *table)
+{
+	AttrNumber	att = get_attnum(relid, "owner");
+
+	if (att != InvalidAttrNumber && get_atttype(relid, att) == REGROLEOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.%s is distributed by Citus, but its owner column is a regrole", table),
+				 errdetail("Role oids differ from node to node, and Citus copies shards between nodes in binary; on Citus the owner column holds the role's name."),
+				 errhint("On the coordinator, run SELECT idempotency.distribute(); it converts the column.")));
+}
+
+/*
  * Is table t of the extension known to Citus?  Then its statements compare
  * owners by name (IDEM_OWNER_EQ_CITUS).  Cached until the table changes;
  * false when it does not exist (an older version of the extension).
@@ -359,12 +398,18 @@ idem_table_distributed(IdemTable t)
 {
 	if (!OidIsValid(table_relid[t]))
 	{
-		Oid			nsp = get_namespace_oid("idempotency", true);
-		Oid			relid = OidIsValid(nsp) ? get_relname_relid(table_names[t], nsp) : InvalidOid;
+		Oid			nsp;
+		Oid			relid;
 
+		idem_relcache_watch();
+		nsp = get_namespace_oid("idempotency", true);
+		relid = OidIsValid(nsp) ? get_relname_relid(table_names[t], nsp) : InvalidOid;
 		if (!OidIsValid(relid))
 			return false;
 		table_citus[t] = idem_citus_table(relid);
+		/* (state machines are a reference table, written through Citus only) */
+		if (table_citus[t] && t != IDEM_TABLE_MACHINE)
+			citus_owner_check(relid, table_names[t]);
 		table_relid[t] = relid;
 	}
 	return table_citus[t];
@@ -388,6 +433,7 @@ store_resolve(void)
 
 	if (OidIsValid(store_relid))
 		return;
+	idem_relcache_watch();
 	nsp = get_namespace_oid("idempotency", true);
 	if (OidIsValid(nsp))
 		relid = get_relname_relid("idempotency_key", nsp);
@@ -403,6 +449,8 @@ store_resolve(void)
 		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
 		bad_table("It is not a table.");
 	citus = idem_citus_table(relid);
+	if (citus)
+		citus_owner_check(relid, "idempotency_key");
 	fast = rel->rd_rel->relkind == RELKIND_RELATION &&
 		rel->trigdesc == NULL && rel->rd_rules == NULL && !citus;
 	for (int i = 0; i < td->natts; i++)
@@ -510,6 +558,80 @@ check_writable(const KeyId *id)
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot store %s in a read-only transaction", idem_describe_key(id))));
+}
+
+/*
+ * Citus: the plans for key id's shard when the shard is on this node (its
+ * metadata lock then held: shard.c), else NULL (Citus's route).  The key
+ * table must be resolved.
+ */
+static ShardPlans *
+local_shard(const KeyId *id)
+{
+	Oid			shard_relid;
+	int64		shard;
+	bool		found;
+	ShardPlans *sp;
+
+	shard = idem_local_shard(store_relid, id, &shard_relid);
+	if (shard == 0)
+		return NULL;
+	if (shard_plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(ShardPlans);
+		shard_plans = hash_create("idempotency shard plans", 32, &ctl,
+								  HASH_ELEM | HASH_BLOBS);
+	}
+	sp = hash_search(shard_plans, &shard, HASH_ENTER, &found);
+	if (!found)
+	{
+		memset(sp->sql, 0, sizeof(sp->sql));
+		memset(sp->plans, 0, sizeof(sp->plans));
+		sp->relid = shard_relid;
+	}
+	if (sp->relid != shard_relid)
+	{
+		/* the shard table was made anew (moved away and back): plan again */
+		for (int i = 0; i < SS_N; i++)
+			if (sp->plans[i] != NULL)
+			{
+				SPI_freeplan(sp->plans[i]);
+				sp->plans[i] = NULL;
+			}
+		sp->relid = shard_relid;
+	}
+	return sp;
+}
+
+/* run statement k on the shard of sp (inside SPI), as the table's owner */
+static uint64
+shard_run(ShardPlans *sp, ShardStmt k, int nargs, Oid *argtypes,
+		  Datum *values, const char *nulls, int expect_rc)
+{
+	if (sp->sql[k] == NULL)
+	{
+		const char *shell = "idempotency.idempotency_key";
+		const char *tmpl = shard_tmpl[k];
+		const char *at = strstr(tmpl, shell);
+		char	   *nsp = get_namespace_name(get_rel_namespace(sp->relid));
+		char	   *rel = get_rel_name(sp->relid);
+		StringInfoData buf;
+
+		if (at == NULL || nsp == NULL || rel == NULL)
+			elog(ERROR, "shard " INT64_FORMAT " of idempotency.idempotency_key is gone", sp->shard);
+		initStringInfo(&buf);
+		appendBinaryStringInfo(&buf, tmpl, at - tmpl);
+		appendStringInfoString(&buf, quote_qualified_identifier(nsp, rel));
+		appendStringInfoString(&buf, at + strlen(shell));
+		sp->sql[k] = MemoryContextStrdup(TopMemoryContext, buf.data);
+		pfree(buf.data);
+	}
+	return idem_run_as(true, &sp->plans[k], sp->sql[k], nargs, argtypes, values,
+					   nulls, expect_rc);
 }
 
 /* ---------------------------------------------------------------------
@@ -691,15 +813,22 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	bool		isnull;
 	Datum		d;
 
+	ShardPlans *sp = NULL;
+
 	key_values(id, values);
 	if (store_citus)
 	{
 		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
 		argtypes[0] = TEXTOID;
 		values[0] = idem_owner_name(id->owner);
+		sp = local_shard(id);
 	}
 	SPI_connect();
-	if (lock && store_recovery)
+	if (sp != NULL)
+		n = shard_run(sp, lock ? (store_recovery ? SS_LOCK_RP : SS_LOCK) :
+					  (store_recovery ? SS_SELECT_RP : SS_SELECT),
+					  3, argtypes, values, NULL, SPI_OK_SELECT);
+	else if (lock && store_recovery)
 		n = idem_run_as(false, &plan_select_lock_rp, sql_select_lock_rp, 3,
 						argtypes, values, NULL, SPI_OK_SELECT);
 	else if (lock)
@@ -783,11 +912,6 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 				out->recovery_state = DatumGetJsonbPCopy(d);
 			MemoryContextSwitchTo(old);
 		}
-		/* Citus: the owner's oid on the shard's node, after the columns */
-		if (store_citus)
-			out->shard_owner = DatumGetObjectId(SPI_getbinval(tup, td,
-															  store_recovery ? 13 : 11,
-															  &isnull));
 	}
 	SPI_finish();
 	return true;
@@ -977,10 +1101,15 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	store_resolve();
 	if (store_citus)
 	{
+		ShardPlans *sp = local_shard(&h->id);
+
 		/* the row this transaction claimed or locked, or a new one */
 		SPI_connect();
 		connected = true;
-		if (h->reset_point && store_recovery)
+		if (sp != NULL)
+			done = shard_run(sp, h->reset_point && store_recovery ? SS_UPSERT_RP : SS_UPSERT,
+							 NUM_BASE_COLS, col_types, values, nulls, SPI_OK_INSERT) > 0;
+		else if (h->reset_point && store_recovery)
 			done = idem_run_as(false, &plan_upsert_citus_rp, sql_upsert_citus_rp,
 							   NUM_BASE_COLS, col_types, values, nulls,
 							   SPI_OK_INSERT) > 0;
@@ -1047,20 +1176,19 @@ idem_keystore_has_recovery(void)
 /*
  * checkpoint(): set the recovery point and state of key id, whose lease
  * the caller holds (the key lock too: guard.c's lease holder check; on
- * Citus the row lock on the shard, and shard_owner is the owner's oid
- * that check read there).  In the caller's transaction, as the extension's
+ * Citus the row lock on the shard).  In the caller's transaction, as the extension's
  * owner (on Citus as the caller, like every Citus statement).  Returns the
  * rows updated (1, or 0 if the row is gone, which the locks rule out).
  */
 uint64
-idem_keystore_checkpoint(const KeyId *id, Oid shard_owner, text *point,
-						 Jsonb *state)
+idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 {
 	Oid			argtypes[6] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID,
 							   TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	uint64		n;
+	ShardPlans *sp;
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {id, "storing the recovery point of"};
 
@@ -1083,14 +1211,20 @@ idem_keystore_checkpoint(const KeyId *id, Oid shard_owner, text *point,
 	else
 		nulls[4] = 'n';
 	values[5] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	store_resolve();
+	sp = store_citus ? local_shard(id) : NULL;
 	SPI_connect();
 	if (store_citus)
 	{
-		argtypes[0] = OIDOID;
-		values[0] = ObjectIdGetDatum(shard_owner);
+		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
+		argtypes[0] = TEXTOID;
+		values[0] = idem_owner_name(id->owner);
+	}
+	if (sp != NULL)
+		n = shard_run(sp, SS_CHECKPOINT, 6, argtypes, values, nulls, SPI_OK_UPDATE);
+	else if (store_citus)
 		n = idem_run_as(false, &plan_checkpoint_citus, sql_checkpoint_citus, 6,
 						argtypes, values, nulls, SPI_OK_UPDATE);
-	}
 	else
 		n = idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes,
 							  values, nulls, SPI_OK_UPDATE);
@@ -1115,6 +1249,7 @@ idem_keystore_claim(const HeldKey *h)
 	Datum		values[NUM_COLS];
 	char		nulls[NUM_COLS];
 	bool		inserted;
+	ShardPlans *sp;
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {&h->id, "claiming"};
 
@@ -1124,16 +1259,17 @@ idem_keystore_claim(const HeldKey *h)
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 	row_values(h, "in_progress", NULL, true, false, values, nulls);
+	store_resolve();
+	sp = local_shard(&h->id);
 	SPI_connect();
-	inserted = idem_run_as(false, &plan_claim, sql_claim, NUM_BASE_COLS,
-						   col_types, values, nulls, SPI_OK_INSERT) > 0;
+	if (sp != NULL)
+		inserted = shard_run(sp, SS_CLAIM, NUM_BASE_COLS, col_types, values,
+							 nulls, SPI_OK_INSERT) > 0;
+	else
+		inserted = idem_run_as(false, &plan_claim, sql_claim, NUM_BASE_COLS,
+							   col_types, values, nulls, SPI_OK_INSERT) > 0;
 	SPI_finish();
 	error_context_stack = errcb.previous;
 	return inserted;
 }
 
-void
-idem_keystore_init(void)
-{
-	CacheRegisterRelcacheCallback(store_inval_callback, (Datum) 0);
-}

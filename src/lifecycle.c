@@ -240,15 +240,6 @@ idempotency_purge(PG_FUNCTION_ARGS)
 static SPIPlanPtr plan_issue = NULL;
 static SPIPlanPtr plan_consume = NULL;
 static SPIPlanPtr plan_consume_citus = NULL;
-static SPIPlanPtr plan_consume_lock_citus = NULL;
-
-#define CONSUME_LOCK_SQL_CITUS \
-	"SELECT t.owner::pg_catalog.oid FROM idempotency.token AS t" \
-	" WHERE t.token OPERATOR(pg_catalog.=) $1" \
-	"   AND " IDEM_OWNER_EQ_CITUS("t.owner", "$2") \
-	"   AND t.scope OPERATOR(pg_catalog.=) $3" \
-	"   AND t.expires_at OPERATOR(pg_catalog.>) $4" \
-	"   FOR UPDATE OF t"
 
 #define CONSUME_SQL(owner_eq) \
 	"DELETE FROM idempotency.token AS t" \
@@ -317,23 +308,11 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (idem_table_distributed(IDEM_TABLE_TOKEN))
 	{
-		/*
-		 * Citus: lock the token where it lives, then delete it by the
-		 * owner's oid there (role oids differ between nodes; idempotency.h)
-		 */
+		/* Citus: the owner by name (role oids differ between nodes; idempotency.h) */
 		argtypes[1] = TEXTOID;
 		values[1] = idem_owner_name(GetUserId());
-		consumed = idem_run_as(false, &plan_consume_lock_citus, CONSUME_LOCK_SQL_CITUS,
-									 4, argtypes, values, NULL, SPI_OK_SELECT) > 0;
-		if (consumed)
-		{
-			bool		isnull;
-
-			argtypes[1] = OIDOID;
-			values[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-			consumed = idem_run_as(false, &plan_consume_citus, CONSUME_SQL(IDEM_OWNER_EQ),
-										 4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
-		}
+		consumed = idem_run_as(false, &plan_consume_citus, CONSUME_SQL(IDEM_OWNER_EQ_CITUS),
+							   4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	}
 	else
 		consumed = idem_run_as_owner(&plan_consume, CONSUME_SQL(IDEM_OWNER_EQ),

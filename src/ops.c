@@ -22,8 +22,8 @@
  *
  * On Citus (the key table distributed) forget() locks the row on the key's
  * shard (keystore.c: idem_keystore_lock), so a begin() through any node
- * waits for it, and deletes it by the owner's oid read there (role oids
- * differ between nodes).
+ * waits for it, and deletes it by the owner's name (role oids differ
+ * between nodes; idempotency.h).
  *
  * Both write through the ordinary paths (an SQL DELETE as the extension's
  * owner, keystore.c's UPDATE), so read-only transactions and hot standbys
@@ -135,13 +135,10 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (idem_keystore_distributed(&id))
 	{
-		/*
-		 * the owner's oid where the row lives, as the locking lookup read
-		 * it (role oids differ between nodes; idempotency.h)
-		 */
-		argtypes[0] = OIDOID;
-		values[0] = ObjectIdGetDatum(stored.shard_owner);
-		deleted = idem_run_as(false, &plan_forget_citus, FORGET_SQL(IDEM_OWNER_EQ),
+		/* the owner by name (role oids differ between nodes; idempotency.h) */
+		argtypes[0] = TEXTOID;
+		values[0] = idem_owner_name(id.owner);
+		deleted = idem_run_as(false, &plan_forget_citus, FORGET_SQL(IDEM_OWNER_EQ_CITUS),
 									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	}
 	else

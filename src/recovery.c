@@ -210,7 +210,7 @@ idempotency_checkpoint(PG_FUNCTION_ARGS)
 
 	/* the attempt holds the lease (IK004 otherwise); takes the key lock */
 	idem_guard_lease_holder(&id, attempt, &h);
-	if (idem_keystore_checkpoint(&id, h.shard_owner, point, state) != 1)
+	if (idem_keystore_checkpoint(&id, point, state) != 1)
 		elog(ERROR, "%s vanished under its key lock", idem_describe_key(&id));
 	PG_RETURN_VOID();
 }
