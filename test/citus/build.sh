@@ -42,12 +42,15 @@ if [ -f "$PREFIX/.stamp" ] && [ "$(cat "$PREFIX/.stamp")" = "$key" ] &&
 	exit 0
 fi
 
-# the build dependencies (Debian), installed when missing; gdb for the suite's
-# crash between PREPARE and COMMIT PREPARED
+# the build dependencies (Debian), installed when missing: what Citus links
+# (lz4, zstd, ssl, curl: see configure below) and what the server's headers
+# include (gssapi and openssl in libpq-int.h, ICU in pg_locale.h); gdb for
+# the suite's crash between PREPARE and COMMIT PREPARED.  Not the server's
+# whole build-dependency list: sid's libselinux1-dev, say, is at times not
+# installable beside its libselinux1, and Citus does not need it.
 pkgs=()
-for p in libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libssl-dev libselinux1-dev \
-	libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev flex autoconf make gcc gdb \
-	postgresql-server-dev-$PGMAJOR; do
+for p in liblz4-dev libzstd-dev libkrb5-dev libssl-dev libicu-dev libcurl4-openssl-dev \
+	zlib1g-dev make gcc gdb postgresql-server-dev-$PGMAJOR; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs+=("$p")
 done
 if [ ${#pkgs[@]} -gt 0 ]; then
@@ -88,9 +91,17 @@ if grep -q 'extern bool have_createdb_privilege' \
 	perl -0pi -e 's/static inline bool\nhave_createdb_privilege\(void\)\n\{.*?\n\}\n//s' \
 		"$SRC/src/include/pg_version_compat.h" || exit 2
 fi
+# Citus without libcurl (it would only report usage statistics, which
+# configure leaves off anyway), unless the server itself was built with it
+# (PostgreSQL 18: OAuth): its pg_config.h then defines HAVE_LIBCURL, and
+# Citus's statistics code includes curl.h and calls libcurl whatever
+# --without-libcurl says, so it must link it
+curl=--without-libcurl
+grep -q '^#define HAVE_LIBCURL 1' "$PREFIX/include/postgresql/$PGMAJOR/server/pg_config.h" &&
+	curl=--with-libcurl
 (
 	cd "$SRC" &&
-		./configure --without-libcurl PG_CONFIG="$BIN/pg_config" &&
+		./configure "$curl" PG_CONFIG="$BIN/pg_config" &&
 		make -j2 PG_CONFIG="$BIN/pg_config" &&
 		make install PG_CONFIG="$BIN/pg_config"
 ) >"$LOG" 2>&1 || { tail -n 60 "$LOG" >&2; exit 2; }
