@@ -290,7 +290,7 @@ run)
 	exit $rc
 	;;
 *)
-	sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
