@@ -20,7 +20,11 @@
 #                                     from a copy of the checkout SRC in /root/src
 #                                     (mode 700, without .git and build products);
 #                                     nothing it installs or writes reaches the
-#                                     cache, and runs in parallel do not collide
+#                                     cache, and runs in parallel do not collide;
+#                                     except /var/cache/idempotency there, the
+#                                     chroot's own cache of builds (Citus:
+#                                     test/citus/build.sh), bind-mounted from
+#                                     the cached chroot and kept, like the host's
 #   test/chroot.sh copy SRC DEST      copy a checkout as scratch does (for fresh)
 #   test/chroot.sh remove DIR         remove a chroot made by fresh, refusing while
 #                                     anything is mounted below it
@@ -136,13 +140,15 @@ bootstrap() {	# suite dir
 # what a cached chroot has: the server, its headers, pgTAP, the TAP modules and
 # a compiler; and what the driver and client suites would install anyway
 # (test/drivers/run, test/clients/run), so that a run in a throwaway layer
-# does not unpack a JDK and node each time
+# does not unpack a JDK and node each time; gdb for the Citus suite's crash
+# between PREPARE and COMMIT PREPARED (test/citus/run)
 packages_of() {	# major
 	local m=$1
 	echo "postgresql-$m postgresql-server-dev-$m postgresql-$m-pgtap postgresql-contrib-$m" \
 		"libipc-run-perl libtap-parser-sourcehandler-pgtap-perl make gcc libc6-dev ca-certificates" \
 		"pgbouncer python3-psycopg python3-psycopg-pool python3-fastapi python3-uvicorn" \
-		"python3-httpx python3-flask libpostgresql-jdbc-java default-jdk-headless nodejs npm"
+		"python3-httpx python3-flask libpostgresql-jdbc-java default-jdk-headless nodejs npm" \
+		"gdb"
 }
 
 ensure() {	# major
@@ -228,6 +234,14 @@ scratch() {	# major src cmd...
 		die "cannot mount an overlay over $base"
 	copy_src "$src" "$tmp/root/root/src"
 	mount_all "$tmp/root" "$suite" 1
+	# builds the tests cache outside the checkout (test/citus/build.sh: Citus
+	# into a private prefix) go to the cached chroot's own directory, past
+	# the overlay: a warm machine does not build them again, and they go
+	# when the chroot is made anew (a new server).  Runs in parallel share
+	# it; build.sh takes a lock there.
+	mkdir -p "$base/var/cache/idempotency" "$tmp/root/var/cache/idempotency"
+	mount --bind "$base/var/cache/idempotency" "$tmp/root/var/cache/idempotency" &&
+		MOUNTED+=("$tmp/root/var/cache/idempotency")
 	set +e
 	in_chroot "$tmp/root" sh -c 'cd /root/src && exec "$@"' sh "$@"
 	rc=$?
@@ -276,7 +290,7 @@ run)
 	exit $rc
 	;;
 *)
-	sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
