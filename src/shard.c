@@ -22,9 +22,10 @@
  * before they look at its placement (citus_custom_scan.c:
  * AcquireMetadataLocks), and a shard move or split takes it in ExclusiveLock
  * on every node before it switches the placement (BlockWritesToShardList).
- * We do the same: if the placement looks local, take the lock (an advisory
- * lock tag of class ADV_LOCKTAG_CLASS_CITUS_SHARD_METADATA, held until the
- * transaction ends) and read the placement again.  So a move waits for a
+ * We do the same: if the placement looks local, take that lock through
+ * Citus's own function (LockShardDistributionMetadata, so the tag is the
+ * one Citus computes; held until the transaction ends) and read the
+ * placement again.  So a move waits for a
  * transaction that wrote to the local shard, and a transaction that comes
  * after the move finds the placement gone and takes Citus's route.  The
  * verdict is remembered for the rest of the transaction (the lock keeps it
@@ -62,8 +63,17 @@
 #include "compat.h"
 #include "idempotency.h"
 
-/* Citus's advisory lock class for a shard's metadata (resource_lock.h) */
-#define CITUS_SHARD_METADATA_LOCK_CLASS 4
+/*
+ * Citus's LockShardDistributionMetadata(shardid, mode) (resource_lock.c,
+ * exported by citus.so): the lock its writes and its shard moves take.  For
+ * a hash-distributed table in a co-location group the tag is (co-location
+ * id, shard index) of class ADV_LOCKTAG_CLASS_CITUS_COLOCATED_SHARDS_METADATA,
+ * not the shard id: a lock of our own on the shard id never met a move's
+ * ExclusiveLock, so a write went into the old shard while it was copied
+ * (a key paid twice: test/citus/run, "a move waits for ...").
+ */
+typedef void (*CitusLockMetadataFn) (int64 shardid, LOCKMODE mode);
+static CitusLockMetadataFn citus_lock_metadata = NULL;
 /* pg_dist_placement.shardstate of an active placement */
 #define CITUS_SHARD_STATE_ACTIVE 1
 
@@ -105,6 +115,9 @@ resolve(void)
 								   makeString("get_shard_id_for_distribution_column")),
 						2, argtypes, true);
 	if (OidIsValid(fn))
+		citus_lock_metadata = (CitusLockMetadataFn)
+			load_external_function("citus", "LockShardDistributionMetadata", false, NULL);
+	if (OidIsValid(fn) && citus_lock_metadata != NULL)
 	{
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		fmgr_info_cxt(fn, &shard_fn, TopMemoryContext);
@@ -261,7 +274,6 @@ int64
 idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid)
 {
 	int64		shard;
-	LOCKTAG		tag;
 	char	   *relname;
 	char	   *name;
 	bool		known;
@@ -276,15 +288,13 @@ idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid)
 	if (shard != 0)
 	{
 		/*
-		 * The lock first, then the placement (as Citus's executor does).
-		 * Held since a verdict of this transaction: that verdict stays
-		 * true.  Newly taken (the first time, or after a rolled-back
-		 * subtransaction released it): read the placement.
+		 * The lock first, then the placement (as Citus's executor does),
+		 * each time: the lock is held until the transaction ends, so a
+		 * placement read under it stays true, but a rolled-back
+		 * subtransaction may have released it.
 		 */
-		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (shard >> 32),
-							 (uint32) shard, CITUS_SHARD_METADATA_LOCK_CLASS);
-		if (LockAcquire(&tag, ShareLock, false, false) != LOCKACQUIRE_ALREADY_HELD &&
-			!placement_local(shard))
+		citus_lock_metadata(shard, ShareLock);
+		if (!placement_local(shard))
 			shard = 0;
 	}
 	if (!known)
