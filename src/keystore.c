@@ -40,7 +40,11 @@
  *		   locks the existing row with idem_keystore_lock() (SELECT ... FOR
  *		   UPDATE on the shard).  Detected once and cached like the path
  *		   (Citus invalidates the table's relcache entry when it changes
- *		   pg_dist_partition).
+ *		   pg_dist_partition).  On the node that holds the key's shard the
+ *		   same statements run on the shard table itself (local_shard(),
+ *		   shard_run(); shard.c says when that is safe), as plain prepared
+ *		   statements without Citus's planner.  The owner column is text
+ *		   (role names) there: see IDEM_OWNER_EQ_CITUS.
  *
  * Updates (a retry, the end of a lease, a checkpoint) are always a
  * prepared UPDATE (on Citus an upsert, and a checkpoint an UPDATE by the
