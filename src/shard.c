@@ -288,14 +288,21 @@ idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid)
 	if (shard != 0)
 	{
 		/*
-		 * The lock first, then the placement (as Citus's executor does),
+		 * A placement elsewhere needs no lock (the statements go Citus's
+		 * way, which locks for itself).  One that looks local: the lock
+		 * first, then the placement again (as Citus's executor does),
 		 * each time: the lock is held until the transaction ends, so a
 		 * placement read under it stays true, but a rolled-back
 		 * subtransaction may have released it.
 		 */
-		citus_lock_metadata(shard, ShareLock);
-		if (!placement_local(shard))
-			shard = 0;
+		if (!known && !placement_local(shard))
+			shard = 0;			/* not here: Citus's route, no lock needed */
+		else
+		{
+			citus_lock_metadata(shard, ShareLock);
+			if (!placement_local(shard))
+				shard = 0;
+		}
 	}
 	if (!known)
 	{
