@@ -109,6 +109,8 @@ SELECT idempotency.checkpoint('rp-040', 'order_created', '{"order": 1}', 1);
 SELECT status, attempts, recovery_point, recovery_state FROM idempotency.lookup('rp-040');
 SELECT idempotency.complete('rp-040', '"done"', attempt => 1);
 SELECT outcome, response, recovery_point, recovery_state FROM idempotency.begin('rp-040');
+ALTER EXTENSION idempotency UPDATE TO '0.6.0';
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 INSERT INTO objects SELECT 'updated', o FROM extension_objects() o;
 
 -- the updates changed nothing a fresh install would not have

@@ -5,7 +5,7 @@ SELECT plan(121);
 -- schema and extension
 SELECT has_schema('idempotency');
 SELECT has_extension('idempotency', 'idempotency');
-SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '0.5.0', 'version 0.5.0');
+SELECT is((SELECT extversion FROM pg_extension WHERE extname = 'idempotency'), '0.6.0', 'version 0.6.0');
 SELECT is((SELECT extrelocatable FROM pg_extension WHERE extname = 'idempotency'), false, 'not relocatable');
 
 -- the key table

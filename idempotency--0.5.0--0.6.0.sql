@@ -1,0 +1,12 @@
+/* idempotency--0.5.0--0.6.0.sql: update from 0.5.0 to 0.6.0 */
+
+\echo Use "ALTER EXTENSION idempotency UPDATE TO '0.6.0'" to load this file. \quit
+
+-- Each concern of the second review (issue 25) keeps its own section below,
+-- so that work on one does not touch the lines of another.
+
+-- == outbox (issue 25, findings 1-3, 7, 8) ==
+
+-- == purge (issue 25, findings 6, 9) ==
+
+-- == identity (issue 25, findings 4, 5) ==
