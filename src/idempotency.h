@@ -125,6 +125,7 @@ extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
 extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
 						const char *what);
 extern uint64 idem_key_hash(const KeyId *id);
+extern void idem_unique128(uint8 *out);
 extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
 extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
@@ -233,6 +234,8 @@ typedef struct StoredKey
 extern void idem_keystore_relcache(Oid relid);
 /* outbox.c: its topic cache */
 extern void idem_outbox_relcache(Oid relid);
+extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
+							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
 								 MemoryContext outcxt);
 extern void idem_keystore_peek(const KeyId *id, StoredKey *out,

@@ -322,29 +322,19 @@ topics_changed(void)
 }
 
 /*
- * The message id: 128 bits of the keyed SipHash (keyid.c, the database's
- * lock secret) of the message's row id, as a version 4 UUID.  Unique as the
- * row ids are, unpredictable without the secret, and far cheaper than
- * gen_random_uuid() (pg_strong_random: 30k instructions a call).
+ * The message id: 128 fresh bits (keyid.c: idem_unique128, a per-process
+ * SipHash stream keyed by pg_strong_random) as a version 4 UUID.  Nothing
+ * a template clone, a restored dump or a rewound sequence copies enters it,
+ * so two databases never issue the same id (as 0.5.0 did, from the row id
+ * and the database's lock secret); far cheaper than gen_random_uuid()
+ * (pg_strong_random on every call).
  */
 static Datum
-message_uuid(int64 id, MemoryContext cxt)
+message_uuid(MemoryContext cxt)
 {
 	pg_uuid_t  *u = MemoryContextAlloc(cxt, sizeof(pg_uuid_t));
-	KeyId		k;
-	uint64		h[2];
-	int			i;
 
-	memset(&k, 0, sizeof(k));
-	k.key = (const char *) &id;
-	k.key_len = sizeof(id);
-	for (i = 0; i < 2; i++)
-	{
-		k.scope = i == 0 ? "outbox message id/0" : "outbox message id/1";
-		k.scope_len = strlen(k.scope);
-		h[i] = idem_key_hash(&k);
-	}
-	memcpy(u->data, h, UUID_LEN);
+	idem_unique128(u->data);
 	u->data[6] = (u->data[6] & 0x0f) | 0x40;	/* version 4 */
 	u->data[8] = (u->data[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
 	return UUIDPGetDatum(u);
@@ -657,7 +647,7 @@ idempotency_publish(PG_FUNCTION_ARGS)
 	values[1] = Int32GetDatum(t.id);
 	values[2] = ObjectIdGetDatum(t.owner);
 	/* returned after SPI_finish(): allocated in the caller's context */
-	values[3] = message_uuid(id, caller_cxt);
+	values[3] = message_uuid(caller_cxt);
 	values[4] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	nulls[4] = PG_ARGISNULL(2) ? 'n' : ' ';
 	values[5] = PG_GETARG_DATUM(1);
