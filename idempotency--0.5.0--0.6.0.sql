@@ -10,3 +10,41 @@
 -- == purge (issue 25, findings 6, 9) ==
 
 -- == identity (issue 25, findings 4, 5) ==
+-- derive_key() derives from a per-key seed (see the install script).  Keys
+-- stored before the update keep the key 0.5.0 derived for them: their seed
+-- is version 0 followed by the owner's name as it is now, frozen, so a
+-- request in flight across the update (and a rename after it) sends the
+-- same key downstream.  On Citus the owner column holds the name already
+-- (distribute()); keys of a dropped role get an empty name (nobody can
+-- call derive_key() as a dropped role).
+ALTER TABLE idempotency.idempotency_key
+    ADD COLUMN derive_seed pg_catalog.bytea;
+DO $$
+DECLARE
+    enc pg_catalog.name := pg_catalog.getdatabaseencoding();
+BEGIN
+    IF (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+         WHERE a.attrelid OPERATOR(pg_catalog.=) 'idempotency.idempotency_key'::pg_catalog.regclass
+           AND a.attname OPERATOR(pg_catalog.=) 'owner')
+       OPERATOR(pg_catalog.=) 'pg_catalog.regrole'::pg_catalog.regtype THEN
+        UPDATE idempotency.idempotency_key AS k
+           SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                             pg_catalog.convert_to(r.rolname::pg_catalog.text, enc)
+          FROM pg_catalog.pg_roles AS r
+         WHERE r.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid;
+    ELSE
+        UPDATE idempotency.idempotency_key AS k
+           SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                             pg_catalog.convert_to(k.owner::pg_catalog.text, enc);
+    END IF;
+    UPDATE idempotency.idempotency_key AS k
+       SET derive_seed = '\x00'::pg_catalog.bytea
+     WHERE k.derive_seed IS NULL;
+END
+$$;
+ALTER TABLE idempotency.idempotency_key
+    ALTER COLUMN derive_seed SET DEFAULT
+        ('\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())),
+    ALTER COLUMN derive_seed SET NOT NULL;
+COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
+'derive_key()''s per-key seed: version byte 1 and 16 random bytes drawn when the row was first written (version 0: the role''s name, for keys stored before 0.6.0)';

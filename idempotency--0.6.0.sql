@@ -1117,3 +1117,24 @@ $$;
 COMMENT ON FUNCTION idempotency.distribute() IS
 'Citus coordinator: distribute the key table, seen messages and tokens, make state machines and derive_key()''s secret reference tables, delegate once() to the node of its key; 55000 without Citus';
 REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;
+
+-- == identity (issue 25, findings 4 and 5) ==
+-- derive_key()'s seed: drawn when a key's row is first written (this
+-- DEFAULT on the SQL path, the same shape from the library on the fast
+-- path: version byte 1 and 16 fresh bytes), kept by every later write of
+-- the row, dumped and restored with it.  A derived key is a MAC of the
+-- seed, the key's created_at, scope, key and step, so it follows the row:
+-- not the role's name (a rename changes nothing, a new role of an old
+-- name derives none of the old role's keys) and not the database's copied
+-- state (a template clone draws other seeds).  Rows stored before 0.6.0
+-- carry version 0 and the role's name frozen by the update (see the update
+-- script).  Added with ALTER, here as in the update script, so a fresh and
+-- an updated database have the same column order.
+ALTER TABLE idempotency.idempotency_key
+    ADD COLUMN derive_seed pg_catalog.bytea;
+ALTER TABLE idempotency.idempotency_key
+    ALTER COLUMN derive_seed SET DEFAULT
+        ('\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())),
+    ALTER COLUMN derive_seed SET NOT NULL;
+COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
+'derive_key()''s per-key seed: version byte 1 and 16 random bytes drawn when the row was first written (version 0: the role''s name, for keys stored before 0.6.0)';

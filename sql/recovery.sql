@@ -189,7 +189,11 @@ SELECT recovery_point FROM idempotency.idempotency_key WHERE key = 'pay-4';
 -- ---------------------------------------------------------------------
 SELECT idempotency.derive_key('pay-1', 'charge') AS charge_key \gset
 SELECT :'charge_key' ~ '^idk_[a-z2-7]{26}$' AS shape, length(:'charge_key') AS length;
--- the same for every call (every attempt), different per step and scope
+-- the same for every call (every attempt), different per step, scope and
+-- key (each a key with a row of its own: derive_key() derives from the row)
+SELECT outcome FROM idempotency.begin('pay-1', lease => '1 hour', scope => 'tenant-2');
+SELECT outcome FROM idempotency.begin('ab', lease => '1 hour');
+SELECT outcome FROM idempotency.begin('a', lease => '1 hour');
 SELECT idempotency.derive_key('pay-1', 'charge') = :'charge_key' AS stable,
        idempotency.derive_key('pay-1', 'refund') <> :'charge_key' AS per_step,
        idempotency.derive_key('pay-1', 'charge', 'tenant-2') <> :'charge_key' AS per_scope,
@@ -199,6 +203,9 @@ SELECT idempotency.derive_key('pay-1', 'charge') = :'charge_key' AS stable,
 SELECT idempotency.derive_key('ab', 'c') <> idempotency.derive_key('a', 'bc') AS framed;
 -- per role: bob's 'pay-1' is not ours, and bob cannot read the secret
 SET ROLE regress_bob;
+SELECT idempotency.derive_key('pay-1', 'charge');
+\echo :LAST_ERROR_SQLSTATE
+SELECT outcome FROM idempotency.begin('pay-1', lease => '1 hour');
 SELECT idempotency.derive_key('pay-1', 'charge') <> :'charge_key' AS per_role;
 SELECT * FROM idempotency.derive_secret;
 \echo :LAST_ERROR_SQLSTATE

@@ -109,8 +109,27 @@ SELECT idempotency.checkpoint('rp-040', 'order_created', '{"order": 1}', 1);
 SELECT status, attempts, recovery_point, recovery_state FROM idempotency.lookup('rp-040');
 SELECT idempotency.complete('rp-040', '"done"', attempt => 1);
 SELECT outcome, response, recovery_point, recovery_state FROM idempotency.begin('rp-040');
+-- a key in flight across the update to 0.6.0 derives the same downstream
+-- key after it (its seed freezes the owner's name), even after a rename
+CREATE ROLE regress_upgrade_payer;
+SET ROLE regress_upgrade_payer;
+SELECT outcome FROM idempotency.begin('in-flight-050', lease => '1 hour');
+SELECT idempotency.derive_key('in-flight-050', 'charge') AS derived_050 \gset
+RESET ROLE;
 ALTER EXTENSION idempotency UPDATE TO '0.6.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+SET ROLE regress_upgrade_payer;
+SELECT idempotency.derive_key('in-flight-050', 'charge') = :'derived_050' AS same_after_update;
+RESET ROLE;
+ALTER ROLE regress_upgrade_payer RENAME TO regress_upgrade_payer2;
+SET ROLE regress_upgrade_payer2;
+SELECT idempotency.derive_key('in-flight-050', 'charge') = :'derived_050' AS same_after_rename;
+SELECT outcome FROM idempotency.begin('after-060', lease => '1 hour');
+RESET ROLE;
+SELECT key, get_byte(derive_seed, 0) AS seed_version, length(derive_seed) AS seed_bytes
+  FROM idempotency.idempotency_key WHERE key IN ('in-flight-050', 'after-060') ORDER BY key;
+DELETE FROM idempotency.idempotency_key WHERE key IN ('in-flight-050', 'after-060');
+DROP ROLE regress_upgrade_payer2;
 INSERT INTO objects SELECT 'updated', o FROM extension_objects() o;
 
 -- the updates changed nothing a fresh install would not have

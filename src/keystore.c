@@ -119,7 +119,9 @@ typedef enum StoreCol
 	COL_RETRYABLE, COL_ATTEMPTS, COL_CREATED_AT, COL_UPDATED_AT,
 	COL_EXPIRES_AT, COL_LOCKED_UNTIL,
 	/* since 0.5.0 (recovery points); a 0.4.0 table has none of them */
-	COL_RECOVERY_POINT, COL_RECOVERY_STATE, NUM_COLS
+	COL_RECOVERY_POINT, COL_RECOVERY_STATE,
+	/* since 0.6.0 (derive_key()'s per-key seed); a 0.5.0 table has none */
+	COL_DERIVE_SEED, NUM_COLS
 } StoreCol;
 
 /* the columns every version has (the row written by INSERT and UPDATE) */
@@ -128,24 +130,25 @@ typedef enum StoreCol
 static const char *const col_names[NUM_COLS] = {
 	"owner", "scope", "key", "status", "request_hash", "response", "retryable",
 	"attempts", "created_at", "updated_at", "expires_at", "locked_until",
-	"recovery_point", "recovery_state"
+	"recovery_point", "recovery_state", "derive_seed"
 };
 
 static Oid	col_types[NUM_COLS] = {
 	REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BOOLOID,
 	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TEXTOID, JSONBOID
+	TEXTOID, JSONBOID, BYTEAOID
 };
 
 /* NOT NULL as shipped: the fast path relies on it */
 static const bool col_notnull[NUM_COLS] = {
 	true, true, true, true, false, false, false, true, true, true, true, false,
-	false, false
+	false, false, false
 };
 
 static Oid	store_relid = InvalidOid;	/* idempotency.idempotency_key */
 static bool store_fast = false;			/* see the file comment */
 static bool store_recovery = false;		/* has the recovery point columns */
+static bool store_seed = false;			/* has derive_seed (0.6.0) */
 static bool store_citus = false;		/* distributed by Citus (ditto) */
 
 /* the other tables: distributed by Citus?  (idem_table_distributed) */
@@ -433,6 +436,7 @@ store_resolve(void)
 	int			ncols = 0;
 	bool		fast;
 	bool		citus;
+	int			want;
 	Oid			pk = InvalidOid;
 
 	if (OidIsValid(store_relid))
@@ -467,8 +471,16 @@ store_resolve(void)
 	 */
 	store_recovery = get_attnum(relid, col_names[COL_RECOVERY_POINT]) > 0 &&
 		get_attnum(relid, col_names[COL_RECOVERY_STATE]) > 0;
-	fast = fast && ncols == (store_recovery ? NUM_COLS : NUM_BASE_COLS);
-	for (int i = 0; i < (store_recovery ? NUM_COLS : NUM_BASE_COLS); i++)
+	/*
+	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
+	 * UPDATE) is served without it, and derive_key() asks for the update.
+	 * The SQL path never names it (its DEFAULT draws the seed); the fast
+	 * path writes one (idem_unique128).
+	 */
+	store_seed = store_recovery && get_attnum(relid, col_names[COL_DERIVE_SEED]) > 0;
+	want = store_seed ? NUM_COLS : store_recovery ? COL_DERIVE_SEED : NUM_BASE_COLS;
+	fast = fast && ncols == want;
+	for (int i = 0; i < want; i++)
 	{
 		AttrNumber	att = get_attnum(relid, col_names[i]);
 		Form_pg_attribute a;
@@ -787,6 +799,17 @@ exec_insert(Relation rel, Datum *values, const char *nulls)
 	{
 		slot->tts_values[store_attnums[i] - 1] = values[i];
 		slot->tts_isnull[store_attnums[i] - 1] = nulls[i] == 'n';
+	}
+	if (store_seed)
+	{
+		/* what the column's DEFAULT draws on the SQL path: version 1, 16 fresh bytes */
+		bytea	   *seed = palloc(VARHDRSZ + 1 + 16);
+
+		SET_VARSIZE(seed, VARHDRSZ + 1 + 16);
+		VARDATA(seed)[0] = 1;
+		idem_unique128((uint8 *) VARDATA(seed) + 1);
+		slot->tts_values[store_attnums[COL_DERIVE_SEED] - 1] = PointerGetDatum(seed);
+		slot->tts_isnull[store_attnums[COL_DERIVE_SEED] - 1] = false;
 	}
 	ExecStoreVirtualTuple(slot);
 	IDEM_SIMPLE_INSERT(rri, estate, slot);
@@ -1164,6 +1187,93 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	if (connected)
 		SPI_finish();
 	error_context_stack = errcb.previous;
+}
+
+/*
+ * derive_key(): the seed and creation time of key id's live row (the
+ * caller's own: run as the extension's owner for that owner only; on Citus
+ * through Citus's route, by the owner's name).  Returns false when no live
+ * row is visible: never stored (a single-transaction key before its
+ * complete()), rolled back, expired, or another role's.  The seed is
+ * copied into the caller's memory context.  A table from before 0.6.0 has
+ * no seeds: 0.5.0's derivation (the role's name, any key) serves until
+ * the update.
+ */
+static SPIPlanPtr plan_seed = NULL;
+static SPIPlanPtr plan_seed_citus = NULL;
+
+#define SELECT_SEED \
+"SELECT k.derive_seed::pg_catalog.bytea, k.created_at::pg_catalog.timestamptz" \
+FROM_KEYS
+#define LIVE_SEED "   AND k.expires_at OPERATOR(pg_catalog.>) $4"
+
+bool
+idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
+{
+	Oid			argtypes[4] = {REGROLEOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		found = false;
+	uint64		n;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {id, "reading the derive seed of"};
+
+	store_resolve();
+	if (!store_seed)
+	{
+		/*
+		 * A 0.5.0 table (the library updated, the extension not yet): derive
+		 * as 0.5.0 did, from the role's name now, which is the version 0
+		 * seed the update will freeze into every row.
+		 */
+		const char *name = GetUserNameFromId(id->owner, false);
+		int			len = strlen(name);
+
+		*seed = palloc(VARHDRSZ + 1 + len);
+		SET_VARSIZE(*seed, VARHDRSZ + 1 + len);
+		VARDATA(*seed)[0] = 0;
+		memcpy(VARDATA(*seed) + 1, name, len);
+		*created_at = 0;
+		return true;
+	}
+	errcb.callback = store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	key_values(id, values);
+	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	SPI_connect();
+	if (store_citus)
+	{
+		argtypes[0] = TEXTOID;
+		values[0] = idem_owner_name(id->owner);
+		n = idem_run_as(false, &plan_seed_citus,
+						SELECT_SEED KEY_WHERE_CITUS LIVE_SEED, 4, argtypes,
+						values, NULL, SPI_OK_SELECT);
+	}
+	else
+		n = idem_run_as_owner(&plan_seed, SELECT_SEED KEY_WHERE LIVE_SEED, 4,
+							  argtypes, values, NULL, SPI_OK_SELECT);
+	if (n == 1)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	td = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		d = SPI_getbinval(tup, td, 1, &isnull);
+
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			*seed = DatumGetByteaPCopy(d);
+			MemoryContextSwitchTo(old);
+			*created_at = DatumGetTimestampTz(SPI_getbinval(tup, td, 2, &isnull));
+			found = true;
+		}
+	}
+	SPI_finish();
+	error_context_stack = errcb.previous;
+	return found;
 }
 
 /*

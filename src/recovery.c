@@ -25,23 +25,41 @@
  * commits at once): IK004.
  *
  * derive_key(key, step, scope) = "idk_" + base32 (lowercase, no padding)
- * of the first 128 bits of HMAC-SHA256(secret, role name, scope, key,
- * step), each field length-prefixed so no two inputs collide.  The secret
- * is the oldest row of idempotency.derive_secret, readable by the
- * extension's owner only, so no other role can compute or guess another
- * role's derived keys.  It is not idempotency.lock_secret: that one may
- * be changed while no keys are in flight, but a changed derive secret
- * would change the downstream key of a request still to be retried.  The
- * role enters by name, not oid: the key table (and its in-progress keys)
- * survive pg_dump by role name, and so do derived keys (ALTER ROLE ...
- * RENAME changes them).
+ * of the first 128 bits of HMAC-SHA256(secret, seed, created_at, scope,
+ * key, step), each field length-prefixed so no two inputs collide.  The
+ * seed is the key row's derive_seed: version byte 1 and 16 fresh bytes
+ * (keyid.c: idem_unique128 on the fast path, the column's DEFAULT on the
+ * SQL path) drawn when the row is first written, kept by every update of
+ * the row, dumped and restored with it; created_at is the start of the
+ * key's life (new work over an expired row starts a new one, and so gets
+ * a new derived key).  So a derived key belongs to the key's row, not to
+ * anything the role's name or the database's copied state decides (SPEC
+ * section 12): ALTER ROLE ... RENAME changes nothing, a new role of an old
+ * name has no row to derive from, and a template clone or a restored dump
+ * that shares the secret still draws other seeds for its own keys.  The
+ * key must have a live row the caller can see: a lease-mode key (its row
+ * commits at begin()), or a key this transaction stored; a
+ * single-transaction key before its complete() has none (IK004).
+ *
+ * Rows stored before 0.6.0 carry a version 0 seed that the update froze:
+ * the role's name at the time of the update.  Their derived key is the one
+ * 0.5.0 gave (HMAC of the name, scope, key and step), so a request in
+ * flight across the update sends the same key downstream, even after a
+ * rename.
+ *
+ * The secret is the oldest row of idempotency.derive_secret, readable by
+ * the extension's owner only, so no other role can compute or guess
+ * another role's derived keys.  It is not idempotency.lock_secret: that
+ * one may be changed while no keys are in flight, but a changed derive
+ * secret would change the downstream key of a request still to be retried.
  *
  * Locking: checkpoint() takes the key lock (guard.c) and writes the row
  * as the extension's owner in the caller's transaction (keystore.c); on
  * Citus the lease holder check also locks the row on the key's shard
  * (SELECT ... FOR UPDATE), so a takeover's begin() through any node waits
  * for the phase, and the row is written there as the caller;
- * derive_key() reads the secret table and takes no lock of its own.
+ * derive_key() reads the secret table and the key's row and takes no lock
+ * of its own.
  *
  *-------------------------------------------------------------------------
  */
@@ -226,7 +244,10 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 	text	   *step = name_arg(fcinfo, 1, "step");
 	uint8		secret[DERIVE_SECRET_LEN];
 	uint8		mac[PG_SHA256_DIGEST_LENGTH];
-	char	   *role;
+	bytea	   *seed = NULL;
+	TimestampTz created_at = 0;
+	const char *seed_data;
+	int			seed_len;
 	pg_hmac_ctx *ctx;
 	char		out[sizeof(DERIVE_PREFIX) + (DERIVE_BITS_BYTES * 8 + 4) / 5];
 	char	   *p;
@@ -234,7 +255,22 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 	int			bits = 0;
 
 	load_derive_secret(secret);
-	role = GetUserNameFromId(id.owner, false);
+	if (!idem_keystore_seed(&id, &seed, &created_at))
+	{
+		explicit_bzero(secret, sizeof(secret));
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s has no stored row to derive from", idem_describe_key(&id)),
+				 errdetail("derive_key() derives from the key's own row: a key begun with a lease has one from begin(); a single-transaction key has none before complete() or fail(), and an expired or unknown key none at all."),
+				 errhint("Begin the key with lease => an interval before calling another system with a derived key.")));
+	}
+	seed_data = VARDATA_ANY(seed);
+	seed_len = VARSIZE_ANY_EXHDR(seed);
+	if (seed_len < 1 || (seed_data[0] != 0 && seed_data[0] != 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("%s has a derive seed of unknown version", idem_describe_key(&id)),
+				 errdetail("derive_seed must start with byte 0 or 1; it has %d bytes.", seed_len)));
 
 	ctx = pg_hmac_create(PG_SHA256);
 	if (ctx == NULL)
@@ -243,8 +279,22 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 				 errmsg("out of memory")));
 	if (pg_hmac_init(ctx, secret, DERIVE_SECRET_LEN) < 0)
 		elog(ERROR, "could not compute HMAC-SHA256: %s", pg_hmac_error(ctx));
-	mac_field(ctx, "idempotency.derive_key v1", strlen("idempotency.derive_key v1"));
-	mac_field(ctx, role, strlen(role));
+	if (seed_data[0] == 0)
+	{
+		/* a row stored before 0.6.0: 0.5.0's key, the role's name frozen */
+		mac_field(ctx, "idempotency.derive_key v1", strlen("idempotency.derive_key v1"));
+		mac_field(ctx, seed_data + 1, seed_len - 1);
+	}
+	else
+	{
+		uint8		when[8];
+
+		for (int i = 0; i < 8; i++)
+			when[i] = (uint8) ((uint64) created_at >> (56 - 8 * i));
+		mac_field(ctx, "idempotency.derive_key v2", strlen("idempotency.derive_key v2"));
+		mac_field(ctx, seed_data + 1, seed_len - 1);
+		mac_field(ctx, (const char *) when, sizeof(when));
+	}
 	mac_field(ctx, id.scope, id.scope_len);
 	mac_field(ctx, id.key, id.key_len);
 	mac_field(ctx, VARDATA_ANY(step), VARSIZE_ANY_EXHDR(step));

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(121);
+SELECT plan(123);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -13,7 +13,9 @@ SELECT has_table('idempotency', 'idempotency_key', 'key table exists');
 SELECT columns_are('idempotency', 'idempotency_key', ARRAY[
   'owner', 'scope', 'key', 'status', 'request_hash', 'response', 'retryable',
   'attempts', 'created_at', 'updated_at', 'expires_at', 'locked_until',
-  'recovery_point', 'recovery_state']);
+  'recovery_point', 'recovery_state', 'derive_seed']);
+SELECT col_type_is('idempotency', 'idempotency_key', 'derive_seed', 'bytea', 'derive_seed is bytea');
+SELECT col_not_null('idempotency', 'idempotency_key', 'derive_seed', 'derive_seed is NOT NULL');
 SELECT col_type_is('idempotency', 'idempotency_key', 'owner', 'regrole', 'owner is regrole');
 SELECT col_type_is('idempotency', 'idempotency_key', 'scope', 'text', 'scope is text');
 SELECT col_type_is('idempotency', 'idempotency_key', 'key', 'text', 'key is text');

@@ -1,0 +1,126 @@
+-- identity: whose key is this (SPEC section 12; issue 25, findings 4 and 5).
+-- derive_key() derives from the key's own row (a per-key seed drawn when
+-- the row is first written, and its created_at), not from the role's name
+-- or the database's copied secrets; message ids are fresh random values,
+-- not a function of a row id and a copied secret.  Each check below failed
+-- on 0.5.0.
+SELECT current_database() AS regress_db \gset
+CREATE ROLE regress_id_alice NOLOGIN;
+\set VERBOSITY terse
+
+-- a renamed role's key: found, and the same derived key
+SET ROLE regress_id_alice;
+SELECT outcome FROM idempotency.begin('charge-1', lease => '1 hour');
+SELECT idempotency.derive_key('charge-1', 'card') AS before_rename \gset
+RESET ROLE;
+ALTER ROLE regress_id_alice RENAME TO regress_id_alice_renamed;
+SET ROLE regress_id_alice_renamed;
+SELECT status, attempts FROM idempotency.lookup('charge-1');
+SELECT idempotency.derive_key('charge-1', 'card') = :'before_rename' AS same_after_rename;
+RESET ROLE;
+
+-- a new role of the old name: none of the old role's keys, none of its
+-- derived keys (0.5.0 derived the old role's key from the name alone)
+CREATE ROLE regress_id_alice NOLOGIN;
+SET ROLE regress_id_alice;
+SELECT count(*) AS keys_seen FROM idempotency.lookup('charge-1');
+SELECT idempotency.derive_key('charge-1', 'card');
+\echo :LAST_ERROR_SQLSTATE
+SELECT outcome FROM idempotency.begin('charge-1', lease => '1 hour');
+SELECT idempotency.derive_key('charge-1', 'card') <> :'before_rename' AS not_inherited;
+RESET ROLE;
+
+-- the same after the first role is dropped and its name taken again
+DROP ROLE regress_id_alice_renamed;
+CREATE ROLE regress_id_alice_renamed NOLOGIN;
+SET ROLE regress_id_alice_renamed;
+SELECT count(*) AS keys_seen FROM idempotency.lookup('charge-1');
+SELECT idempotency.derive_key('charge-1', 'card');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- every row has its own seed: version 1 and 16 fresh bytes, on the fast
+-- path and on the SQL path (a trigger on the table turns the fast path off)
+SELECT outcome FROM idempotency.begin('seed-fast', lease => '1 hour');
+CREATE FUNCTION id_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER id_noop BEFORE INSERT OR UPDATE ON idempotency.idempotency_key
+    FOR EACH ROW EXECUTE FUNCTION id_noop();
+SELECT outcome FROM idempotency.begin('seed-sql', lease => '1 hour');
+DROP TRIGGER id_noop ON idempotency.idempotency_key;
+DROP FUNCTION id_noop();
+SELECT key, length(derive_seed) AS bytes, get_byte(derive_seed, 0) AS version
+  FROM idempotency.idempotency_key WHERE key IN ('seed-fast', 'seed-sql') ORDER BY key;
+SELECT count(DISTINCT derive_seed) = count(*) AS all_distinct
+  FROM idempotency.idempotency_key WHERE get_byte(derive_seed, 0) = 1;
+-- the same key in two roles: two seeds, two derived keys
+SET ROLE regress_id_alice;
+SELECT idempotency.derive_key('charge-1', 'card') AS alice_key \gset
+RESET ROLE;
+SELECT outcome FROM idempotency.begin('charge-1', lease => '1 hour');
+SELECT idempotency.derive_key('charge-1', 'card') <> :'alice_key' AS per_role;
+
+-- a single-transaction key has no row before complete(): IK004, nothing
+-- written; after complete() its row derives
+BEGIN;
+SELECT outcome FROM idempotency.begin('single-1');
+SAVEPOINT s;
+SELECT idempotency.derive_key('single-1', 'x');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK TO s;
+SELECT idempotency.complete('single-1', '"done"');
+SELECT idempotency.derive_key('single-1', 'x') ~ '^idk_[a-z2-7]{26}$' AS derives_after_complete;
+COMMIT;
+SELECT count(*) AS rows_of_single FROM idempotency.idempotency_key WHERE key = 'single-1';
+
+-- new work over an expired row starts a new life: a new derived key
+SELECT idempotency.derive_key('seed-fast', 'card') AS first_life \gset
+UPDATE idempotency.idempotency_key SET expires_at = now() - interval '1 second'
+ WHERE key = 'seed-fast';
+SELECT idempotency.derive_key('seed-fast', 'card');
+\echo :LAST_ERROR_SQLSTATE
+SELECT outcome FROM idempotency.begin('seed-fast', lease => '1 hour');
+SELECT idempotency.derive_key('seed-fast', 'card') <> :'first_life' AS new_life;
+
+-- template clones: the same key, derived and published in two databases
+-- cloned from one template, gives two derived keys and two message ids
+-- (0.5.0: the same, from the copied secrets and sequence)
+CREATE DATABASE regress_id_template;
+\c regress_id_template
+CREATE EXTENSION idempotency;
+SELECT idempotency.create_topic('refunds') > 0 AS topic;
+\c :regress_db
+CREATE DATABASE regress_id_a TEMPLATE regress_id_template;
+CREATE DATABASE regress_id_b TEMPLATE regress_id_template;
+\c regress_id_a
+BEGIN;
+SELECT outcome FROM idempotency.begin('refund-1', lease => '1 hour');
+SELECT idempotency.derive_key('refund-1', 'refund') AS derived_a \gset
+SELECT idempotency.publish('refunds', '{"amount": 100}') AS message_a \gset
+COMMIT;
+\c regress_id_b
+BEGIN;
+SELECT outcome FROM idempotency.begin('refund-1', lease => '1 hour');
+SELECT idempotency.derive_key('refund-1', 'refund') AS derived_b \gset
+SELECT idempotency.publish('refunds', '{"amount": 999}') AS message_b \gset
+COMMIT;
+\c :regress_db
+SELECT :'derived_a' <> :'derived_b' AS derived_keys_differ,
+       :'message_a' <> :'message_b' AS message_ids_differ;
+DROP DATABASE regress_id_a;
+DROP DATABASE regress_id_b;
+DROP DATABASE regress_id_template;
+
+-- message ids are version 4 UUIDs, all distinct
+SELECT idempotency.create_topic('id_check') > 0 AS topic;
+SELECT count(DISTINCT m) AS distinct_ids,
+       bool_and(substr(m::text, 15, 1) = '4' AND substr(m::text, 20, 1) IN ('8', '9', 'a', 'b')) AS v4
+  FROM (SELECT idempotency.publish('id_check', pg_catalog.jsonb_build_object('n', n)) AS m
+          FROM generate_series(1, 200) AS n) AS s;
+SELECT idempotency.drop_topic('id_check', force => true);
+
+-- clean up
+DELETE FROM idempotency.idempotency_key
+ WHERE key IN ('charge-1', 'seed-fast', 'seed-sql', 'single-1');
+DROP ROLE regress_id_alice;
+DROP ROLE regress_id_alice_renamed;
+\set VERBOSITY default
