@@ -475,6 +475,10 @@ transition_body(FunctionCallInfo fcinfo)
 				DatumGetInt64(DirectFunctionCall1(int8in, CStringGetDatum(current))) <
 				DatumGetInt64(DirectFunctionCall1(int8in, CStringGetDatum(to_state))))
 				continue;
+			if (current != NULL &&
+				DatumGetInt64(DirectFunctionCall1(int8in, CStringGetDatum(current))) <
+				DatumGetInt64(DirectFunctionCall1(int8in, CStringGetDatum(to_state))))
+				idem_update_hidden(fcinfo, &t, &idc, "transition()");
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_STATE_TRANSITION),
 					 errmsg("invalid state transition of row %s = %s in table \"%s\" from %s to %s",
@@ -499,6 +503,8 @@ transition_body(FunctionCallInfo fcinfo)
 		from = predecessors(transitions, to_state, current, &allowed);
 		if (tries < 3 && allowed)
 			continue;			/* the state moved under us: try again */
+		if (allowed)
+			idem_update_hidden(fcinfo, &t, &idc, "transition()");
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_STATE_TRANSITION),
 				 errmsg("invalid state transition of row %s = %s in table \"%s\" from \"%s\" to \"%s\"",

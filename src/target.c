@@ -70,6 +70,7 @@
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rls.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
@@ -591,3 +592,31 @@ idem_probe_row(SPIPlanPtr probe, Datum *values, FunctionCallInfo fcinfo,
 				 errmsg("no row with %s = %s in table \"%s\"",
 						idc->name, idem_id_text(fcinfo, 1), t->relname)));
 }
+
+/*
+ * The UPDATE changed nothing although the probe shows a row it should have
+ * changed (a transition the machine allows, the expected version): the
+ * row is hidden from UPDATE.  Row security whose UPDATE policy excludes
+ * the row while a SELECT policy shows it: 42501.  Otherwise a BEFORE UPDATE
+ * trigger that returned NULL, or a rule: 09000.  Never IK005/IK006, which
+ * would name a state or version that does allow the write.
+ */
+void
+idem_update_hidden(FunctionCallInfo fcinfo, const IdemTarget *t,
+				   const IdemColumn *idc, const char *what)
+{
+	if (check_enable_rls(t->relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s cannot update row %s = %s in table \"%s\": row-level security hides it from UPDATE",
+						what, idc->name, idem_id_text(fcinfo, 1), t->relname),
+				 errdetail("Role %s may read the row, but no UPDATE policy of the table lets it change it; nothing was written.",
+						   GetUserNameFromId(GetUserId(), false)),
+				 errhint("Grant the role an UPDATE policy that covers the row, or call the helper as a role that has one.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+			 errmsg("%s cannot update row %s = %s in table \"%s\": a trigger or rule skipped the UPDATE",
+					what, idc->name, idem_id_text(fcinfo, 1), t->relname),
+			 errdetail("The row allows the change, but the UPDATE changed no row; nothing was written.")));
+}
+

@@ -71,6 +71,8 @@ extern Datum idem_helper_call(PGFunction body, FunctionCallInfo fcinfo);
 extern bool idem_plans_fetch(Oid relid, const char *sig, IdemPlans *out);
 extern SPIPlanPtr idem_target_prepare(const char *sql, int nargs, Oid *argtypes);
 extern void idem_plans_store(Oid relid, const char *sig, IdemPlans *plans);
+extern void idem_update_hidden(FunctionCallInfo fcinfo, const IdemTarget *t,
+							   const IdemColumn *idc, const char *what);
 extern void idem_probe_row(SPIPlanPtr probe, Datum *values,
 						   FunctionCallInfo fcinfo, const IdemTarget *t,
 						   const IdemColumn *idc, const char *what);

@@ -135,6 +135,13 @@ versioned_body(FunctionCallInfo fcinfo)
 	}
 
 	idem_probe_row(plans.probe, values, fcinfo, &t, &idc, "versioned");
+	/* the expected version there, and no row changed: hidden from UPDATE */
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull && idem_integer_datum(d, ver.type) == PG_GETARG_INT64(2))
+			idem_update_hidden(fcinfo, &t, &idc, "update_versioned()");
+	}
 	{
 		char	   *current = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 
