@@ -18,6 +18,9 @@ SELECT k.key, k.scope, b.outcome, b.status, b.attempts, b.response::text,
 SELECT key, scope, status, encode(request_hash, 'hex'), response::text, retryable, attempts,
        created_at, updated_at, expires_at, locked_until
   FROM idempotency.idempotency_key WHERE key <> 'l-short' ORDER BY key, scope;
+-- the live lease's downstream key (derive_key(): its row's seed and
+-- created_at), which a retry after the upgrade must send again
+SELECT idempotency.derive_key('l-live', 'charge'), idempotency.derive_key('l-live', 'refund');
 SELECT scope, message_id, first_seen_at, expires_at FROM idempotency.seen_message
  ORDER BY 1, 2;
 SELECT token, scope, created_at, expires_at FROM idempotency.token ORDER BY 1;
