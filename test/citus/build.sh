@@ -103,6 +103,11 @@ fi
 curl=--without-libcurl
 grep -q '^#define HAVE_LIBCURL 1' "$PREFIX/include/postgresql/$PGMAJOR/server/pg_config.h" &&
 	curl=--with-libcurl
+# Citus is built with its own flags only: not with ours (make test
+# COPT=-Werror passes COPT to every make below it in MAKEFLAGS, and
+# PostgreSQL 18's PGXS warns about Citus's code with
+# -Wmissing-variable-declarations: a cold build on 18 failed under CI)
+unset COPT PROFILE MAKEFLAGS MFLAGS MAKELEVEL
 (
 	cd "$SRC" &&
 		./configure "$curl" PG_CONFIG="$BIN/pg_config" &&
