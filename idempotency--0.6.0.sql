@@ -993,12 +993,19 @@ BEGIN
                   DETAIL = 'The citus extension is not installed in this database, so there is nothing to distribute the idempotency tables over.',
                   HINT = 'On a Citus coordinator: CREATE EXTENSION citus; then call idempotency.distribute() again. A single server needs no set-up.';
     END IF;
-    -- Rows name their role by name, not by oid, on Citus: role oids differ
-    -- from node to node, and Citus copies shards between nodes (a shard
-    -- move, create_distributed_table over rows already there) in binary,
-    -- where a regrole is its oid, which on the other node is another role
-    -- or none (a moved key would be claimed again: paid twice).  The
-    -- role's name, as regrole prints it (quote_ident), survives any copy.
+    -- On Citus the owner columns are idempotency.roleref, not regrole:
+    -- role oids differ from node to node, and Citus copies shards between
+    -- nodes (a shard move, create_distributed_table over rows already
+    -- there, a reference table copied to a node added later) in binary
+    -- where it can, where a regrole is its oid, which on the other node is
+    -- another role or none (a moved key would be claimed again: paid
+    -- twice).  A roleref has no binary form, so every copy carries the
+    -- role's name and each node stores its own oid of that role; unlike
+    -- the role's name (0.5.0 stored it as text), the oid stays with the
+    -- role through ALTER ROLE ... RENAME and is not passed to a new role of
+    -- the old name.  A regrole column (not yet distributed, or distributed
+    -- by hand) and 0.5.0's text column are converted; the role of a text
+    -- name that no longer exists is lost (owner 0: nobody's row).
     -- Every node's own copy of the tables, here first (with Citus's DDL
     -- propagation: a table distributed already converts its shards), then
     -- on each worker (their copies, which become the tables' shells there;
@@ -1009,12 +1016,12 @@ DECLARE
     t pg_catalog.text;
     p pg_catalog.name;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message'] LOOP
+    FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine'] LOOP
         CONTINUE WHEN (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
                         WHERE a.attrelid OPERATOR(pg_catalog.=)
                               ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass
                           AND a.attname OPERATOR(pg_catalog.=) 'owner')
-                      OPERATOR(pg_catalog.<>) 'pg_catalog.regrole'::pg_catalog.regtype;
+                      OPERATOR(pg_catalog.=) 'idempotency.roleref'::pg_catalog.regtype;
         -- a worker's shell of a table distributed already: the
         -- coordinator's ALTER converts it (and would wait for us here)
         CONTINUE WHEN NOT pg_catalog.citus_is_coordinator()
@@ -1027,10 +1034,12 @@ BEGIN
         LOOP
             EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I', p, t);
         END LOOP;
-        EXECUTE pg_catalog.format('ALTER TABLE idempotency.%I ALTER COLUMN owner TYPE pg_catalog.text'
-                                  ' USING owner::pg_catalog.text', t);
+        EXECUTE pg_catalog.format('ALTER TABLE idempotency.%I ALTER COLUMN owner TYPE idempotency.roleref'
+                                  ' USING COALESCE(pg_catalog.to_regrole(owner::pg_catalog.text),'
+                                  ' 0::pg_catalog.oid::pg_catalog.regrole)::idempotency.roleref', t);
+        CONTINUE WHEN t OPERATOR(pg_catalog.=) 'state_machine';	-- no row security there
         EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
-                                  ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.quote_ident(CURRENT_USER))',
+                                  ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
                                   t OPERATOR(pg_catalog.||) '_own_rows', t);
     END LOOP;
 END
@@ -1106,8 +1115,8 @@ $do$;
                           AND p.polname OPERATOR(pg_catalog.=) (t.tab OPERATOR(pg_catalog.||) '_own_rows_write')) THEN
             EXECUTE pg_catalog.format(
                 'CREATE POLICY %I ON idempotency.%I FOR ALL'
-                ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.quote_ident(CURRENT_USER))'
-                ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.quote_ident(CURRENT_USER))',
+                ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))'
+                ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
                 t.tab OPERATOR(pg_catalog.||) '_own_rows_write', t.tab);
         END IF;
         EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency.%I TO PUBLIC', t.tab);
@@ -1138,3 +1147,51 @@ ALTER TABLE idempotency.idempotency_key
     ALTER COLUMN derive_seed SET NOT NULL;
 COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
 'derive_key()''s per-key seed: version byte 1 and 16 random bytes drawn when the row was first written (version 0: the role''s name, for keys stored before 0.6.0)';
+
+-- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
+-- role's oid on disk, like regrole, read and printed as regrole reads and
+-- prints it (the role's name; a dropped role's oid as a number), but with
+-- no binary send/receive functions: every copy between nodes (a shard
+-- move, logical replication, a reference table copied to a node added
+-- later, a value Citus sends to a worker) carries the name, and each node
+-- stores its own oid of that role.  Stable across ALTER ROLE ... RENAME
+-- (Citus renames the role on every node, oids stay), never passed to a
+-- role created later under an old name.  It casts to oid implicitly and
+-- without a function (as regrole does), so owner = $1 is oid equality and
+-- the primary key's oid_ops serves it.  distribute() turns the owner
+-- columns into it; a single server keeps regrole.
+CREATE TYPE idempotency.roleref;
+CREATE FUNCTION idempotency.roleref_in(pg_catalog.cstring)
+RETURNS idempotency.roleref
+AS 'regrolein' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.roleref_out(idempotency.roleref)
+RETURNS pg_catalog.cstring
+AS 'regroleout' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
+CREATE TYPE idempotency.roleref (
+    INPUT = idempotency.roleref_in,
+    OUTPUT = idempotency.roleref_out,
+    LIKE = pg_catalog.oid);
+COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
+'Input of idempotency.roleref: a role''s name (or oid), as regrole reads it';
+COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
+'Output of idempotency.roleref: the role''s name, as regrole prints it';
+COMMENT ON TYPE idempotency.roleref IS
+'A role, stored as its oid, copied between nodes by name (no binary I/O): the owner columns on Citus';
+CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
+CREATE CAST (pg_catalog.oid AS idempotency.roleref) WITHOUT FUNCTION;
+CREATE CAST (pg_catalog.regrole AS idempotency.roleref) WITHOUT FUNCTION AS ASSIGNMENT;
+CREATE CAST (idempotency.roleref AS pg_catalog.regrole) WITHOUT FUNCTION;
+-- owner = role on Citus: a roleref column against a regrole value.  With
+-- pg_catalog.= both sides would be relabelled to oid, and Citus, which
+-- evaluates the parameters of an UPDATE or DELETE on the coordinator and
+-- sends them as constants, would send the coordinator's oid; this operator
+-- keeps the value a regrole, which Citus sends by name.
+CREATE FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole)
+RETURNS pg_catalog.bool
+AS 'oideq' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
+COMMENT ON FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole) IS
+'Operator idempotency.=: whether a roleref and a regrole name the same role';
+CREATE OPERATOR idempotency.= (
+    LEFTARG = idempotency.roleref,
+    RIGHTARG = pg_catalog.regrole,
+    FUNCTION = idempotency.roleref_eq);

@@ -103,7 +103,7 @@ extern void idem_as_caller(const SavedUser *saved);
 extern uint64 idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs,
 								Oid *argtypes, Datum *values,
 								const char *nulls, int expect_rc);
-extern Datum idem_owner_name(Oid owner);
+extern Datum idem_owner_ref(Oid owner);
 extern uint64 idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql,
 						  int nargs, Oid *argtypes, Datum *values,
 						  const char *nulls, int expect_rc);
@@ -256,21 +256,29 @@ typedef enum IdemTable
 } IdemTable;
 
 /*
- * SQL comparing an owner column with a parameter: a regrole, or on a table
- * Citus knows, the role's name as text (idem_owner_name()).  Role oids
- * differ from node to node (Citus creates roles by name), so on Citus the
- * owner column is text holding the role's name as regrole prints it
- * (distribute() converts it): Citus copies shards between nodes in binary,
- * where a regrole is its oid, and a moved row would belong to another role
- * or none.  The cast is a no-op on a text column (no function of a column,
- * which Citus refuses in an UPDATE or DELETE).  (A text parameter, not a
- * cast of a regrole one: Citus 13.2 cannot plan a generic UPDATE with a
- * cast of a parameter, and crashes trying.)
+ * SQL comparing an owner column with a parameter (a regrole).  On a single
+ * server the owner columns are regrole.  On a table Citus knows they are
+ * idempotency.roleref (distribute() converts them): a role's oid on disk,
+ * like regrole, but with no binary send/receive functions, so every copy
+ * between nodes (a shard move's COPY, logical replication's apply, a node
+ * added later, a reference table's copy, a parameter or a constant Citus
+ * sends to a worker) carries the role's name, and each node stores its own
+ * oid of that role.  So a row stays with its role across ALTER ROLE ...
+ * RENAME (Citus renames the role on every node; oids do not change) and a
+ * role created later under an old name is another role.  roleref casts to
+ * oid implicitly and without a function (as regrole does), so the
+ * comparison is oid equality on both kinds of table, served by the primary
+ * key (oid_ops).  On Citus the comparison is OPERATOR(idempotency.=)
+ * (roleref, regrole), whose right side stays a regrole: Citus evaluates an
+ * UPDATE's or DELETE's parameters on the coordinator and sends them as
+ * constants, and a regrole constant travels by name (relabelled to oid it
+ * would carry the coordinator's oid).  0.5.0 stored the role's name as text on Citus: a renamed role's
+ * retry found no key and paid again (issue 25).
  */
 #define IDEM_OWNER_EQ(col, param) \
 	col " OPERATOR(pg_catalog.=) " param
 #define IDEM_OWNER_EQ_CITUS(col, param) \
-	col "::pg_catalog.text OPERATOR(pg_catalog.=) " param
+	col " OPERATOR(idempotency.=) " param
 
 extern bool idem_citus_table(Oid relid);
 /* shard.c: Citus: the key's shard, when it is on this node */

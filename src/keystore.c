@@ -103,6 +103,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "compat.h"
 #include "idempotency.h"
@@ -377,22 +378,34 @@ idem_citus_table(Oid relid)
 }
 
 /*
- * On Citus a table's owner column holds the role's name (text): see
- * IDEM_OWNER_EQ_CITUS.  A table distributed by hand, without distribute(),
- * still has a regrole there: refuse it rather than compare oids of another
- * node.
+ * On Citus a table's owner column is an idempotency.roleref (see
+ * IDEM_OWNER_EQ_CITUS).  A table distributed by hand, without distribute(),
+ * still has a regrole there (Citus copies it in binary: another node's
+ * oid), and one distributed by 0.5.0 a text name (a renamed role's key is
+ * not found, a new role of the old name finds it): refuse both rather than
+ * compare oids of another node or names.
  */
 static void
 citus_owner_check(Oid relid, const char *table)
 {
 	AttrNumber	att = get_attnum(relid, "owner");
+	Oid			type;
+	Oid			nsp;
 
-	if (att != InvalidAttrNumber && get_atttype(relid, att) == REGROLEOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.%s is distributed by Citus, but its owner column is a regrole", table),
-				 errdetail("Role oids differ from node to node, and Citus copies shards between nodes in binary; on Citus the owner column holds the role's name."),
-				 errhint("On the coordinator, run SELECT idempotency.distribute(); it converts the column.")));
+	if (att == InvalidAttrNumber)
+		return;
+	type = get_atttype(relid, att);
+	nsp = get_namespace_oid("idempotency", true);
+	if (OidIsValid(nsp) &&
+		type == GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+								CStringGetDatum("roleref"), ObjectIdGetDatum(nsp)))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table idempotency.%s is distributed by Citus, but its owner column is of type %s", table,
+					format_type_be(type)),
+			 errdetail("On Citus the owner column is idempotency.roleref: role oids differ from node to node (a regrole copied in binary names another role), and a role's name changes with ALTER ROLE ... RENAME (a text owner pays a renamed role's retry twice)."),
+			 errhint("On the coordinator, run SELECT idempotency.distribute(); it converts the column.")));
 }
 
 /*
@@ -414,8 +427,7 @@ idem_table_distributed(IdemTable t)
 		if (!OidIsValid(relid))
 			return false;
 		table_citus[t] = idem_citus_table(relid);
-		/* (state machines are a reference table, written through Citus only) */
-		if (table_citus[t] && t != IDEM_TABLE_MACHINE)
+		if (table_citus[t])
 			citus_owner_check(relid, table_names[t]);
 		table_relid[t] = relid;
 	}
@@ -846,8 +858,8 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	if (store_citus)
 	{
 		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
-		argtypes[0] = TEXTOID;
-		values[0] = idem_owner_name(id->owner);
+		argtypes[0] = REGROLEOID;
+		values[0] = idem_owner_ref(id->owner);
 		sp = local_shard(id);
 	}
 	SPI_connect();
@@ -1245,8 +1257,8 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
 	SPI_connect();
 	if (store_citus)
 	{
-		argtypes[0] = TEXTOID;
-		values[0] = idem_owner_name(id->owner);
+		argtypes[0] = REGROLEOID;
+		values[0] = idem_owner_ref(id->owner);
 		n = idem_run_as(false, &plan_seed_citus,
 						SELECT_SEED KEY_WHERE_CITUS LIVE_SEED, 4, argtypes,
 						values, NULL, SPI_OK_SELECT);
@@ -1331,8 +1343,8 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 	if (store_citus)
 	{
 		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
-		argtypes[0] = TEXTOID;
-		values[0] = idem_owner_name(id->owner);
+		argtypes[0] = REGROLEOID;
+		values[0] = idem_owner_ref(id->owner);
 	}
 	if (sp != NULL)
 		n = shard_run(sp, SS_CHECKPOINT, 6, argtypes, values, nulls, SPI_OK_UPDATE);

@@ -187,8 +187,8 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		}
 		if (citus && !all)
 		{
-			argtypes[2] = TEXTOID;	/* the owner by name */
-			values[2] = idem_owner_name(owner);
+			argtypes[2] = REGROLEOID;	/* the owner by roleref */
+			values[2] = idem_owner_ref(owner);
 		}
 		if (citus)
 			sql = psprintf(purge_sql_citus, purge_tables[i], purge_keys[i],
@@ -308,9 +308,9 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (idem_table_distributed(IDEM_TABLE_TOKEN))
 	{
-		/* Citus: the owner by name (role oids differ between nodes; idempotency.h) */
-		argtypes[1] = TEXTOID;
-		values[1] = idem_owner_name(GetUserId());
+		/* Citus: the owner as a roleref (role oids differ between nodes; idempotency.h) */
+		argtypes[1] = REGROLEOID;
+		values[1] = idem_owner_ref(GetUserId());
 		consumed = idem_run_as(false, &plan_consume_citus, CONSUME_SQL(IDEM_OWNER_EQ_CITUS),
 							   4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	}

@@ -135,9 +135,9 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (idem_keystore_distributed(&id))
 	{
-		/* the owner by name (role oids differ between nodes; idempotency.h) */
-		argtypes[0] = TEXTOID;
-		values[0] = idem_owner_name(id.owner);
+		/* the owner as a roleref (role oids differ between nodes; idempotency.h) */
+		argtypes[0] = REGROLEOID;
+		values[0] = idem_owner_ref(id.owner);
 		deleted = idem_run_as(false, &plan_forget_citus, FORGET_SQL(IDEM_OWNER_EQ_CITUS),
 									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
 	}

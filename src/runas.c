@@ -221,14 +221,13 @@ idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql, int nargs,
 }
 
 /*
- * Role owner's name as a text datum, as a regrole column prints it (quoted
- * where needed): for IDEM_OWNER_EQ_CITUS.
+ * Role owner as the parameter a Citus statement compares an owner column
+ * with (a regrole: idempotency.h, IDEM_OWNER_EQ_CITUS).
  */
 Datum
-idem_owner_name(Oid owner)
+idem_owner_ref(Oid owner)
 {
-	return CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(regroleout,
-																	ObjectIdGetDatum(owner))));
+	return ObjectIdGetDatum(owner);
 }
 
 /*

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(123);
+SELECT plan(126);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -15,6 +15,14 @@ SELECT columns_are('idempotency', 'idempotency_key', ARRAY[
   'attempts', 'created_at', 'updated_at', 'expires_at', 'locked_until',
   'recovery_point', 'recovery_state', 'derive_seed']);
 SELECT col_type_is('idempotency', 'idempotency_key', 'derive_seed', 'bytea', 'derive_seed is bytea');
+-- idempotency.roleref (Citus's owner columns): no binary form, so every copy
+-- between nodes carries the role's name; binary-coercible to oid
+SELECT has_type('idempotency', 'roleref', 'type roleref exists');
+SELECT is((SELECT typsend::oid = 0 AND typreceive::oid = 0 FROM pg_type
+            WHERE oid = 'idempotency.roleref'::regtype), true, 'roleref has no binary send/receive');
+SELECT is((SELECT castmethod::text || castcontext::text FROM pg_cast
+            WHERE castsource = 'idempotency.roleref'::regtype AND casttarget = 'oid'::regtype),
+          'bi', 'roleref casts to oid implicitly, without a function');
 SELECT col_not_null('idempotency', 'idempotency_key', 'derive_seed', 'derive_seed is NOT NULL');
 SELECT col_type_is('idempotency', 'idempotency_key', 'owner', 'regrole', 'owner is regrole');
 SELECT col_type_is('idempotency', 'idempotency_key', 'scope', 'text', 'scope is text');
@@ -106,7 +114,8 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'once', 'lookup', 'http_response', 'lock_secret_changed',
                                         'checkpoint', 'derive_key', 'distribute',
                                         'create_topic', 'alter_topic', 'drop_topic', 'grant_topic', 'revoke_topic',
-                                        'publish', 'claim', 'ack', 'nack', 'release', 'redrive']);
+                                        'publish', 'claim', 'ack', 'nack', 'release', 'redrive',
+                                        'roleref_in', 'roleref_out', 'roleref_eq']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');
@@ -158,7 +167,8 @@ SELECT is_strict('idempotency', 'purge', ARRAY['integer']);
 SELECT isnt_strict('idempotency', 'consume_token', ARRAY['uuid', 'text'],
                    'consume_token() is not strict: a NULL scope is an error');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace
-             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset', 'http_response', 'derive_key') AND proparallel <> 'u'),
+             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset', 'http_response', 'derive_key',
+                                 'roleref_in', 'roleref_out', 'roleref_eq') AND proparallel <> 'u'),
           0, 'functions that lock and write are PARALLEL UNSAFE');
 SELECT is((SELECT count(*)::int FROM pg_proc p
              WHERE pronamespace = 'idempotency'::regnamespace
