@@ -436,6 +436,13 @@ SET ROLE regress_alice;
 SELECT payload->>'n' AS n, idempotency.ack(claim, ARRAY[id]) AS acked
   FROM idempotency.claim('twophase');
 SELECT idempotency.drop_topic('twophase');
+-- a topic dropped earlier in the same statement is not published to from
+-- the backend's cache
+SELECT idempotency.create_topic('same-statement') > 0 AS created;
+SELECT idempotency.publish('same-statement', '{}') IS NOT NULL AS published_and_cached;
+SELECT idempotency.drop_topic('same-statement', true), idempotency.publish('same-statement', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.drop_topic('same-statement', true);
 RESET ROLE;
 SELECT outbox_rows() AS rows_left, (SELECT count(*) FROM idempotency.outbox_topic) AS topics_left;
 DROP FUNCTION outbox_rows();

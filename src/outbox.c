@@ -453,12 +453,17 @@ topic_cached(const char *name, Topic *out)
 	topic_cache_put(name, out);
 }
 
-/* tell every backend's publish() cache that topics or grants changed */
+/*
+ * Tell every backend's publish() cache that topics or grants changed; our
+ * own at once (the invalidation reaches it only at the next command, and a
+ * publish() later in the same statement must not use a dropped topic).
+ */
 static void
 topics_changed(void)
 {
 	outbox_relids();
 	CacheInvalidateRelcacheByRelid(topic_relid);
+	topic_cache_stale = true;
 }
 
 /*
