@@ -439,9 +439,11 @@ SELECT idempotency.drop_topic('twophase');
 -- a topic dropped earlier in the same statement is not published to from
 -- the backend's cache
 SELECT idempotency.create_topic('same-statement') > 0 AS created;
+BEGIN;
 SELECT idempotency.publish('same-statement', '{}') IS NOT NULL AS published_and_cached;
 SELECT idempotency.drop_topic('same-statement', true), idempotency.publish('same-statement', '{}');
 \echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 SELECT idempotency.drop_topic('same-statement', true);
 RESET ROLE;
 SELECT outbox_rows() AS rows_left, (SELECT count(*) FROM idempotency.outbox_topic) AS topics_left;
