@@ -8,5 +8,7 @@
 -- == outbox (issue 25, findings 1-3, 7, 8) ==
 
 -- == purge (issue 25, findings 6, 9) ==
+-- No SQL change: the purge's statements are in src/lifecycle.c, the launcher's
+-- bound per database in src/worker.c (setting idempotency.purge_timeout).
 
 -- == identity (issue 25, findings 4, 5) ==
