@@ -193,6 +193,7 @@ purge_batch(int i, int all, Datum *values)
 	Datum		del_values[4];
 	const char *s_owner = all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3";
 	const char *t_owner = all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $4";
+	char	   *sql = NULL;
 	PurgeRow   *rows;
 	Datum	   *tids;
 	uint64		n,
@@ -200,21 +201,16 @@ purge_batch(int i, int all, Datum *values)
 	int64		deleted = 0;
 	bool		done_rel;
 
-	/* lock the batch */
+	/* lock the batch (the statement text is made only to prepare it) */
 	if (purge_lock_plans[i][all] == NULL)
-	{
-		char	   *sql = i == PURGE_OUTBOX ?
+		sql = i == PURGE_OUTBOX ?
 			psprintf(purge_outbox_lock_sql, s_owner, s_owner) :
 			psprintf(purge_lock_sql, purge_tables[i], s_owner);
-
-		idem_run_as_owner(&purge_lock_plans[i][all], sql, all ? 2 : 3,
+	n = idem_run_as_owner(&purge_lock_plans[i][all], sql, all ? 2 : 3,
 						  lock_types, values, NULL, SPI_OK_SELECT);
+	if (sql)
 		pfree(sql);
-	}
-	else
-		idem_run_as_owner(&purge_lock_plans[i][all], NULL, all ? 2 : 3,
-						  lock_types, values, NULL, SPI_OK_SELECT);
-	n = SPI_processed;
+	sql = NULL;
 	if (n == 0)
 		return 0;
 	rows = palloc(n * sizeof(PurgeRow));
@@ -265,36 +261,26 @@ purge_batch(int i, int all, Datum *values)
 							  TYPALIGN_SHORT);
 		del_values[1] = PointerGetDatum(arr);
 		del_values[2] = ObjectIdGetDatum(rel);
+		if (purge_delete_plans[i][all] == NULL)
+			sql = i == PURGE_OUTBOX ? psprintf(purge_outbox_delete_sql, t_owner) :
+				psprintf(purge_delete_sql, purge_tables[i], t_owner);
 		if (i == PURGE_OUTBOX)
 		{
 			bool		isnull;
 
-			if (purge_delete_plans[i][all] == NULL)
-			{
-				char	   *sql = psprintf(purge_outbox_delete_sql, t_owner);
-
-				idem_run_as_owner(&purge_delete_plans[i][all], sql, all ? 3 : 4,
-								  del_types, del_values, NULL, SPI_OK_SELECT);
-				pfree(sql);
-			}
-			else
-				idem_run_as_owner(&purge_delete_plans[i][all], NULL, all ? 3 : 4,
-								  del_types, del_values, NULL, SPI_OK_SELECT);
+			/* SELECT count(*) FROM d: the rows deleted */
+			idem_run_as_owner(&purge_delete_plans[i][all], sql, all ? 3 : 4,
+							  del_types, del_values, NULL, SPI_OK_SELECT);
 			deleted += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc, 1, &isnull));
 			SPI_freetuptable(SPI_tuptable);
 		}
 		else
-		{
-			char	   *sql = NULL;
-
-			if (purge_delete_plans[i][all] == NULL)
-				sql = psprintf(purge_delete_sql, purge_tables[i], t_owner);
 			deleted += idem_run_as_owner(&purge_delete_plans[i][all], sql, all ? 3 : 4,
 										 del_types, del_values, NULL, SPI_OK_DELETE);
-			if (sql)
-				pfree(sql);
-		}
+		if (sql)
+			pfree(sql);
+		sql = NULL;
 		pfree(arr);
 	} while (!done_rel);
 	pfree(tids);
