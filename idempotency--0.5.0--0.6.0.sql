@@ -23,6 +23,8 @@ COMMENT ON FUNCTION idempotency.redrive(pg_catalog.text, pg_catalog.int8[]) IS
 
 
 -- == purge (issue 25, findings 6, 9) ==
+-- No SQL change: the purge's statements are in src/lifecycle.c, the launcher's
+-- bound per database in src/worker.c (setting idempotency.purge_timeout).
 
 -- == identity (issue 25, findings 4, 5) ==
 -- derive_key() derives from a per-key seed (see the install script).  Keys
