@@ -95,12 +95,13 @@ DECLARE
 BEGIN
     SELECT * INTO STRICT m FROM matrix.members() AS x WHERE x.object = try_revoked.object;
     BEGIN
-        EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC, priv_revoked',
-                       CASE m.kind WHEN 'function' THEN 'FUNCTION ' || m.objid::regprocedure::text
-                                   WHEN 'sequence' THEN 'SEQUENCE ' || m.objid::regclass::text
-                                   WHEN 'type' THEN 'TYPE ' || m.objid::regtype::text
-                                   WHEN 'composite type' THEN 'TYPE ' || m.objid::regtype::text
-                                   ELSE 'TABLE ' || m.objid::regclass::text END, '');
+        -- (regprocedure, regclass and regtype print quoted names)
+        EXECUTE CASE m.kind
+                WHEN 'function' THEN format('REVOKE ALL ON FUNCTION %s FROM PUBLIC, priv_revoked', m.objid::regprocedure)
+                WHEN 'sequence' THEN format('REVOKE ALL ON SEQUENCE %s FROM PUBLIC, priv_revoked', m.objid::regclass)
+                WHEN 'type' THEN format('REVOKE ALL ON TYPE %s FROM PUBLIC, priv_revoked', m.objid::regtype)
+                WHEN 'composite type' THEN format('REVOKE ALL ON TYPE %s FROM PUBLIC, priv_revoked', m.objid::regtype)
+                ELSE format('REVOKE ALL ON TABLE %s FROM PUBLIC, priv_revoked', m.objid::regclass) END;
         PERFORM set_config('role', 'priv_revoked', true);
         v := matrix.try(probe);
         RAISE EXCEPTION USING ERRCODE = 'MXUND', MESSAGE = v;
