@@ -1,6 +1,8 @@
 -- test/privileges/report.sql: every verdict as a TAP line: first what
 -- harness.sql judged, then each (object, action, caller) of expect.tsv
--- against what the caller got.  Run by the cluster's superuser.
+-- against what the caller got.  Run by the cluster's superuser, with
+-- psql -v offset=N (lines are numbered from N + 1) -v pass=TEXT (put
+-- before each description); run prints the plan.
 \set ON_ERROR_STOP 1
 SET search_path = pg_catalog;
 INSERT INTO matrix.verdict (ok, description)
@@ -15,8 +17,7 @@ SELECT r.outcome IS NOT DISTINCT FROM e.outcome,
  WHERE e.outcome IS NOT NULL
    AND e.object IN (SELECT object FROM matrix.members())
  ORDER BY e.n, e.i;
-SELECT format('%sok %s - %s', CASE WHEN v.ok THEN '' ELSE 'not ' END,
-              row_number() OVER (ORDER BY v.n), v.description)
+SELECT format('%sok %s - %s%s', CASE WHEN v.ok THEN '' ELSE 'not ' END,
+              :offset + row_number() OVER (ORDER BY v.n), :'pass', v.description)
   FROM matrix.verdict AS v
  ORDER BY v.n;
-SELECT format('1..%s', count(*)) FROM matrix.verdict;

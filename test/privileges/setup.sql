@@ -1,6 +1,7 @@
 -- test/privileges/setup.sql: the extension, the harness and the rows the
 -- matrix probes.  Run by the cluster's superuser in database privileges
--- (made by run), after roles.sql.
+-- (made by run), after roles.sql.  psql -v from=VERSION: install VERSION,
+-- then update to the default version.
 --
 -- The extension is created by priv_owner, which then loses SUPERUSER: its
 -- column of expect.tsv shows what owning the objects gives, and priv_super's
@@ -11,7 +12,13 @@ SET search_path = pg_catalog;
 SET client_min_messages = warning;
 
 SET ROLE priv_owner;
+\if :{?from}
+-- the updated database: an older release, then ALTER EXTENSION UPDATE
+CREATE EXTENSION idempotency VERSION :'from';
+ALTER EXTENSION idempotency UPDATE;
+\else
 CREATE EXTENSION idempotency;
+\endif
 RESET ROLE;
 ALTER ROLE priv_owner NOSUPERUSER;
 -- a probe that waits fails instead of stopping the run
