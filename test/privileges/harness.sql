@@ -37,9 +37,10 @@ SELECT coalesce(array_agg(h.v ORDER BY h.i) FILTER (WHERE h.i <= 2) = '{object,a
        'expect.tsv: its header is object, action, the callers, probe'
   FROM matrix.header AS h;
 INSERT INTO matrix.verdict (ok, description)
-SELECT r.oid IS NOT NULL, format('caller %s: role %s exists', c.name, 'priv_' || c.name)
+SELECT r.oid IS NOT NULL, format('caller %s: role %s exists', c.name, coalesce(l.role, 'priv_' || c.name))
   FROM matrix.caller AS c
-  LEFT JOIN pg_roles AS r ON r.rolname = 'priv_' || c.name
+  LEFT JOIN matrix.login AS l ON l.caller = c.name
+  LEFT JOIN pg_roles AS r ON r.rolname = coalesce(l.role, 'priv_' || c.name)
  ORDER BY c.i;
 
 -- the rows: (line, object, action, probe) and one outcome per caller

@@ -19,6 +19,8 @@ CREATE ROLE priv_other LOGIN;               -- another application with its own 
 CREATE ROLE priv_publisher LOGIN;           -- may publish to priv_app's topic (grant_topic)
 CREATE ROLE priv_consumer LOGIN;            -- may consume priv_app's topic (grant_topic)
 CREATE ROLE priv_unconsumer LOGIN;          -- was granted priv_app's topic, then revoke_topic()
+CREATE ROLE priv_newcomer LOGIN;            -- nothing at all (in the renamed pass: a new role
+                                            -- given priv_app's name after priv_app's rename)
 GRANT priv_owner TO priv_member, priv_noinherit;
 GRANT priv_app TO priv_appmember;
 GRANT pg_read_all_stats TO priv_monitor;

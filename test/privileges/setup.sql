@@ -1,7 +1,7 @@
 -- test/privileges/setup.sql: the extension, the harness and the rows the
 -- matrix probes.  Run by the cluster's superuser in database privileges
 -- (made by run), after roles.sql.  psql -v from=VERSION: install VERSION,
--- then update to the default version.
+-- then update to the default version; -v renamed=1: see the end.
 --
 -- The extension is created by priv_owner, which then loses SUPERUSER: its
 -- column of expect.tsv shows what owning the objects gives, and priv_super's
@@ -33,6 +33,9 @@ GRANT USAGE ON SCHEMA matrix TO PUBLIC;
 -- values the probes need (a token, a claim), readable by every caller
 CREATE TABLE matrix.fixture (name text PRIMARY KEY, value text NOT NULL);
 GRANT SELECT ON matrix.fixture TO PUBLIC;
+
+-- the role a caller logs in as, where it is not priv_<caller>
+CREATE TABLE matrix.login (caller text PRIMARY KEY, role name NOT NULL);
 
 -- what the callers got: one row per (caller, object, action)
 CREATE TABLE matrix.result (
@@ -205,3 +208,12 @@ RESET ROLE;
 
 -- the keys made with a 1 ms lifetime have expired
 SELECT pg_sleep(0.01);
+
+-- psql -v renamed=1: priv_app is renamed after making its rows, and a new
+-- role takes its old name (the caller newcomer); neither may change any
+-- outcome (SPEC section 12: a rename moves nothing, a name passes nothing on)
+\if :{?renamed}
+ALTER ROLE priv_app RENAME TO priv_app_renamed;
+CREATE ROLE priv_app LOGIN;
+INSERT INTO matrix.login VALUES ('app', 'priv_app_renamed'), ('newcomer', 'priv_app');
+\endif
