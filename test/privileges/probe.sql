@@ -1,6 +1,6 @@
 -- test/privileges/probe.sql: run every probe as one caller, each in its own
 -- transaction (try() undoes it), into matrix.result.  psql -v caller=NAME:
--- the session's role is priv_NAME; for caller revoked it is the cluster's
+-- the session is the caller's role (priv_NAME, or as matrix.login says); for caller revoked it is the cluster's
 -- superuser, and try_revoked() revokes the object from PUBLIC, probes as
 -- priv_revoked and undoes both.
 \set ON_ERROR_STOP 1

@@ -18,6 +18,6 @@ SELECT r.outcome IS NOT DISTINCT FROM e.outcome,
    AND e.object IN (SELECT object FROM matrix.members())
  ORDER BY e.n, e.i;
 SELECT format('%sok %s - %s%s', CASE WHEN v.ok THEN '' ELSE 'not ' END,
-              :offset + row_number() OVER (ORDER BY v.n), :'pass', v.description)
+              (:'offset')::bigint + row_number() OVER (ORDER BY v.n), :'pass', v.description)
   FROM matrix.verdict AS v
  ORDER BY v.n;
