@@ -1,8 +1,9 @@
 -- test/privileges/probe.sql: run every probe as one caller, each in its own
--- transaction (try() undoes it), into matrix.result.  psql -v caller=NAME:
--- the session is the caller's role (priv_NAME, or as matrix.login says); for caller revoked it is the cluster's
--- superuser, and try_revoked() revokes the object from PUBLIC, probes as
--- priv_revoked and undoes both.
+-- transaction (try() undoes it), into matrix.result.  psql -v caller=NAME,
+-- in a session of the caller's role (priv_NAME, or as matrix.login says);
+-- for caller revoked a session of the cluster's superuser, and
+-- try_revoked() revokes the object from PUBLIC, probes as priv_revoked and
+-- undoes both.
 \set ON_ERROR_STOP 1
 SELECT format('INSERT INTO matrix.result (caller, object, action, outcome) VALUES (%L, %L, %L, %s)',
               :'caller', p.object, p.action,
