@@ -89,6 +89,10 @@ SELECT r.n, r.object, r.action,
                 WHEN 'table update' THEN format('UPDATE %s SET %I = %I', m.objid::regclass, a.attname, a.attname)
                 WHEN 'table delete' THEN format('DELETE FROM %s', m.objid::regclass)
                 WHEN 'table truncate' THEN format('TRUNCATE %s', m.objid::regclass)
+                -- locks that would hold up the functions' writes and the purge
+                WHEN 'table lock' THEN format('LOCK TABLE %s IN SHARE MODE', m.objid::regclass)
+                WHEN 'table rowlock' THEN format('SELECT count(*) FROM (SELECT FROM %s FOR KEY SHARE) AS s',
+                                                 m.objid::regclass)
                 WHEN 'sequence nextval' THEN format('SELECT pg_catalog.nextval(%L::pg_catalog.regclass) > 0',
                                                     m.objid::regclass)
                 -- USAGE on a type: a column of it
@@ -114,7 +118,7 @@ SELECT false, format('expect.tsv line %s: %s %s: no probe (a function''s line ne
 -- EXECUTE is probed); any other kind without probes here fails.
 WITH need (kind, action) AS (
     VALUES ('table', 'select'), ('table', 'insert'), ('table', 'update'), ('table', 'delete'),
-           ('table', 'truncate'),
+           ('table', 'truncate'), ('table', 'lock'), ('table', 'rowlock'),
            ('view', 'select'),
            ('sequence', 'select'), ('sequence', 'nextval'),
            ('type', 'use'), ('composite type', 'use'), ('domain', 'use'),

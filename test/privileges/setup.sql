@@ -49,7 +49,7 @@ GRANT INSERT ON matrix.result TO PUBLIC;
 
 -- try(probe): run one probe as the current role and undo it; returns its
 -- outcome: the first column of a query's first row as text ('null' if
--- NULL), 'ok' for CREATE and TRUNCATE, the row count of any other
+-- NULL), 'ok' for CREATE, TRUNCATE and LOCK, the row count of any other
 -- statement, or the SQLSTATE of its error.
 CREATE FUNCTION matrix.try(probe text) RETURNS text
 LANGUAGE plpgsql AS $$
@@ -61,7 +61,7 @@ BEGIN
         IF probe ~* '^\s*(select|with|values)\M' THEN
             EXECUTE probe INTO v;
             v := coalesce(v, 'null');
-        ELSIF probe ~* '^\s*(create|truncate)\M' THEN
+        ELSIF probe ~* '^\s*(create|truncate|lock)\M' THEN
             EXECUTE probe;
             v := 'ok';
         ELSE
