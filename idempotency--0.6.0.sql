@@ -739,7 +739,7 @@ ALTER TABLE idempotency.outbox_message SET (autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_insert_threshold = 10000, autovacuum_vacuum_cost_delay = 0);
 COMMENT ON TABLE idempotency.outbox_message IS
 'Outbox messages: written by publish() in the publisher''s transaction, claimed, acked and nacked by relays, purged after delivery';
-COMMENT ON COLUMN idempotency.outbox_message.id IS 'taken after the message key''s lock: per key, id order is commit order';
+COMMENT ON COLUMN idempotency.outbox_message.id IS 'taken after the message key''s lock: per key, id order is commit order; redrive() gives a message a new one';
 COMMENT ON COLUMN idempotency.outbox_message.owner IS 'the topic''s owner (purge() by that role removes its delivered messages)';
 COMMENT ON COLUMN idempotency.outbox_message.message_id IS 'stable id a relay sends downstream as Idempotency-Key';
 COMMENT ON COLUMN idempotency.outbox_message.message_key IS 'messages of one key are delivered one at a time in commit order; NULL: no order';
@@ -782,11 +782,12 @@ CREATE POLICY outbox_topic_own_rows ON idempotency.outbox_topic
                        WHERE g.topic_id OPERATOR(pg_catalog.=) id
                          AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))));
 ALTER TABLE idempotency.outbox_message ENABLE ROW LEVEL SECURITY;
+-- (every column qualified: a bare topic_id in the subquery is g's)
 CREATE POLICY outbox_message_own_rows ON idempotency.outbox_message
     FOR SELECT
-    USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+    USING (outbox_message.owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
            OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
-                       WHERE g.topic_id OPERATOR(pg_catalog.=) topic_id
+                       WHERE g.topic_id OPERATOR(pg_catalog.=) outbox_message.topic_id
                          AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
                          AND g.can_consume));
 REVOKE ALL ON idempotency.outbox_topic, idempotency.outbox_grant, idempotency.outbox_message FROM PUBLIC;
@@ -924,7 +925,7 @@ RETURNS pg_catalog.int4
 AS 'MODULE_PATHNAME', 'idempotency_redrive'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempotency.redrive(pg_catalog.text, pg_catalog.int8[]) IS
-'Send dead messages of a topic again (all of them, or those ids) with their attempts reset; returns how many';
+'Send dead messages of a topic again (all of them, or those ids) with their attempts reset, each behind the other messages of its key (a new id, the same message_id); returns how many';
 
 CREATE VIEW idempotency.outbox_dead WITH (security_invoker = true) AS
 SELECT m.id, m.message_id, t.name AS topic, m.message_key, m.payload, m.headers,

@@ -332,5 +332,120 @@ SELECT idempotency.drop_topic('payments');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT outbox_rows() AS rows_left, (SELECT count(*) FROM idempotency.outbox_grant) AS grants_left;
+-- ---- issue 25, finding 1: a consumer of one topic reads no other topic's
+-- messages (the row policy compared g.topic_id with itself)
+SET ROLE regress_alice;
+SELECT idempotency.create_topic('alice-only') > 0 AS created;
+SELECT idempotency.publish('alice-only', '{"n": "alice secret"}') IS NOT NULL AS published;
+RESET ROLE;
+SET ROLE regress_outbox_carol;
+SELECT idempotency.create_topic('carol-shared') > 0 AS created;
+SELECT idempotency.grant_topic('carol-shared', 'regress_bob', publish => false, consume => true);
+SELECT idempotency.publish('carol-shared', '{"n": "for bob"}') IS NOT NULL AS published;
+RESET ROLE;
+SET ROLE regress_bob;
+SELECT payload->>'n' AS bob_reads FROM idempotency.outbox_message ORDER BY id;
+SELECT count(*) AS bob_sees_dead FROM idempotency.outbox_dead;
+RESET ROLE;
+SELECT pg_get_expr(polqual, polrelid) LIKE '%g.topic_id = outbox_message.topic_id%' AS qualified
+  FROM pg_policy WHERE polname = 'outbox_message_own_rows';
+SET ROLE regress_outbox_carol;
+SELECT idempotency.drop_topic('carol-shared', force => true);
+RESET ROLE;
+SET ROLE regress_alice;
+SELECT idempotency.drop_topic('alice-only', force => true);
+
+-- ---- issue 25, smaller: a claim whose lapsed message goes dead in the same
+-- statement still returns another ready message
+SELECT idempotency.create_topic('lapse', max_attempts => 1) > 0 AS created;
+SELECT idempotency.publish('lapse', '{"n": "lapsed"}') IS NOT NULL AS published;
+SELECT count(*) AS claimed FROM idempotency.claim('lapse', 1, '1 minute');
+SELECT idempotency.publish('lapse', '{"n": "ready"}') IS NOT NULL AS published;
+RESET ROLE;
+-- the claim lapsed 2 s ago, the other message became ready 1 s ago
+UPDATE idempotency.outbox_message
+   SET available_at = now() - CASE payload->>'n' WHEN 'lapsed' THEN interval '2 s' ELSE interval '1 s' END
+ WHERE payload->>'n' IN ('lapsed', 'ready');
+SET ROLE regress_alice;
+SELECT payload->>'n' AS n, attempt FROM idempotency.claim('lapse', 1);
+SELECT payload->>'n' AS n, state, attempts, claim IS NOT NULL AS claimed
+  FROM idempotency.outbox_message ORDER BY id;
+SELECT idempotency.drop_topic('lapse', force => true);
+
+-- ---- issue 25, finding 7: nack's default backoff is capped before it is
+-- doubled (hours of backoff_base at attempt 31 overflowed the interval)
+SELECT idempotency.create_topic('slow', max_attempts => 40, backoff_base => '10 hours',
+                                backoff_max => '1 day') > 0 AS created;
+SELECT idempotency.publish('slow', '{"n": "slow"}') IS NOT NULL AS published;
+RESET ROLE;
+UPDATE idempotency.outbox_message SET attempts = 30 WHERE payload->>'n' = 'slow';
+SET ROLE regress_alice;
+SELECT attempt, idempotency.nack(claim, ARRAY[id], '{"error": "503"}') AS nacked
+  FROM idempotency.claim('slow');
+SELECT state, attempts, available_at - now() BETWEEN '23:59' AND '1 day' AS capped_at_backoff_max
+  FROM idempotency.outbox_message;
+-- below the cap it still doubles: attempt 2 of 10 hours waits 20 hours
+RESET ROLE;
+UPDATE idempotency.outbox_message SET attempts = 1, available_at = now();
+SET ROLE regress_alice;
+SELECT attempt, idempotency.nack(claim, ARRAY[id]) AS nacked FROM idempotency.claim('slow');
+SELECT available_at - now() BETWEEN '19:59' AND '20:00' AS doubled FROM idempotency.outbox_message;
+SELECT idempotency.drop_topic('slow', force => true);
+
+-- ---- issue 25, finding 3: redrive() puts no second message of a key in
+-- flight: the redriven message gets a new position behind its key's
+-- other messages and keeps its message_id
+SELECT idempotency.create_topic('redrive', max_attempts => 1) > 0 AS created;
+SELECT idempotency.publish('redrive', '{"n": "k1"}', 'k') IS NOT NULL AS k1,
+       idempotency.publish('redrive', '{"n": "k2"}', 'k') IS NOT NULL AS k2,
+       idempotency.publish('redrive', '{"n": "u"}') IS NOT NULL AS unkeyed;
+SELECT count(idempotency.nack(claim, ARRAY[id], '{"error": "gone"}'))
+  FROM idempotency.claim('redrive');
+SELECT id AS k1_id, message_id AS k1_message_id FROM idempotency.outbox_dead
+ WHERE payload->>'n' = 'k1' \gset
+CREATE TEMP TABLE c3 AS SELECT * FROM idempotency.claim('redrive');
+SELECT payload->>'n' AS n FROM c3;
+SELECT idempotency.redrive('redrive') AS redriven;
+-- k2 is out: k1 waits; the unkeyed one goes
+SELECT payload->>'n' AS n FROM idempotency.claim('redrive') ORDER BY id;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM c3;
+SELECT payload->>'n' AS n, message_id = :'k1_message_id' AS same_message_id,
+       id > :k1_id AS behind_its_key, attempt
+  FROM idempotency.claim('redrive') WHERE message_key = 'k';
+-- redrive of ids that are not dead, of another topic, or of no one: nothing
+SELECT idempotency.redrive('redrive', ARRAY[:k1_id]::bigint[]) AS redriven_again;
+SELECT idempotency.redrive('redrive', '{}') AS redriven_none;
+SELECT idempotency.redrive('redrive', '{NULL}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.drop_topic('redrive', force => true);
+
+-- ---- issue 25, finding 8: publish() in a prepared transaction (two-phase
+-- commit): PREPARE works; the message is there after COMMIT PREPARED and
+-- gone after ROLLBACK PREPARED
+SELECT idempotency.create_topic('twophase') > 0 AS created;
+BEGIN;
+SELECT idempotency.publish('twophase', '{"n": "prepared"}') IS NOT NULL AS published;
+PREPARE TRANSACTION 'outbox_2pc_commit';
+BEGIN;
+SELECT idempotency.publish('twophase', '{"n": "rolled back"}') IS NOT NULL AS published;
+PREPARE TRANSACTION 'outbox_2pc_rollback';
+RESET ROLE;
+COMMIT PREPARED 'outbox_2pc_commit';
+ROLLBACK PREPARED 'outbox_2pc_rollback';
+SET ROLE regress_alice;
+SELECT payload->>'n' AS n, idempotency.ack(claim, ARRAY[id]) AS acked
+  FROM idempotency.claim('twophase');
+SELECT idempotency.drop_topic('twophase');
+-- a topic dropped earlier in the same statement is not published to from
+-- the backend's cache
+SELECT idempotency.create_topic('same-statement') > 0 AS created;
+BEGIN;
+SELECT idempotency.publish('same-statement', '{}') IS NOT NULL AS published_and_cached;
+SELECT idempotency.drop_topic('same-statement', true), idempotency.publish('same-statement', '{}');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT idempotency.drop_topic('same-statement', true);
+RESET ROLE;
+SELECT outbox_rows() AS rows_left, (SELECT count(*) FROM idempotency.outbox_topic) AS topics_left;
 DROP FUNCTION outbox_rows();
 DROP ROLE regress_outbox_carol;

@@ -33,6 +33,7 @@ int			idem_default_ttl_s = 24 * 60 * 60;
 int			idem_max_key_length = 255;
 int			idem_purge_interval_s = 60;
 int			idem_purge_batch = 10000;
+int			idem_purge_timeout_s = 60;
 char	   *idem_database = NULL;
 int			idem_stats_max = 1000;
 int			idem_log_waits_ms = -1;
@@ -109,6 +110,14 @@ _PG_init(void)
 							&idem_purge_batch,
 							10000, 1, INT_MAX,
 							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.purge_timeout",
+							"Longest turn of one database in a purge cycle of the background worker.",
+							"A worker begins no batch after half of it; the launcher stops a worker still running at its end and goes on to the next database.",
+							&idem_purge_timeout_s,
+							60, 1, INT_MAX / 1000,
+							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("idempotency.database",

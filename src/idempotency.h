@@ -64,6 +64,7 @@ extern int	idem_default_ttl_s;
 extern int	idem_max_key_length;
 extern int	idem_purge_interval_s;
 extern int	idem_purge_batch;
+extern int	idem_purge_timeout_s;
 extern char *idem_database;
 extern int	idem_stats_max;
 extern int	idem_log_waits_ms;

@@ -4,22 +4,28 @@
  *	  Expiry and purge, one-time tokens, consumer deduplication.
  *
  * purge: every table of the extension has owner and expires_at columns and
- * an index on expires_at.  One batch is one statement per table:
+ * an index on expires_at.  One batch is two steps per table:
  *
- *	  WITH l AS (SELECT tableoid, ctid ... WHERE expires_at <= now [AND owner = r]
- *				 LIMIT n FOR UPDATE SKIP LOCKED)
- *	  DELETE ... WHERE ctid = ANY (l's ctids)				-- a TID scan
- *				   AND (tableoid, ctid) = ANY (l's pairs)	-- only rows l locked
+ *	  SELECT tableoid, ctid ... WHERE expires_at <= now [AND owner = r]
+ *		LIMIT n FOR UPDATE SKIP LOCKED				-- lock the batch
+ *	  DELETE ... WHERE ctid = ANY ($tids)			-- a TID scan
+ *				   AND tableoid = $rel				-- one relation at a time
  *				   AND expires_at <= now [AND owner = r]
  *
  * so a batch takes only row locks, never waits for a row another
  * transaction has locked, and rechecks the expiry (and owner) of each row
- * it deletes.  A ctid is unique only within one table: on a partitioned key
- * table (the README's recipe) another partition has a row at the same
- * ctid, perhaps another role's, perhaps locked by another transaction, so
- * the DELETE matches the pair (tableoid, ctid), which the filter checks
- * before the row is locked: it never touches, nor waits for, a row the
- * batch did not lock.
+ * it deletes.  The locked rows come back to C, grouped by relation: one
+ * DELETE on a plain table, one per partition the batch touched on a
+ * partitioned key table (the README's recipe), where a ctid is unique only
+ * within one partition: another partition has a row at the same ctid,
+ * perhaps another role's, perhaps locked by another transaction, and the
+ * filter on tableoid (a constant per DELETE) drops it before the row is
+ * locked, so the DELETE never touches, nor waits for, a row the batch did
+ * not lock.  The TID scan sorts the batch's positions once and each row it
+ * fetches is checked against constants: linear in the batch.  (0.5.0
+ * matched (tableoid, ctid) = ANY (an array of the batch), a linear search
+ * per row: the default batch of 10000 took seconds; issue 25, finding 9;
+ * test/t/007_purge_plans.pl checks the plans.)
  * A begin() that found an expired row and later writes it copes with the
  * row vanishing (idem_keystore_write falls back to INSERT).  The SQL function
  * purges one batch of the caller's own rows; the background worker
@@ -40,8 +46,12 @@
  * rechecks the expiry and leaves a row that was renewed.  Asked per batch,
  * so a table distributed while the worker runs is purged the new way.
  *
- * Delivered outbox messages (outbox.c) are purged the same way by one
- * statement that also adds them to their topics' purged_* counters.
+ * Delivered outbox messages (outbox.c) are purged the same way; the
+ * DELETE also adds them to their topics' purged_* counters, and the batch
+ * first locks those topic rows with SKIP LOCKED and takes only messages of
+ * the topics it locked: a role holding alter_topic() open on its topic
+ * keeps that topic's messages for a later batch, and stalls nothing
+ * (0.5.0's counter UPDATE waited for it; issue 25, finding 6).
  *
  * Tokens: issue_token() inserts a random uuid; consume_token() deletes it.
  * Concurrent consumers serialise on the row lock of the DELETE: exactly one
@@ -67,6 +77,8 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/itemptr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -81,10 +93,14 @@
 static const char *const purge_tables[PURGE_NTABLES] = {
 	"idempotency_key", "token", "seen_message", "outbox_message"
 };
-#define PURGE_OUTBOX 3			/* delivered outbox messages: purge_outbox_sql */
+#define PURGE_OUTBOX 3			/* delivered outbox messages: purge_outbox_*_sql */
 
-/* [table][0 = one role, 1 = every role]; none on Citus (planned afresh) */
-static SPIPlanPtr purge_plans[PURGE_NTABLES][2];
+/*
+ * [table][0 = one role, 1 = every role]: the batch's locking SELECT and its
+ * DELETE; none on Citus (planned afresh)
+ */
+static SPIPlanPtr purge_lock_plans[PURGE_NTABLES][2];
+static SPIPlanPtr purge_delete_plans[PURGE_NTABLES][2];
 
 /* each table's primary key, for the Citus statement */
 static const char *const purge_keys[PURGE_NTABLES] = {
@@ -92,14 +108,21 @@ static const char *const purge_keys[PURGE_NTABLES] = {
 	NULL						/* outbox_message: never distributed */
 };
 
-static const char *const purge_sql =
-"WITH l AS MATERIALIZED ("
-"  SELECT s.tableoid AS rel, s.ctid AS tid FROM idempotency.%s AS s"
-"   WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
-"   LIMIT $2 FOR UPDATE SKIP LOCKED)"
-" DELETE FROM idempotency.%s AS t"
-" WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT l.tid FROM l))"
-"   AND (t.tableoid, t.ctid) OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT (l.rel, l.tid) FROM l))"
+/* a batch: lock up to $2 expired rows, skipping those another transaction holds */
+static const char *const purge_lock_sql =
+"SELECT s.tableoid, s.ctid FROM idempotency.%s AS s"
+" WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+" LIMIT $2 FOR UPDATE SKIP LOCKED";
+
+/*
+ * then delete them, one relation ($3) at a time: a TID scan of the batch's
+ * row positions ($2), which PostgreSQL sorts once; each row it fetches is
+ * checked against a constant, so the statement is linear in its batch
+ */
+static const char *const purge_delete_sql =
+"DELETE FROM idempotency.%s AS t"
+" WHERE t.ctid OPERATOR(pg_catalog.=) ANY ($2)"
+"   AND t.tableoid OPERATOR(pg_catalog.=) $3"
 "   AND t.expires_at OPERATOR(pg_catalog.<=) $1 %s";
 
 /* Citus: by primary key (see the file comment) */
@@ -112,19 +135,32 @@ static const char *const purge_sql_citus =
 "   AND t.expires_at OPERATOR(pg_catalog.<=) $1";
 
 /*
- * Delivered outbox messages (expires_at is set by ack()): the same batch,
- * and the deleted messages are added to their topics' purged_* counters
- * so idempotency.outbox_stats keeps counting them (outbox.c).
+ * Delivered outbox messages (expires_at is set by ack()).  Their purge also
+ * adds them to their topics' purged_* counters (idempotency.outbox_stats
+ * keeps counting them; outbox.c), so a batch first locks the topic rows of
+ * the first $2 expired messages, skipping any another transaction holds (a
+ * role's open alter_topic() or drop_topic()), and then locks only messages
+ * of the topics it holds.  The messages of a held topic wait for a later
+ * batch; the counter UPDATE never waits.
  */
-static const char *const purge_outbox_sql =
-"WITH l AS MATERIALIZED ("
-"  SELECT s.tableoid AS rel, s.ctid AS tid FROM idempotency.outbox_message AS s"
-"   WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
-"   LIMIT $2 FOR UPDATE SKIP LOCKED),"
-" d AS ("
+static const char *const purge_outbox_lock_sql =
+"WITH tp AS MATERIALIZED ("
+"  SELECT p.id FROM idempotency.outbox_topic AS p"
+"   WHERE p.id IN (SELECT c.topic_id FROM ("
+"           SELECT s.topic_id FROM idempotency.outbox_message AS s"
+"            WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"            LIMIT $2) AS c)"
+"   FOR NO KEY UPDATE OF p SKIP LOCKED)"
+" SELECT s.tableoid, s.ctid FROM idempotency.outbox_message AS s"
+"  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 %s"
+"    AND s.topic_id IN (SELECT tp.id FROM tp)"
+"  LIMIT $2 FOR UPDATE OF s SKIP LOCKED";
+
+static const char *const purge_outbox_delete_sql =
+"WITH d AS ("
 " DELETE FROM idempotency.outbox_message AS t"
-"  WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT l.tid FROM l))"
-"    AND (t.tableoid, t.ctid) OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT (l.rel, l.tid) FROM l))"
+"  WHERE t.ctid OPERATOR(pg_catalog.=) ANY ($2)"
+"    AND t.tableoid OPERATOR(pg_catalog.=) $3"
 "    AND t.expires_at OPERATOR(pg_catalog.<=) $1 %s"
 " RETURNING t.topic_id, t.attempts),"
 " u AS ("
@@ -136,6 +172,121 @@ static const char *const purge_outbox_sql =
 "           FROM d GROUP BY d.topic_id) AS a"
 "  WHERE p.id OPERATOR(pg_catalog.=) a.topic_id)"
 " SELECT pg_catalog.count(*) FROM d";
+
+/* a locked row of a batch: its relation (a partition, perhaps) and position */
+typedef struct PurgeRow
+{
+	Oid			rel;
+	ItemPointerData tid;
+} PurgeRow;
+
+/*
+ * One batch of table i (not on Citus): lock, then delete by relation.
+ * values[0] is now, values[1] the batch size, values[2] the owner when
+ * !all.  Returns the rows deleted.
+ */
+static int64
+purge_batch(int i, int all, Datum *values)
+{
+	Oid			lock_types[3] = {TIMESTAMPTZOID, INT4OID, REGROLEOID};
+	Oid			del_types[4] = {TIMESTAMPTZOID, TIDARRAYOID, OIDOID, REGROLEOID};
+	Datum		del_values[4];
+	const char *s_owner = all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3";
+	const char *t_owner = all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $4";
+	char	   *sql = NULL;
+	PurgeRow   *rows;
+	Datum	   *tids;
+	uint64		n,
+				k;
+	int64		deleted = 0;
+	bool		done_rel;
+
+	/* lock the batch (the statement text is made only to prepare it) */
+	if (purge_lock_plans[i][all] == NULL)
+		sql = i == PURGE_OUTBOX ?
+			psprintf(purge_outbox_lock_sql, s_owner, s_owner) :
+			psprintf(purge_lock_sql, purge_tables[i], s_owner);
+	n = idem_run_as_owner(&purge_lock_plans[i][all], sql, all ? 2 : 3,
+						  lock_types, values, NULL, SPI_OK_SELECT);
+	if (sql)
+		pfree(sql);
+	sql = NULL;
+	if (n == 0)
+		return 0;
+	rows = palloc(n * sizeof(PurgeRow));
+	for (k = 0; k < n; k++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[k];
+		bool		isnull;
+
+		rows[k].rel = DatumGetObjectId(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+		ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)),
+						&rows[k].tid);
+	}
+	SPI_freetuptable(SPI_tuptable);
+
+	/*
+	 * delete them, one relation at a time (one on a plain table, one per
+	 * partition the batch touched on a partitioned one); rel becomes
+	 * InvalidOid once a row's relation is done
+	 */
+	tids = palloc(n * sizeof(Datum));
+	del_values[0] = values[0];
+	if (!all)
+		del_values[3] = values[2];
+	do
+	{
+		Oid			rel = InvalidOid;
+		int			m = 0;
+		ArrayType  *arr;
+
+		done_rel = true;
+		for (k = 0; k < n; k++)
+		{
+			if (!OidIsValid(rows[k].rel))
+				continue;
+			if (!OidIsValid(rel))
+				rel = rows[k].rel;
+			if (rows[k].rel != rel)
+			{
+				done_rel = false;	/* another relation: a later round */
+				continue;
+			}
+			tids[m++] = PointerGetDatum(&rows[k].tid);
+			rows[k].rel = InvalidOid;
+		}
+		if (m == 0)
+			break;
+		arr = construct_array(tids, m, TIDOID, sizeof(ItemPointerData), false,
+							  TYPALIGN_SHORT);
+		del_values[1] = PointerGetDatum(arr);
+		del_values[2] = ObjectIdGetDatum(rel);
+		if (purge_delete_plans[i][all] == NULL)
+			sql = i == PURGE_OUTBOX ? psprintf(purge_outbox_delete_sql, t_owner) :
+				psprintf(purge_delete_sql, purge_tables[i], t_owner);
+		if (i == PURGE_OUTBOX)
+		{
+			bool		isnull;
+
+			/* SELECT count(*) FROM d: the rows deleted */
+			idem_run_as_owner(&purge_delete_plans[i][all], sql, all ? 3 : 4,
+							  del_types, del_values, NULL, SPI_OK_SELECT);
+			deleted += DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc, 1, &isnull));
+			SPI_freetuptable(SPI_tuptable);
+		}
+		else
+			deleted += idem_run_as_owner(&purge_delete_plans[i][all], sql, all ? 3 : 4,
+										 del_types, del_values, NULL, SPI_OK_DELETE);
+		if (sql)
+			pfree(sql);
+		sql = NULL;
+		pfree(arr);
+	} while (!done_rel);
+	pfree(tids);
+	pfree(rows);
+	return deleted;
+}
 
 /*
  * Delete at most batch_size expired rows from each table of the extension
@@ -157,54 +308,33 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		Datum		values[3];
 		char	   *sql;
 		Oid			relid = InvalidOid;
-		int			citus;
 
 		counts[i] = 0;
 		if (OidIsValid(nsp))
 			relid = get_relname_relid(purge_tables[i], nsp);
 		if (!OidIsValid(relid))
 			continue;			/* an older version of the extension */
-		citus = idem_citus_table(relid) ? 1 : 0;
 
 		values[0] = TimestampTzGetDatum(now);
 		values[1] = Int32GetDatum(batch_size);
 		values[2] = ObjectIdGetDatum(owner);
-		if (i == PURGE_OUTBOX)
+		/* outbox_message is not distributed by distribute(): local everywhere */
+		if (i == PURGE_OUTBOX || !idem_citus_table(relid))
 		{
-			bool		isnull;
-
-			/* not distributed by distribute(): a local table everywhere */
-			sql = psprintf(purge_outbox_sql,
-						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3",
-						   all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $3");
-			idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3, argtypes,
-							  values, NULL, SPI_OK_SELECT);
-			counts[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-													SPI_tuptable->tupdesc, 1, &isnull));
-			pfree(sql);
+			counts[i] = purge_batch(i, all, values);
 			total += counts[i];
 			continue;
 		}
-		if (citus && !all)
+		if (!all)
 		{
 			argtypes[2] = REGROLEOID;	/* the owner by roleref */
 			values[2] = idem_owner_ref(owner);
 		}
-		if (citus)
-			sql = psprintf(purge_sql_citus, purge_tables[i], purge_keys[i],
-						   purge_keys[i], purge_tables[i],
-						   all ? "" : "AND " IDEM_OWNER_EQ_CITUS("s.owner", "$3"));
-		else
-			sql = psprintf(purge_sql, purge_tables[i],
-						   all ? "" : "AND s.owner OPERATOR(pg_catalog.=) $3",
-						   purge_tables[i],
-						   all ? "" : "AND t.owner OPERATOR(pg_catalog.=) $3");
-		if (citus)
-			counts[i] = idem_run_as_owner_once(sql, all ? 2 : 3, argtypes, values,
-											   NULL, SPI_OK_DELETE);
-		else
-			counts[i] = idem_run_as_owner(&purge_plans[i][all], sql, all ? 2 : 3,
-										  argtypes, values, NULL, SPI_OK_DELETE);
+		sql = psprintf(purge_sql_citus, purge_tables[i], purge_keys[i],
+					   purge_keys[i], purge_tables[i],
+					   all ? "" : "AND " IDEM_OWNER_EQ_CITUS("s.owner", "$3"));
+		counts[i] = idem_run_as_owner_once(sql, all ? 2 : 3, argtypes, values,
+										   NULL, SPI_OK_DELETE);
 		pfree(sql);
 		total += counts[i];
 	}

@@ -42,18 +42,47 @@
  * rows (FOR UPDATE SKIP LOCKED) and re-check state and available_at on the
  * row they lock.
  *
- * Wake-ups: publish() queues NOTIFY "idempotency.outbox.<topic>" with an
- * empty payload; PostgreSQL sends identical notifications of a transaction
- * once, so a transaction wakes each topic's relays once, at commit.  The
- * price: PostgreSQL serialises the commits of all notifying transactions
+ * Redrive: a redriven message takes a new row id, drawn after its key's
+ * lock like a published one (its message_id stays), so it queues behind
+ * every message of its key, and one of them that is out keeps it waiting
+ * (issue 25, finding 3: with its old id it went out beside it).
+ *
+ * Wake-ups: publish() (and release(), redrive()) queue the channel
+ * "idempotency.outbox.<topic>" in this backend, once per transaction and
+ * topic, and a PRE_COMMIT transaction callback NOTIFYs each with an empty
+ * payload (PRE_COMMIT runs before PostgreSQL's PreCommit_Notify()), so a
+ * transaction wakes each topic's relays once, at commit.  NOTIFY is not
+ * issued before commit because PostgreSQL refuses to PREPARE a transaction
+ * that issued one (issue 25, finding 8): a prepared transaction notifies
+ * nobody, and relays find its messages at their next poll.  A rolled-back
+ * subtransaction takes its wake-ups with it.  The price: PostgreSQL serialises the commits of all notifying transactions
  * (async.c takes a database-wide lock before the commit record and holds
  * it past the WAL flush), so a topic with many concurrent publishers can
  * be created with notify => false and its relays poll instead.
  *
+ * Dropping a topic (issue 25, finding 2): messages have no foreign key to
+ * their topic (it would lock the topic row for every publish), so a
+ * drop_topic() that counted and deleted the committed messages could miss
+ * an open publisher's message, which then outlived its topic.  Now a
+ * transaction that publishes to a topic holds the topic: an advisory lock
+ * on its id (field4 OUTBOX_TOPIC_LOCK_FIELD4, unreachable from
+ * pg_advisory_lock()), ShareLock, taken at its first publish() to the topic
+ * and held to its end; drop_topic() takes it ExclusiveLock, so it waits
+ * for the open publishers and new ones wait for it.  Whoever gets the lock
+ * then looks the topic up again with the newest snapshot, since the other
+ * may have committed just before: a publisher finds the topic gone and
+ * fails (42704), a drop counts and deletes with a fresh statement snapshot
+ * (READ COMMITTED).  A transaction snapshot (REPEATABLE READ, SERIALIZABLE)
+ * cannot see what committed after it: there a publisher whose snapshot
+ * still shows a dropped topic, and a drop that leaves a message behind in
+ * the newest snapshot, fail with 40001 instead.
+ *
  * Locking: the per-key lock above (until the publisher's transaction
  * ends; deadlocks between keys are found by the deadlock detector, and the
- * session's lock_timeout applies); row locks of the messages a statement
- * updates.
+ * session's lock_timeout applies); the topic's lock (publishers shared,
+ * drop_topic() exclusive, until the transaction ends; a prepared
+ * transaction keeps both until COMMIT/ROLLBACK PREPARED); row locks of the
+ * messages a statement updates.
  *
  *-------------------------------------------------------------------------
  */
@@ -76,6 +105,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -84,6 +114,7 @@
 #include "idempotency.h"
 
 #define OUTBOX_LOCK_FIELD4 0x4945	/* 18757: pg_locks objsubid of a key's lock */
+#define OUTBOX_TOPIC_LOCK_FIELD4 0x4946	/* 18758: of a topic's lock (objid: its id) */
 #define TOPIC_MAX_LEN 40
 #define CHANNEL_PREFIX "idempotency.outbox."
 #define CLAIM_MAX_BATCH 10000
@@ -165,10 +196,14 @@ static SPIPlanPtr plan_topic = NULL;
 
 /*
  * Find topic name and the caller's rights on it; raise 42704 if there is no
- * such topic and 42501 if the caller lacks right.  Inside SPI_connect().
+ * such topic (unless missing_ok: then return false) and 42501 if the caller
+ * lacks right.  snap: InvalidSnapshot for the statement's own, or one to read
+ * with (GetLatestSnapshot(): see "Dropping a topic" in the file comment).
+ * Inside SPI_connect().
  */
-static void
-topic_lookup(const char *name, TopicRight right, Topic *out)
+static bool
+topic_lookup(const char *name, TopicRight right, Topic *out, Snapshot snap,
+			 bool missing_ok)
 {
 	Oid			argtypes[2] = {TEXTOID, REGROLEOID};
 	Datum		values[2];
@@ -180,20 +215,24 @@ topic_lookup(const char *name, TopicRight right, Topic *out)
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = ObjectIdGetDatum(me);
-	if (idem_run_as_owner(&plan_topic,
-						  "SELECT t.id, t.owner::pg_catalog.oid, t.max_attempts,"
-						  "       COALESCE(g.can_publish, false),"
-						  "       COALESCE(g.can_consume, false), t.notify"
-						  "  FROM idempotency.outbox_topic AS t"
-						  "  LEFT JOIN idempotency.outbox_grant AS g"
-						  "    ON g.topic_id OPERATOR(pg_catalog.=) t.id"
-						  "   AND g.grantee OPERATOR(pg_catalog.=) $2"
-						  " WHERE t.name OPERATOR(pg_catalog.=) $1",
-						  2, argtypes, values, NULL, SPI_OK_SELECT) == 0)
+	if (idem_run_as_owner_snap(&plan_topic,
+							   "SELECT t.id, t.owner::pg_catalog.oid, t.max_attempts,"
+							   "       COALESCE(g.can_publish, false),"
+							   "       COALESCE(g.can_consume, false), t.notify"
+							   "  FROM idempotency.outbox_topic AS t"
+							   "  LEFT JOIN idempotency.outbox_grant AS g"
+							   "    ON g.topic_id OPERATOR(pg_catalog.=) t.id"
+							   "   AND g.grantee OPERATOR(pg_catalog.=) $2"
+							   " WHERE t.name OPERATOR(pg_catalog.=) $1",
+							   2, argtypes, values, NULL, SPI_OK_SELECT, snap) == 0)
+	{
+		if (missing_ok)
+			return false;
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("topic \"%s\" does not exist", name),
 				 errhint("Create it with idempotency.create_topic().")));
+	}
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	out->id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
@@ -215,6 +254,35 @@ topic_lookup(const char *name, TopicRight right, Topic *out)
 						   right == RIGHT_PUBLISH ? "publish to" : "consume from"),
 				 right == RIGHT_OWN ? errhint("Only the topic's owner may.") :
 				 errhint("The topic's owner can allow it with idempotency.grant_topic().")));
+	return true;
+}
+
+/*
+ * Hold topic id for this transaction: ShareLock for a publisher, ExclusiveLock
+ * for drop_topic() (see "Dropping a topic" in the file comment).  Returns
+ * whether this call took it (LOCKACQUIRE_OK), not the transaction before.
+ */
+static bool
+topic_lock(int32 id, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, (uint32) id, OUTBOX_TOPIC_LOCK_FIELD4);
+	return LockAcquire(&tag, mode, false, false) == LOCKACQUIRE_OK;
+}
+
+/*
+ * 40001: this transaction's snapshot does not show what another one
+ * committed (a drop of the topic, or a message published to it)
+ */
+static void
+topic_serialization_failure(const char *name, const char *what, const char *by)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to concurrent %s", by),
+			 errdetail("%s \"%s\" after this transaction's snapshot was taken.", what, name),
+			 errhint("Retry the transaction.")));
 }
 
 /* ---------------------------------------------------------------------
@@ -224,6 +292,9 @@ topic_lookup(const char *name, TopicRight right, Topic *out)
  * entry of outbox_topic (sent to every backend at commit), which empties
  * the cache; so does anything that drops or recreates the tables.  (A
  * superuser's hand-made UPDATE of the tables is not seen until then.)
+ * publish() reads pending invalidations first (AcceptInvalidationMessages):
+ * a transaction that holds every lock it needs reads none by itself, and
+ * kept publishing after a revoke_topic() had committed (issue 25).
  * ---------------------------------------------------------------------
  */
 typedef struct TopicCacheKey
@@ -237,6 +308,9 @@ typedef struct TopicCacheEntry
 	TopicCacheKey key;
 	Topic		topic;
 } TopicCacheEntry;
+
+static void topic_cached(const char *name, Topic *out);
+static void topic_cache_put(const char *name, const Topic *t);
 
 static HTAB *topic_cache = NULL;
 static bool topic_cache_stale = false;
@@ -254,18 +328,26 @@ idem_outbox_relcache(Oid relid)
 	}
 }
 
-/* the OIDs of outbox_topic and outbox_message_id_seq, cached */
+/*
+ * The OIDs of outbox_topic and outbox_message_id_seq, cached.  Read them
+ * right before use: anything that reads invalidations (a lock taken for the
+ * first time, a catalog read, SPI) may reset them.
+ */
 static void
 outbox_relids(void)
 {
 	Oid			nsp;
+	Oid			topic;
+	Oid			seq;
 
 	if (OidIsValid(topic_relid) && OidIsValid(message_seq_relid))
 		return;
 	idem_relcache_watch();
 	nsp = get_namespace_oid("idempotency", false);
-	topic_relid = get_relname_relid("outbox_topic", nsp);
-	message_seq_relid = get_relname_relid("outbox_message_id_seq", nsp);
+	topic = get_relname_relid("outbox_topic", nsp);
+	seq = get_relname_relid("outbox_message_id_seq", nsp);
+	topic_relid = topic;
+	message_seq_relid = seq;
 	if (!OidIsValid(topic_relid) || !OidIsValid(message_seq_relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -273,14 +355,75 @@ outbox_relids(void)
 				 errhint("Run ALTER EXTENSION idempotency UPDATE.")));
 }
 
-/* the caller's rights on topic name for publish(), from the cache or SPI */
+/*
+ * The caller's rights on topic name for publish(), from the cache or SPI,
+ * and the topic held for the transaction (see "Dropping a topic" in the
+ * file comment): the first publish() to a topic in a transaction takes the
+ * topic's lock shared, then looks the topic up again with the newest
+ * snapshot, since a drop_topic() may have committed before the lock was
+ * granted.  A topic gone (or re-created under a new id) since: 40001 if
+ * this transaction's snapshot still shows it, else look again (42704 if
+ * it is gone).
+ */
 static void
 topic_for_publish(const char *name, Topic *out)
+{
+	for (;;)
+	{
+		Topic		now;
+
+		topic_cached(name, out);
+		if (!topic_lock(out->id, ShareLock))
+			return;				/* held since an earlier publish() */
+		if (topic_lookup(name, RIGHT_PUBLISH, &now, GetLatestSnapshot(), true) &&
+			now.id == out->id)
+		{
+			topic_cache_put(name, &now);
+			*out = now;
+			return;
+		}
+		topic_cache_stale = true;
+		if (IsolationUsesXactSnapshot())
+			topic_serialization_failure(name, "Topic was dropped", "drop_topic()");
+	}
+}
+
+/* remember what topic_lookup() said about (name, the current role) */
+static void
+topic_cache_put(const char *name, const Topic *t)
 {
 	TopicCacheKey key;
 	TopicCacheEntry *e;
 	bool		found;
 
+	if (topic_cache == NULL || topic_cache_stale)
+		return;					/* emptied since: filled by the next lookup */
+	if (hash_get_num_entries(topic_cache) >= 1000)
+	{
+		topic_cache_stale = true;	/* bounded: start over next time */
+		return;
+	}
+	memset(&key, 0, sizeof(key));
+	strlcpy(key.name, name, sizeof(key.name));
+	key.role = GetUserId();
+	e = hash_search(topic_cache, &key, HASH_ENTER, &found);
+	e->topic = *t;
+}
+
+/*
+ * The caller's rights on topic name, from the cache or SPI (raises unless
+ * the caller may publish).  Invalidations are read first: a revoke_topic()
+ * or drop_topic() that committed while this transaction was open empties
+ * the cache now, not at the next lock this transaction takes for the
+ * first time.
+ */
+static void
+topic_cached(const char *name, Topic *out)
+{
+	TopicCacheKey key;
+	TopicCacheEntry *e;
+
+	AcceptInvalidationMessages();
 	idem_relcache_watch();
 	if (topic_cache == NULL || topic_cache_stale)
 	{
@@ -306,19 +449,21 @@ topic_for_publish(const char *name, Topic *out)
 		*out = e->topic;
 		return;
 	}
-	topic_lookup(name, RIGHT_PUBLISH, out);	/* raises unless allowed */
-	if (hash_get_num_entries(topic_cache) >= 1000)
-		topic_cache_stale = true;	/* bounded: start over next time */
-	e = hash_search(topic_cache, &key, HASH_ENTER, &found);
-	e->topic = *out;
+	(void) topic_lookup(name, RIGHT_PUBLISH, out, InvalidSnapshot, false);
+	topic_cache_put(name, out);
 }
 
-/* tell every backend's publish() cache that topics or grants changed */
+/*
+ * Tell every backend's publish() cache that topics or grants changed; our
+ * own at once (the invalidation reaches it only at the next command, and a
+ * publish() later in the same statement must not use a dropped topic).
+ */
 static void
 topics_changed(void)
 {
 	outbox_relids();
 	CacheInvalidateRelcacheByRelid(topic_relid);
+	topic_cache_stale = true;
 }
 
 /*
@@ -356,16 +501,102 @@ key_lock(text *topic, text *key)
 }
 
 /*
+ * Wake-ups wait here until commit (see "Wake-ups" in the file comment):
+ * one entry per channel, with the lowest (sub)transaction level that
+ * queued it; in TopTransactionContext, forgotten at the end of the
+ * transaction.
+ */
+typedef struct PendingWake
+{
+	char		channel[NAMEDATALEN];
+	int			level;
+} PendingWake;
+
+static HTAB *pending_wakes = NULL;
+static bool wake_callbacks = false;
+
+/* at commit, NOTIFY each queued channel; at PREPARE, nobody */
+static void
+wake_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	HASH_SEQ_STATUS seq;
+	PendingWake *w;
+	HTAB	   *wakes = pending_wakes;
+
+	if (wakes == NULL)
+		return;
+	pending_wakes = NULL;
+	/* PRE_COMMIT runs before PreCommit_Notify(), which sends them */
+	if (event == XACT_EVENT_PRE_COMMIT)
+	{
+		hash_seq_init(&seq, wakes);
+		while ((w = hash_seq_search(&seq)) != NULL)
+			Async_Notify(w->channel, "");
+	}
+	/* any other event ends the transaction or prepares it: drop them */
+}
+
+/* a subtransaction's wake-ups go with its abort, to its parent on commit */
+static void
+wake_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_unused(),
+					  SubTransactionId parentSubid pg_attribute_unused(),
+					  void *arg pg_attribute_unused())
+{
+	HASH_SEQ_STATUS seq;
+	PendingWake *w;
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (pending_wakes == NULL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	hash_seq_init(&seq, pending_wakes);
+	while ((w = hash_seq_search(&seq)) != NULL)
+	{
+		if (w->level < level)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			w->level = level - 1;
+		else
+			(void) hash_search(pending_wakes, w->channel, HASH_REMOVE, NULL);
+	}
+}
+
+/*
  * Wake the topic's relays at commit: NOTIFY "idempotency.outbox.<topic>"
- * with an empty payload, which PostgreSQL sends once per transaction.
+ * with an empty payload, once per transaction and topic.
  */
 static void
 notify_topic(const char *topic)
 {
-	char		channel[sizeof(CHANNEL_PREFIX) + TOPIC_MAX_LEN];
+	char		channel[NAMEDATALEN];
+	PendingWake *w;
+	bool		found;
+	int			level = GetCurrentTransactionNestLevel();
 
+	StaticAssertStmt(sizeof(CHANNEL_PREFIX) + TOPIC_MAX_LEN <= NAMEDATALEN,
+					 "a topic's channel fits a NOTIFY channel name");
+	if (!wake_callbacks)
+	{
+		RegisterXactCallback(wake_xact_callback, NULL);
+		RegisterSubXactCallback(wake_subxact_callback, NULL);
+		wake_callbacks = true;
+	}
+	if (pending_wakes == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(PendingWake);
+		ctl.hcxt = TopTransactionContext;
+		pending_wakes = hash_create("idempotency outbox wake-ups", 8, &ctl,
+									HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	memset(channel, 0, sizeof(channel));
 	snprintf(channel, sizeof(channel), "%s%s", CHANNEL_PREFIX, topic);
-	Async_Notify(channel, "");
+	w = hash_search(pending_wakes, channel, HASH_ENTER, &found);
+	if (!found || w->level > level)
+		w->level = level;
 }
 
 /* int8[] argument arg as a Datum, 22004 if NULL, 22023 if it has NULLs */
@@ -391,6 +622,7 @@ static SPIPlanPtr plan_create = NULL;
 static SPIPlanPtr plan_alter = NULL;
 static SPIPlanPtr plan_pending = NULL;
 static SPIPlanPtr plan_drop_messages = NULL;
+static SPIPlanPtr plan_drop_left = NULL;
 static SPIPlanPtr plan_drop = NULL;
 static SPIPlanPtr plan_grant = NULL;
 static SPIPlanPtr plan_revoke = NULL;
@@ -462,7 +694,7 @@ idempotency_alter_topic(PG_FUNCTION_ARGS)
 			check_interval(PG_GETARG_INTERVAL_P(i),
 						   i == 2 ? "backoff_base" : i == 3 ? "backoff_max" : "retention", false);
 	SPI_connect();
-	topic_lookup(topic, RIGHT_OWN, &t);
+	(void) topic_lookup(topic, RIGHT_OWN, &t, InvalidSnapshot, false);
 	values[0] = Int32GetDatum(t.id);
 	for (i = 1; i <= 5; i++)
 	{
@@ -496,7 +728,20 @@ idempotency_drop_topic(PG_FUNCTION_ARGS)
 	Topic		t;
 
 	SPI_connect();
-	topic_lookup(topic, RIGHT_OWN, &t);
+	for (;;)
+	{
+		Topic		now;
+
+		(void) topic_lookup(topic, RIGHT_OWN, &t, InvalidSnapshot, false);
+		/* wait for the publishers' transactions; hold off new ones */
+		(void) topic_lock(t.id, ExclusiveLock);
+		/* another drop_topic() may have committed meanwhile */
+		if (topic_lookup(topic, RIGHT_OWN, &now, GetLatestSnapshot(), true) &&
+			now.id == t.id)
+			break;
+		if (IsolationUsesXactSnapshot())
+			topic_serialization_failure(topic, "Topic was dropped", "drop_topic()");
+	}
 	values[0] = Int32GetDatum(t.id);
 	if (!force)
 	{
@@ -522,6 +767,19 @@ idempotency_drop_topic(PG_FUNCTION_ARGS)
 					  "DELETE FROM idempotency.outbox_message AS m"
 					  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1",
 					  1, argtypes, values, NULL, SPI_OK_DELETE);
+
+	/*
+	 * With the lock, READ COMMITTED's statements saw every message that
+	 * will ever have been published to the topic.  A transaction snapshot
+	 * may not have: a message committed since would outlive its topic.
+	 */
+	if (IsolationUsesXactSnapshot() &&
+		idem_run_as_owner_snap(&plan_drop_left,
+							   "SELECT 1 FROM idempotency.outbox_message AS m"
+							   " WHERE m.topic_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
+							   1, argtypes, values, NULL, SPI_OK_SELECT,
+							   GetLatestSnapshot()) > 0)
+		topic_serialization_failure(topic, "A message was published to topic", "publish()");
 	idem_run_as_owner(&plan_drop,
 					  "DELETE FROM idempotency.outbox_topic AS t"
 					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
@@ -546,7 +804,7 @@ idempotency_grant_topic(PG_FUNCTION_ARGS)
 	not_null(fcinfo, 2, "publish");
 	not_null(fcinfo, 3, "consume");
 	SPI_connect();
-	topic_lookup(topic, RIGHT_OWN, &t);
+	(void) topic_lookup(topic, RIGHT_OWN, &t, InvalidSnapshot, false);
 	values[0] = Int32GetDatum(t.id);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = ObjectIdGetDatum(t.owner);
@@ -578,7 +836,7 @@ idempotency_revoke_topic(PG_FUNCTION_ARGS)
 
 	not_null(fcinfo, 1, "grantee");
 	SPI_connect();
-	topic_lookup(topic, RIGHT_OWN, &t);
+	(void) topic_lookup(topic, RIGHT_OWN, &t, InvalidSnapshot, false);
 	values[0] = Int32GetDatum(t.id);
 	values[1] = PG_GETARG_DATUM(1);
 	found = idem_run_as_owner(&plan_revoke,
@@ -641,6 +899,7 @@ idempotency_publish(PG_FUNCTION_ARGS)
 	/* keyed: the key's lock before the id (see the file comment) */
 	if (!PG_ARGISNULL(2))
 		key_lock(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(2));
+	outbox_relids();			/* the lookup may have reset them */
 	id = nextval_internal(message_seq_relid, false);
 
 	values[0] = Int64GetDatum(id);
@@ -683,6 +942,7 @@ static SPIPlanPtr plan_ack = NULL;
 static SPIPlanPtr plan_nack = NULL;
 static SPIPlanPtr plan_release = NULL;
 static SPIPlanPtr plan_redrive = NULL;
+static SPIPlanPtr plan_redrive_pick = NULL;
 
 /* the caller may consume the message's topic: the condition ack etc. share */
 #define MAY_CONSUME \
@@ -698,7 +958,9 @@ static SPIPlanPtr plan_redrive = NULL;
  * availability order, re-check state and available_at on the locked row,
  * and update it (a lapsed claim at max_attempts: dead instead), after a
  * CTE "cand": ids of ready messages that are unkeyed or the earliest
- * pending message of their key.
+ * pending message of their key.  They return the outbox_claim columns and
+ * whether the message was claimed (false: it went dead; claim_run() counts
+ * those and the claim runs again for the places they took).
  */
 #define CLAIM_SQL_REST \
 	", c AS (" \
@@ -722,9 +984,9 @@ static SPIPlanPtr plan_redrive = NULL;
 	" RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers," \
 	"           m.attempts, m.published_at, m.state)" \
 	" SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers," \
-	"        c.attempts, c.published_at, $3, $4" \
-	"   FROM c WHERE c.state OPERATOR(pg_catalog.=) 'pending'" \
-	"  ORDER BY c.id"
+	"        c.attempts, c.published_at, $3, $4," \
+	"        c.state OPERATOR(pg_catalog.=) 'pending'" \
+	"   FROM c ORDER BY c.id"
 
 /*
  * The window: the first $8 ready messages in availability order (max(64, 4 x batch_size)), those
@@ -787,6 +1049,46 @@ static SPIPlanPtr plan_claim_beyond = NULL;
 static SPIPlanPtr plan_window_full = NULL;
 
 /*
+ * Run a claim statement for up to remaining messages: the claimed ones go
+ * to the result, and the statement runs again as long as some of those it
+ * took went dead instead (each run turns at least one message dead, so
+ * this ends) and fewer than remaining were claimed.  Returns how many were
+ * claimed.
+ */
+static int32
+claim_run(SPIPlanPtr *plan, const char *sql, Oid *argtypes, Datum *values,
+		  int32 remaining, ReturnSetInfo *rsinfo)
+{
+	int32		claimed = 0;
+
+	for (;;)
+	{
+		uint64		n;
+		uint64		i;
+		uint64		dead = 0;
+
+		values[1] = Int32GetDatum(remaining - claimed);
+		n = idem_run_as_owner(plan, sql, 8, argtypes, values, NULL, SPI_OK_SELECT);
+		for (i = 0; i < n; i++)
+		{
+			Datum		cols[11];
+			bool		nulls[11];
+
+			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cols, nulls);
+			if (!DatumGetBool(cols[10]))
+			{
+				dead++;
+				continue;
+			}
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, cols, nulls);
+			claimed++;
+		}
+		if (dead == 0 || claimed >= remaining)
+			return claimed;
+	}
+}
+
+/*
  * claim(topic, batch_size, visibility) -> the claimed messages (outbox_claim)
  *
  * See the file comment for the order and the concurrency.  First from the
@@ -807,8 +1109,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	int32		batch;
 	int32		window;
 	Topic		t;
-	uint64		n,
-				i;
+	int32		n;
 
 	not_null(fcinfo, 1, "batch_size");
 	not_null(fcinfo, 2, "visibility");
@@ -822,7 +1123,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	window = Max(CLAIM_WINDOW_MIN, batch * 4);
 
 	SPI_connect();
-	topic_lookup(topic, RIGHT_CONSUME, &t);
+	(void) topic_lookup(topic, RIGHT_CONSUME, &t, InvalidSnapshot, false);
 	values[0] = Int32GetDatum(t.id);
 	values[1] = Int32GetDatum(batch);
 	values[2] = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
@@ -832,12 +1133,9 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	values[5] = Int32GetDatum(t.max_attempts);
 	values[6] = CStringGetTextDatum(topic);
 	values[7] = Int32GetDatum(window);
-	n = idem_run_as_owner(&plan_claim, claim_window_sql, 8, argtypes, values, NULL,
-						  SPI_OK_SELECT);
-	for (i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	n = claim_run(&plan_claim, claim_window_sql, argtypes, values, batch, rsinfo);
 
-	if (n < (uint64) batch)
+	if (n < batch)
 	{
 		Oid			wtypes[3] = {INT4OID, TIMESTAMPTZOID, INT4OID};
 		Datum		wvalues[3];
@@ -858,13 +1156,8 @@ idempotency_claim(PG_FUNCTION_ARGS)
 						  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
 		full = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (full)
-		{
-			values[1] = Int32GetDatum(batch - (int32) n);
-			n = idem_run_as_owner(&plan_claim_beyond, claim_beyond_sql, 8, argtypes,
-								  values, NULL, SPI_OK_SELECT);
-			for (i = 0; i < n; i++)
-				tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
-		}
+			(void) claim_run(&plan_claim_beyond, claim_beyond_sql, argtypes, values,
+							 batch - n, rsinfo);
 	}
 	SPI_finish();
 	return (Datum) 0;
@@ -928,6 +1221,16 @@ idempotency_ack(PG_FUNCTION_ARGS)
 								   fcinfo, 0, NULL, NULL, NULL, false));
 }
 
+/*
+ * The default backoff, backoff_base * 2^(attempt - 1) capped at backoff_max,
+ * is capped before it is doubled: the product is computed only when
+ * backoff_max / 2^(attempt - 1) exceeds backoff_base, so it is below
+ * backoff_max and cannot leave the interval's range (10 hours * 2^30 did).
+ */
+#define BACKOFF_FACTOR \
+	"pg_catalog.power(2::pg_catalog.float8," \
+	" LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)"
+
 /* nack(claim, ids, error, retry_in) -> how many were given back (or went dead) */
 PG_FUNCTION_INFO_V1(idempotency_nack);
 
@@ -950,9 +1253,10 @@ idempotency_nack(PG_FUNCTION_ARGS)
 								   "       state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) t.max_attempts"
 								   "               THEN 'dead' ELSE 'pending' END,"
 								   "       available_at = $4 OPERATOR(pg_catalog.+) COALESCE($6,"
-								   "           LEAST(t.backoff_max, t.backoff_base OPERATOR(pg_catalog.*)"
-								   "                 pg_catalog.power(2::pg_catalog.float8,"
-								   "                     LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)))"
+								   "           CASE WHEN t.backoff_max OPERATOR(pg_catalog./) " BACKOFF_FACTOR
+								   "                     OPERATOR(pg_catalog.<=) t.backoff_base"
+								   "           THEN t.backoff_max"
+								   "           ELSE LEAST(t.backoff_max, t.backoff_base OPERATOR(pg_catalog.*) " BACKOFF_FACTOR ") END)"
 								   "  FROM idempotency.outbox_topic AS t"
 								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
 								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
@@ -982,7 +1286,18 @@ idempotency_release(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(n);
 }
 
-/* redrive(topic, ids) -> how many dead messages were made pending again */
+/*
+ * redrive(topic, ids) -> how many dead messages were made pending again
+ *
+ * A redriven message goes to the back of its key: it takes a new row id
+ * (its message_id stays), drawn after its key's lock as publish() draws
+ * one, so it is claimed only after every message of its key published
+ * before the redrive, and a message of the key that is out (claimed, not
+ * yet acked) keeps it waiting.  Without that, its old, smaller id let the
+ * claim hand it out beside the one in flight.  The dead messages are
+ * locked first (FOR UPDATE): a concurrent redrive of them waits, then finds
+ * them pending.
+ */
 PG_FUNCTION_INFO_V1(idempotency_redrive);
 
 Datum
@@ -992,8 +1307,14 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 	Oid			argtypes[3] = {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID};
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
+	Oid			utypes[3] = {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		uvalues[3];
+	Datum	   *old_ids;
+	Datum	   *new_ids;
+	Oid			seq;
 	Topic		t;
 	uint64		n;
+	uint64		i;
 
 	if (!PG_ARGISNULL(1))
 		values[1] = ids_arg(fcinfo, 1);
@@ -1003,16 +1324,50 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 		nulls[1] = 'n';
 	}
 	SPI_connect();
-	topic_lookup(topic, RIGHT_CONSUME, &t);
+	(void) topic_lookup(topic, RIGHT_CONSUME, &t, InvalidSnapshot, false);
 	values[0] = Int32GetDatum(t.id);
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
-	n = idem_run_as_owner(&plan_redrive,
-						  "UPDATE idempotency.outbox_message AS m"
-						  "   SET state = 'pending', attempts = 0, claim = NULL, available_at = $3"
+	n = idem_run_as_owner(&plan_redrive_pick,
+						  "SELECT m.id, m.message_key FROM idempotency.outbox_message AS m"
 						  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1"
 						  "   AND m.state OPERATOR(pg_catalog.=) 'dead'"
-						  "   AND ($2 IS NULL OR m.id OPERATOR(pg_catalog.=) ANY ($2))",
-						  3, argtypes, values, nulls, SPI_OK_UPDATE);
+						  "   AND ($2 IS NULL OR m.id OPERATOR(pg_catalog.=) ANY ($2))"
+						  " ORDER BY m.id FOR UPDATE",
+						  2, argtypes, values, nulls, SPI_OK_SELECT);
+	if (n == 0)
+	{
+		SPI_finish();
+		PG_RETURN_INT32(0);
+	}
+
+	/* in id order: the key's lock, then the new id (see publish()) */
+	old_ids = palloc(n * sizeof(Datum));
+	new_ids = palloc(n * sizeof(Datum));
+	outbox_relids();
+	seq = message_seq_relid;
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+		Datum		key;
+
+		old_ids[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull);
+		key = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+		if (!isnull)
+			key_lock(PG_GETARG_TEXT_PP(0), DatumGetTextPP(key));
+		new_ids[i] = Int64GetDatum(nextval_internal(seq, false));
+	}
+	uvalues[0] = PointerGetDatum(construct_array(old_ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	uvalues[1] = PointerGetDatum(construct_array(new_ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	uvalues[2] = values[2];
+	n = idem_run_as_owner(&plan_redrive,
+						  "UPDATE idempotency.outbox_message AS m"
+						  "   SET id = r.new_id, state = 'pending', attempts = 0, claim = NULL,"
+						  "       available_at = $3"
+						  "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS r(old_id, new_id)"
+						  " WHERE m.id OPERATOR(pg_catalog.=) r.old_id"
+						  "   AND m.state OPERATOR(pg_catalog.=) 'dead'",
+						  3, utypes, uvalues, NULL, SPI_OK_UPDATE);
 	SPI_finish();
 	if (n > 0)
 		notify_topic(topic);

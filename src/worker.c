@@ -10,10 +10,17 @@
  * DATABASE ... TEMPLATE work on every database while it runs.  Every
  * idempotency.purge_interval it reads pg_database (a shared catalog) and,
  * one database at a time, starts a dynamic worker connected to that
- * database and waits for it to end.  The worker looks for the extension
+ * database and waits for it to end, at most idempotency.purge_timeout: a
+ * worker still running then is stopped (SIGTERM) and the launcher logs it,
+ * naming the database, and goes on, so one database never holds up the
+ * others.  Batches skip the rows and topic counters other transactions hold
+ * (lifecycle.c), so only a lock no batch can skip (a LOCK TABLE by a
+ * superuser, a Citus table's locked row) makes a worker wait that long.
+ * The worker looks for the extension
  * (none: it ends at once, DEBUG1), purges every role's expired rows in
  * batches of idempotency.purge_batch, one short transaction per batch
- * (lifecycle.c: idem_purge_expired), until a batch comes back short, logs
+ * (lifecycle.c: idem_purge_expired), until a batch comes back short (or
+ * half of purge_timeout has passed: the rest is purged next cycle), logs
  * what it removed (LOG when something was removed, DEBUG1 otherwise) and
  * exits.  So every database where the extension is installed is purged,
  * and a database is held only while it is being purged.
@@ -125,19 +132,32 @@ purge_one_batch(int64 *counts)
 	return n;
 }
 
-/* Purge until a batch comes back short; returns the number of batches. */
+/*
+ * Purge until a batch comes back short, or until half of purge_timeout has
+ * passed since the worker started (*cut_short set: the rest waits for the
+ * next cycle, and the launcher never has to stop a worker that is only
+ * busy); returns the number of batches.
+ */
 static int
-purge_until_done(int64 *totals)
+purge_until_done(int64 *totals, bool *cut_short)
 {
 	int			batches = 0;
 	bool		full = true;
+	TimestampTz stop_at = GetCurrentTimestamp() +
+		(TimestampTz) idem_purge_timeout_s * (USECS_PER_SEC / 2);
 
+	*cut_short = false;
 	while (full)
 	{
 		int64		counts[PURGE_NTABLES];
 		int			i;
 
 		CHECK_FOR_INTERRUPTS();
+		if (batches > 0 && GetCurrentTimestamp() >= stop_at)
+		{
+			*cut_short = true;
+			break;
+		}
 		purge_one_batch(counts);
 		batches++;
 		full = false;
@@ -172,6 +192,7 @@ idempotency_purge_worker_main(Datum main_arg)
 	Oid			dboid = DatumGetObjectId(main_arg);
 	int64		totals[PURGE_NTABLES] = {0};
 	int			batches;
+	bool		cut_short;
 	char	   *dbname;
 
 	pqsignal(SIGTERM, die);
@@ -189,13 +210,16 @@ idempotency_purge_worker_main(Datum main_arg)
 	}
 
 	/* an ERROR is reported and ends the worker; the next cycle tries again */
-	batches = purge_until_done(totals);
+	batches = purge_until_done(totals, &cut_short);
 
-	ereport(totals[0] + totals[1] + totals[2] + totals[3] > 0 ? LOG : DEBUG1,
+	ereport(totals[0] + totals[1] + totals[2] + totals[3] > 0 || cut_short ? LOG : DEBUG1,
 			(errmsg(WORKER_NAME " purged %lld expired keys, %lld tokens, %lld messages and %lld delivered outbox messages in database \"%s\" (%d batches)",
 					(long long) totals[0], (long long) totals[1],
 					(long long) totals[2], (long long) totals[3], dbname,
-					batches)));
+					batches),
+			 cut_short ?
+			 errdetail("It began no batch after half of idempotency.purge_timeout (%d s); the rest is purged next cycle.",
+					   idem_purge_timeout_s) : 0));
 	proc_exit(0);
 }
 
@@ -260,8 +284,50 @@ databases_to_purge(MemoryContext cxt)
 }
 
 /*
- * Start the worker for one database and wait for it to end.  Returns false
- * when no worker slot was free (the rest of the cycle is skipped).
+ * Wait for the worker of t to end, at most idempotency.purge_timeout: one
+ * database never holds up the others.  A worker still running then (waiting
+ * on a lock no batch can skip, such as a LOCK TABLE) is told to stop
+ * (SIGTERM: its batch rolls back) and the launcher says so, naming the
+ * database.  The launcher's latch is set when the worker ends (bgw_notify_pid).
+ */
+static void
+wait_for_worker(const PurgeTarget *t, BackgroundWorkerHandle *handle)
+{
+	TimestampTz deadline = GetCurrentTimestamp() +
+		(TimestampTz) idem_purge_timeout_s * USECS_PER_SEC;
+
+	for (;;)
+	{
+		pid_t		pid;
+		BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
+		TimestampTz now;
+
+		if (status == BGWH_STOPPED)
+			return;
+		if (status == BGWH_POSTMASTER_DIED)
+			proc_exit(1);
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 (long) ((deadline - now + 999) / 1000), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	ereport(LOG,
+			(errmsg(LAUNCHER_NAME ": the purge of database \"%s\" took longer than idempotency.purge_timeout (%d s); it is stopped, and the next database is purged",
+					t->name, idem_purge_timeout_s),
+			 errdetail("The worker was waiting for a lock no batch can skip, or a batch took that long; its last batch rolls back and the next cycle tries again."),
+			 errhint("See pg_locks for a transaction holding a lock on the tables of schema idempotency in that database.")));
+	TerminateBackgroundWorker(handle);
+	if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+		proc_exit(1);
+}
+
+/*
+ * Start the worker for one database and wait for it to end (at most
+ * purge_timeout).  Returns false when no worker slot was free (the rest of
+ * the cycle is skipped).
  */
 static bool
 purge_database(const PurgeTarget *t)
@@ -289,9 +355,9 @@ purge_database(const PurgeTarget *t)
 				 errhint("Raise max_worker_processes.")));
 		return false;
 	}
-	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_POSTMASTER_DIED ||
-		WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+	if (WaitForBackgroundWorkerStartup(handle, &pid) == BGWH_POSTMASTER_DIED)
 		proc_exit(1);
+	wait_for_worker(t, handle);
 	pfree(handle);
 	return true;
 }
@@ -314,8 +380,8 @@ idempotency_purge_launcher_main(Datum main_arg pg_attribute_unused())
 	cycle_cxt = AllocSetContextCreate(TopMemoryContext, "idempotency purge cycle",
 									  ALLOCSET_DEFAULT_SIZES);
 	ereport(LOG,
-			(errmsg(LAUNCHER_NAME " started: interval %d s, batch %d, databases: %s",
-					idem_purge_interval_s, idem_purge_batch,
+			(errmsg(LAUNCHER_NAME " started: interval %d s, batch %d, timeout %d s, databases: %s",
+					idem_purge_interval_s, idem_purge_batch, idem_purge_timeout_s,
 					idem_database && idem_database[0] ? idem_database :
 					"every one with the extension")));
 

@@ -1,0 +1,194 @@
+-- test/privileges/harness.sql: read expect.tsv (from standard input), turn
+-- it into one probe per (object, action), and judge what needs no caller:
+-- every member of the extension has a decision for every caller, and no
+-- role but the owner may write the extension's relations.  Run by the
+-- cluster's superuser in database privileges after setup.sql; verdicts go
+-- to matrix.verdict, which report.sql prints as TAP.
+\set ON_ERROR_STOP 1
+SET search_path = pg_catalog;
+
+CREATE TABLE matrix.line (n serial PRIMARY KEY, line text);
+-- raw lines: CSV with a delimiter and a quote no line holds, so that no
+-- character of a probe is taken for an escape
+\copy matrix.line (line) FROM pstdin WITH (FORMAT csv, DELIMITER E'\x01', QUOTE E'\x02')
+
+CREATE TABLE matrix.verdict (n serial PRIMARY KEY, ok boolean NOT NULL, description text NOT NULL);
+
+-- the table's lines, split; the header is the first line that is neither
+-- empty nor a comment
+CREATE VIEW matrix.field AS
+SELECT l.n, f.i, f.v
+  FROM matrix.line AS l,
+       LATERAL unnest(string_to_array(l.line, E'\t')) WITH ORDINALITY AS f(v, i)
+ WHERE coalesce(l.line, '') !~ '^\s*(#|$)';
+CREATE VIEW matrix.header AS
+SELECT f.i, f.v FROM matrix.field AS f WHERE f.n = (SELECT min(n) FROM matrix.field);
+
+-- the callers: the header's columns between action and probe
+CREATE TABLE matrix.caller AS
+SELECT h.i, h.v AS name FROM matrix.header AS h
+ WHERE h.i > 2 AND h.i < (SELECT max(i) FROM matrix.header);
+GRANT SELECT ON matrix.caller TO PUBLIC;
+
+INSERT INTO matrix.verdict (ok, description)
+SELECT coalesce(array_agg(h.v ORDER BY h.i) FILTER (WHERE h.i <= 2) = '{object,action}', false)
+       AND coalesce(bool_or(h.v = 'probe' AND h.i = (SELECT max(i) FROM matrix.header)), false)
+       AND count(*) > 3,
+       'expect.tsv: its header is object, action, the callers, probe'
+  FROM matrix.header AS h;
+INSERT INTO matrix.verdict (ok, description)
+SELECT r.oid IS NOT NULL, format('caller %s: role %s exists', c.name, coalesce(l.role, 'priv_' || c.name))
+  FROM matrix.caller AS c
+  LEFT JOIN matrix.login AS l ON l.caller = c.name
+  LEFT JOIN pg_roles AS r ON r.rolname = coalesce(l.role, 'priv_' || c.name)
+ ORDER BY c.i;
+
+-- the rows: (line, object, action, probe) and one outcome per caller
+CREATE TABLE matrix.row AS
+SELECT f.n,
+       max(f.v) FILTER (WHERE f.i = 1) AS object,
+       max(f.v) FILTER (WHERE f.i = 2) AS action,
+       nullif(max(f.v) FILTER (WHERE f.i = (SELECT max(i) FROM matrix.header)), '') AS probe,
+       count(*) AS fields
+  FROM matrix.field AS f
+ WHERE f.n > (SELECT min(n) FROM matrix.field)
+ GROUP BY f.n;
+CREATE TABLE matrix.expect AS
+SELECT r.n, r.object, r.action, c.name AS caller, c.i, nullif(btrim(f.v), '') AS outcome
+  FROM matrix.row AS r
+ CROSS JOIN matrix.caller AS c
+  LEFT JOIN matrix.field AS f ON f.n = r.n AND f.i = c.i;
+
+-- a line has every column (an editor may drop an empty probe's tab)
+INSERT INTO matrix.verdict (ok, description)
+SELECT false, format('expect.tsv line %s: %s columns, the header has %s', r.n, r.fields, h.k)
+  FROM matrix.row AS r, (SELECT count(*) AS k FROM matrix.header) AS h
+ WHERE r.fields NOT IN (h.k, h.k - 1)
+ ORDER BY r.n;
+INSERT INTO matrix.verdict (ok, description)
+SELECT false, format('expect.tsv line %s: %s %s is on line %s too', r.n, r.object, r.action, min(o.n))
+  FROM matrix.row AS r
+  JOIN matrix.row AS o ON o.object = r.object AND o.action = r.action AND o.n < r.n
+ GROUP BY r.n, r.object, r.action
+ ORDER BY r.n;
+
+-- The probes each caller runs.  A line's probe column, or (for tables,
+-- views, sequences and types) the probe of its kind and action; a function
+-- has no probe of its kind: each of its lines says how to call it.
+CREATE TABLE matrix.probe AS
+SELECT r.n, r.object, r.action,
+       coalesce(r.probe,
+                CASE m.kind || ' ' || r.action
+                WHEN 'table select' THEN format('SELECT count(*) FROM %s', m.objid::regclass)
+                WHEN 'view select' THEN format('SELECT count(*) FROM %s', m.objid::regclass)
+                WHEN 'sequence select' THEN format('SELECT count(*) FROM %s', m.objid::regclass)
+                -- INSERT privilege alone: no row, no SELECT needed
+                WHEN 'table insert' THEN format('INSERT INTO %s SELECT (NULL::%s).* WHERE false',
+                                                m.objid::regclass, m.objid::regclass)
+                -- the rows the caller may update or delete (row security)
+                WHEN 'table update' THEN format('UPDATE %s SET %I = %I', m.objid::regclass, a.attname, a.attname)
+                WHEN 'table delete' THEN format('DELETE FROM %s', m.objid::regclass)
+                WHEN 'table truncate' THEN format('TRUNCATE %s', m.objid::regclass)
+                -- locks that would hold up the functions' writes and the purge
+                WHEN 'table lock' THEN format('LOCK TABLE %s IN SHARE MODE', m.objid::regclass)
+                WHEN 'table rowlock' THEN format('SELECT count(*) FROM (SELECT FROM %s FOR KEY SHARE) AS s',
+                                                 m.objid::regclass)
+                WHEN 'sequence nextval' THEN format('SELECT pg_catalog.nextval(%L::pg_catalog.regclass) > 0',
+                                                    m.objid::regclass)
+                -- USAGE on a type: a column of it
+                WHEN 'type use' THEN format('CREATE TEMP TABLE matrix_probe (c %s)', m.objid::regtype)
+                WHEN 'composite type use' THEN format('CREATE TEMP TABLE matrix_probe (c %s)', m.objid::regtype)
+                WHEN 'domain use' THEN format('CREATE TEMP TABLE matrix_probe (c %s)', m.objid::regtype)
+                END) AS sql
+  FROM matrix.row AS r
+  LEFT JOIN matrix.members() AS m ON m.object = r.object
+  LEFT JOIN pg_attribute AS a ON a.attrelid = m.objid AND m.classid = 'pg_class'::regclass
+                             AND a.attnum = 1;
+GRANT SELECT ON matrix.probe TO PUBLIC;
+
+INSERT INTO matrix.verdict (ok, description)
+SELECT false, format('expect.tsv line %s: %s %s: no probe (a function''s line needs one)', p.n, p.object, p.action)
+  FROM matrix.probe AS p
+ WHERE p.sql IS NULL AND p.object IN (SELECT object FROM matrix.members())
+ ORDER BY p.n;
+
+-- Every member of the extension, found in pg_depend (not listed by hand),
+-- has its lines, each with a decision for every caller: one verdict each.
+-- Casts and operators have no privileges of their own (their functions'
+-- EXECUTE is probed); any other kind without probes here fails.
+WITH need (kind, action) AS (
+    VALUES ('table', 'select'), ('table', 'insert'), ('table', 'update'), ('table', 'delete'),
+           ('table', 'truncate'), ('table', 'lock'), ('table', 'rowlock'),
+           ('view', 'select'),
+           ('sequence', 'select'), ('sequence', 'nextval'),
+           ('type', 'use'), ('composite type', 'use'), ('domain', 'use'),
+           ('function', NULL)),
+missing AS (
+    SELECT m.object, m.kind,
+           (SELECT string_agg(format('no line for %s', nd.action), '; ' ORDER BY nd.action)
+              FROM need AS nd
+             WHERE nd.kind = m.kind AND nd.action IS NOT NULL
+               AND NOT EXISTS (SELECT FROM matrix.row AS r
+                                WHERE r.object = m.object AND r.action = nd.action)) AS lines,
+           (SELECT string_agg(format('%s: no decision for %s', e.action, e.caller), '; ' ORDER BY e.n, e.i)
+              FROM matrix.expect AS e
+             WHERE e.object = m.object AND e.outcome IS NULL) AS undecided,
+           EXISTS (SELECT FROM matrix.row AS r WHERE r.object = m.object) AS any_line,
+           EXISTS (SELECT FROM need AS nd WHERE nd.kind = m.kind) AS known_kind
+      FROM matrix.members() AS m
+     WHERE m.kind NOT IN ('cast', 'operator', 'operator class', 'operator family'))
+INSERT INTO matrix.verdict (ok, description)
+SELECT x.any_line AND x.known_kind AND x.lines IS NULL AND x.undecided IS NULL,
+       format('%s: decided for every caller%s', x.object,
+              CASE WHEN NOT x.known_kind THEN format(' (a %s: the harness has no probes for its kind)', x.kind)
+                   WHEN NOT x.any_line THEN ' (no line in expect.tsv)'
+                   WHEN x.lines IS NOT NULL OR x.undecided IS NOT NULL
+                   THEN ' (' || concat_ws('; ', x.lines, x.undecided) || ')'
+                   ELSE '' END)
+  FROM missing AS x
+ ORDER BY x.kind, x.object;
+
+-- a line for something the extension does not have
+INSERT INTO matrix.verdict (ok, description)
+SELECT false, format('expect.tsv line %s: the extension has no %s', min(r.n), r.object)
+  FROM matrix.row AS r
+ WHERE r.object NOT IN (SELECT object FROM matrix.members())
+ GROUP BY r.object
+ ORDER BY min(r.n);
+
+-- No direct writes (issue 25, deliverable 3): no role but a relation's
+-- owner holds a privilege to write it: not PUBLIC, not an application
+-- role, not priv_granted.  (A write privilege a table's row security would
+-- still refuse counts too: it is one policy away from a write.)
+INSERT INTO matrix.verdict (ok, description)
+SELECT w.writers IS NULL,
+       format('%s: no role but its owner may write it%s', m.object,
+              CASE WHEN w.writers IS NOT NULL THEN ' (' || w.writers || ')' ELSE '' END)
+  FROM matrix.members() AS m
+  JOIN pg_class AS c ON c.oid = m.objid AND m.classid = 'pg_class'::regclass
+  LEFT JOIN LATERAL (
+       SELECT string_agg(format('%s to %s', a.privilege_type,
+                                CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END),
+                         ', ' ORDER BY a.privilege_type, a.grantee) AS writers
+         FROM aclexplode(c.relacl) AS a
+        WHERE a.grantee <> c.relowner
+          AND a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'TRIGGER',
+                                   'REFERENCES', 'MAINTAIN', 'USAGE')) AS w ON true
+ ORDER BY m.object;
+
+-- nobody but the owner may create objects in schema idempotency (an
+-- overload of one of its functions would catch calls meant for it)
+INSERT INTO matrix.verdict (ok, description)
+SELECT NOT EXISTS (SELECT FROM aclexplode(n.nspacl) AS a
+                    WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner),
+       'schema idempotency: no role but its owner may create objects in it'
+  FROM pg_namespace AS n
+ WHERE n.nspname = 'idempotency';
+
+-- SECURITY DEFINER only with search_path pinned (SPEC section 5)
+INSERT INTO matrix.verdict (ok, description)
+SELECT NOT p.prosecdef OR coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false),
+       format('%s: SECURITY INVOKER, or DEFINER with search_path = pg_catalog, pg_temp', m.object)
+  FROM matrix.members() AS m
+  JOIN pg_proc AS p ON p.oid = m.objid AND m.classid = 'pg_proc'::regclass
+ ORDER BY m.object;
