@@ -97,6 +97,15 @@ LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
       JOIN pg_extension AS e ON e.oid = d.refobjid
      WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
        AND e.extname = 'idempotency'
+       -- a table's or view's row type and any array type come with their
+       -- object (PostgreSQL 17 and later record them as members too): they
+       -- have no privileges of their own to decide
+       AND NOT EXISTS (SELECT FROM pg_type AS t
+                        WHERE d.classid = 'pg_type'::regclass AND t.oid = d.objid
+                          AND (t.typcategory = 'A'
+                               OR (t.typrelid <> 0
+                                   AND (SELECT c.relkind FROM pg_class AS c
+                                         WHERE c.oid = t.typrelid) <> 'c')))
 $$;
 
 -- try_revoked(object, probe): REVOKE ALL ON object FROM PUBLIC (and from
