@@ -29,9 +29,11 @@ COMMENT ON FUNCTION idempotency.redrive(pg_catalog.text, pg_catalog.int8[]) IS
 -- == identity (issue 25, findings 4, 5) ==
 -- derive_key() derives from a per-key seed (see the install script).  Keys
 -- stored before the update keep the key 0.5.0 derived for them: their seed
--- is version 0 followed by the owner's name as it is now, frozen, so a
--- request in flight across the update (and a rename after it) sends the
--- same key downstream.  On Citus the owner column holds the name already
+-- is version 0, the row's created_at (8 bytes, as timestamptz_send gives
+-- it) and the owner's name as it is now, frozen, so a request in flight
+-- across the update (and a rename after it) sends the same key downstream;
+-- new work over such a row once it expired (another created_at) derives
+-- new keys from the same bytes, as a version 1 seed does.  On Citus the owner column holds the name already
 -- (distribute()); keys of a dropped role get an empty name (nobody can
 -- call derive_key() as a dropped role).
 ALTER TABLE idempotency.idempotency_key
@@ -46,16 +48,19 @@ BEGIN
        OPERATOR(pg_catalog.=) 'pg_catalog.regrole'::pg_catalog.regtype THEN
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                             pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||)
                              pg_catalog.convert_to(r.rolname::pg_catalog.text, enc)
           FROM pg_catalog.pg_roles AS r
          WHERE r.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid;
     ELSE
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                             pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||)
                              pg_catalog.convert_to(k.owner::pg_catalog.text, enc);
     END IF;
     UPDATE idempotency.idempotency_key AS k
-       SET derive_seed = '\x00'::pg_catalog.bytea
+       SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
+                         pg_catalog.timestamptz_send(k.created_at)
      WHERE k.derive_seed IS NULL;
 END
 $$;
@@ -103,13 +108,15 @@ CREATE CAST (idempotency.roleref AS pg_catalog.regrole) WITHOUT FUNCTION;
 -- pg_catalog.= both sides would be relabelled to oid, and Citus, which
 -- evaluates the parameters of an UPDATE or DELETE on the coordinator and
 -- sends them as constants, would send the coordinator's oid; this operator
--- keeps the value a regrole, which Citus sends by name.
+-- keeps the value a regrole, which Citus sends by name.  Named ===, not =,
+-- so that the parser never picks it for a user's own `'name' = regrole`
+-- comparison or infers an untyped parameter as roleref.
 CREATE FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole)
 RETURNS pg_catalog.bool
 AS 'oideq' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
 COMMENT ON FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole) IS
-'Operator idempotency.=: whether a roleref and a regrole name the same role';
-CREATE OPERATOR idempotency.= (
+'Operator idempotency.===: whether a roleref and a regrole name the same role';
+CREATE OPERATOR idempotency.=== (
     LEFTARG = idempotency.roleref,
     RIGHTARG = pg_catalog.regrole,
     FUNCTION = idempotency.roleref_eq);

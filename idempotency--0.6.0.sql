@@ -1186,13 +1186,15 @@ CREATE CAST (idempotency.roleref AS pg_catalog.regrole) WITHOUT FUNCTION;
 -- pg_catalog.= both sides would be relabelled to oid, and Citus, which
 -- evaluates the parameters of an UPDATE or DELETE on the coordinator and
 -- sends them as constants, would send the coordinator's oid; this operator
--- keeps the value a regrole, which Citus sends by name.
+-- keeps the value a regrole, which Citus sends by name.  Named ===, not =,
+-- so that the parser never picks it for a user's own `'name' = regrole`
+-- comparison or infers an untyped parameter as roleref.
 CREATE FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole)
 RETURNS pg_catalog.bool
 AS 'oideq' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
 COMMENT ON FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole) IS
-'Operator idempotency.=: whether a roleref and a regrole name the same role';
-CREATE OPERATOR idempotency.= (
+'Operator idempotency.===: whether a roleref and a regrole name the same role';
+CREATE OPERATOR idempotency.=== (
     LEFTARG = idempotency.roleref,
     RIGHTARG = pg_catalog.regrole,
     FUNCTION = idempotency.roleref_eq);

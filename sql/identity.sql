@@ -118,6 +118,14 @@ SELECT count(DISTINCT m) AS distinct_ids,
           FROM generate_series(1, 200) AS n) AS s;
 SELECT idempotency.drop_topic('id_check', force => true);
 
+-- roleref's operator is idempotency.===, which the parser never picks for
+-- a user's own = (with schema idempotency first on the search_path an
+-- operator named = turned 'name' = regrole into a roleref comparison)
+SET search_path = idempotency, public;
+SELECT 'pg_database_owner' = 'pg_database_owner'::regrole;
+\echo :LAST_ERROR_SQLSTATE
+RESET search_path;
+
 -- clean up
 DELETE FROM idempotency.idempotency_key
  WHERE key IN ('charge-1', 'seed-fast', 'seed-sql', 'single-1');

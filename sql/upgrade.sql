@@ -128,6 +128,15 @@ SELECT outcome FROM idempotency.begin('after-060', lease => '1 hour');
 RESET ROLE;
 SELECT key, get_byte(derive_seed, 0) AS seed_version, length(derive_seed) AS seed_bytes
   FROM idempotency.idempotency_key WHERE key IN ('in-flight-050', 'after-060') ORDER BY key;
+-- new work over the 0.5.0 key once it expired is a new life: a new derived
+-- key, the same on every call of that life
+UPDATE idempotency.idempotency_key SET expires_at = now() - interval '1 second'
+ WHERE key = 'in-flight-050';
+SET ROLE regress_upgrade_payer2;
+SELECT outcome FROM idempotency.begin('in-flight-050', lease => '1 hour');
+SELECT idempotency.derive_key('in-flight-050', 'charge') <> :'derived_050' AS new_life,
+       idempotency.derive_key('in-flight-050', 'charge') = idempotency.derive_key('in-flight-050', 'charge') AS stable;
+RESET ROLE;
 DELETE FROM idempotency.idempotency_key WHERE key IN ('in-flight-050', 'after-060');
 DROP ROLE regress_upgrade_payer2;
 INSERT INTO objects SELECT 'updated', o FROM extension_objects() o;

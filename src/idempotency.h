@@ -269,7 +269,7 @@ typedef enum IdemTable
  * role created later under an old name is another role.  roleref casts to
  * oid implicitly and without a function (as regrole does), so the
  * comparison is oid equality on both kinds of table, served by the primary
- * key (oid_ops).  On Citus the comparison is OPERATOR(idempotency.=)
+ * key (oid_ops).  On Citus the comparison is OPERATOR(idempotency.===)
  * (roleref, regrole), whose right side stays a regrole: Citus evaluates an
  * UPDATE's or DELETE's parameters on the coordinator and sends them as
  * constants, and a regrole constant travels by name (relabelled to oid it
@@ -279,7 +279,7 @@ typedef enum IdemTable
 #define IDEM_OWNER_EQ(col, param) \
 	col " OPERATOR(pg_catalog.=) " param
 #define IDEM_OWNER_EQ_CITUS(col, param) \
-	col " OPERATOR(idempotency.=) " param
+	col " OPERATOR(idempotency.===) " param
 
 extern bool idem_citus_table(Oid relid);
 /* shard.c: Citus: the key's shard, when it is on this node */

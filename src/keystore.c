@@ -1241,10 +1241,10 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
 		const char *name = GetUserNameFromId(id->owner, false);
 		int			len = strlen(name);
 
-		*seed = palloc(VARHDRSZ + 1 + len);
-		SET_VARSIZE(*seed, VARHDRSZ + 1 + len);
-		VARDATA(*seed)[0] = 0;
-		memcpy(VARDATA(*seed) + 1, name, len);
+		/* version 0, a frozen created_at of 0 that matches, the name */
+		*seed = palloc0(VARHDRSZ + 9 + len);
+		SET_VARSIZE(*seed, VARHDRSZ + 9 + len);
+		memcpy(VARDATA(*seed) + 9, name, len);
 		*created_at = 0;
 		return true;
 	}

@@ -42,10 +42,12 @@
  * single-transaction key before its complete() has none (IK004).
  *
  * Rows stored before 0.6.0 carry a version 0 seed that the update froze:
- * the role's name at the time of the update.  Their derived key is the one
- * 0.5.0 gave (HMAC of the name, scope, key and step), so a request in
- * flight across the update sends the same key downstream, even after a
- * rename.
+ * the row's created_at and the role's name at the time of the update.
+ * While the row is in that life (the same created_at) its derived key is
+ * the one 0.5.0 gave (HMAC of the name, scope, key and step), so a request
+ * in flight across the update sends the same key downstream, even after a
+ * rename; new work over it after it expired derives as version 1 does, from
+ * the seed's bytes and the new created_at.
  *
  * The secret is the oldest row of idempotency.derive_secret, readable by
  * the extension's owner only, so no other role can compute or guess
@@ -174,6 +176,17 @@ load_derive_secret(uint8 *secret)
 	SPI_finish();
 }
 
+/* 8 bytes, most significant first (timestamptz_send's order) */
+static uint64
+be_int64(const uint8 *p)
+{
+	uint64		v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | p[i];
+	return v;
+}
+
 /* feed one length-prefixed field to the MAC */
 static void
 mac_field(pg_hmac_ctx *ctx, const char *data, uint32 len)
@@ -266,7 +279,8 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 	}
 	seed_data = VARDATA_ANY(seed);
 	seed_len = VARSIZE_ANY_EXHDR(seed);
-	if (seed_len < 1 || (seed_data[0] != 0 && seed_data[0] != 1))
+	if (seed_len < 1 || (seed_data[0] != 0 && seed_data[0] != 1) ||
+		(seed_data[0] == 0 && seed_len < 9))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("%s has a derive seed of unknown version", idem_describe_key(&id)),
@@ -279,11 +293,14 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 				 errmsg("out of memory")));
 	if (pg_hmac_init(ctx, secret, DERIVE_SECRET_LEN) < 0)
 		elog(ERROR, "could not compute HMAC-SHA256: %s", pg_hmac_error(ctx));
-	if (seed_data[0] == 0)
+	if (seed_data[0] == 0 && be_int64((const uint8 *) seed_data + 1) == (uint64) created_at)
 	{
-		/* a row stored before 0.6.0: 0.5.0's key, the role's name frozen */
+		/*
+		 * a row stored before 0.6.0, still in the life it had then: 0.5.0's
+		 * key, from the role's name the update froze
+		 */
 		mac_field(ctx, "idempotency.derive_key v1", strlen("idempotency.derive_key v1"));
-		mac_field(ctx, seed_data + 1, seed_len - 1);
+		mac_field(ctx, seed_data + 9, seed_len - 9);
 	}
 	else
 	{
