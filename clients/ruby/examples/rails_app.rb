@@ -1,0 +1,63 @@
+# frozen_string_literal: true
+
+# Example (and test server): POST /payments on a one-file Rails (API) app,
+# guarded by `idempotent :create`: the key is begun on ActiveRecord's
+# connection, inside ActiveRecord's transaction, so Payment.create! commits
+# or rolls back with it.  The same contract as clients/node/examples/express.js.
+# Database from DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind
+# PgBouncer in transaction mode (prepared_statements: false).  Prints
+# "listening <port>".
+require "json"
+require "set"
+require "logger"
+require "rails"
+require "active_record/railtie"
+require "action_controller/railtie"
+require "pg_idempotency"
+require_relative "serve"
+
+ENV["DATABASE_URL"] = "postgres://#{ENV['DATABASE_USER']}@#{ENV['DATABASE_HOST']}:#{ENV['DATABASE_PORT']}/" \
+                      "#{ENV['DATABASE_NAME']}?pool=10&prepared_statements=#{ENV['IDEMPOTENCY_BOUNCER'] != '1'}"
+
+class PaymentsExample < Rails::Application
+  config.root = __dir__
+  config.api_only = true
+  config.eager_load = false
+  config.consider_all_requests_local = false
+  config.secret_key_base = "example-only"
+  config.logger = Logger.new($stderr, level: :warn)
+  config.active_record.legacy_connection_handling = false
+end
+
+class Payment < ActiveRecord::Base
+  self.table_name = "payment"
+end
+
+class PaymentsController < ActionController::API
+  THROTTLED = Set.new
+
+  idempotent :create, scope: "payments", user: ->(req) { req.get_header("HTTP_X_USER") }
+
+  def create
+    p = JSON.parse(request.raw_post)
+    return render(json: { error: "card_declined" }, status: 402) if p["decline"]
+
+    payment = Payment.create!(idem_key: idempotency.key, amount: p["amount"])
+    Payment.connection.exec_query("SELECT pg_sleep($1)", "sleep", [p["sleep"]]) if p["sleep"]
+    raise "boom" if p["boom"]
+
+    if p["throttle"] && THROTTLED.add?(idempotency.key) # 429: rolled back, not stored
+      response.set_header("Retry-After", "1")
+      return render(json: { error: "rate_limited" }, status: 429)
+    end
+    return send_data("\xff\x00\xfe".b + payment.id.to_s, type: "application/octet-stream") if p["binary"]
+
+    body = %({"status":"paid","id":#{payment.id},"amount":#{JSON.generate(p['amount'])},"note":"café ✓"})
+    render body: body, status: 201, content_type: "application/json", location: "/payments/#{payment.id}"
+  end
+end
+
+PaymentsExample.initialize!
+PaymentsExample.routes.draw { post "/payments", to: "payments#create" }
+
+serve(PaymentsExample, threads: 10) if $PROGRAM_NAME == __FILE__

@@ -1,0 +1,49 @@
+# frozen_string_literal: true
+
+# Example (and test server): POST /payments on Sinatra + ruby-pg, guarded by
+# PgIdempotency::Sinatra.  The same contract as clients/node/examples/express.js.
+# Database from DATABASE_HOST/PORT/NAME/USER (exec_params only: fine behind
+# PgBouncer in transaction mode).  Prints "listening <port>".
+require "json"
+require "set"
+require "sinatra/base"
+require "pg_idempotency/sinatra"
+require_relative "serve"
+
+POOL = PgIdempotency::ConnectionPool.new(size: 10) do
+  PG.connect(host: ENV["DATABASE_HOST"], port: ENV["DATABASE_PORT"],
+             dbname: ENV["DATABASE_NAME"], user: ENV["DATABASE_USER"])
+end
+
+class PaymentsApp < Sinatra::Base
+  set :environment, :production
+  set :show_exceptions, false
+  set :throttled, Set.new
+  register PgIdempotency::Sinatra
+  set :idempotency_pool, POOL
+
+  idempotent "/payments", scope: "payments", user: ->(req) { req.get_header("HTTP_X_USER") }
+
+  post "/payments" do
+    p = JSON.parse(request.body.read)
+    return [402, { "Content-Type" => "application/json" }, '{"error":"card_declined"}'] if p["decline"]
+
+    db = idempotency.connection
+    id = db.exec_params("INSERT INTO payment (idem_key, amount) VALUES ($1, $2) RETURNING id",
+                        [idempotency.key, p["amount"]]).getvalue(0, 0).to_i
+    db.exec_params("SELECT pg_sleep($1)", [p["sleep"]]) if p["sleep"]
+    raise "boom" if p["boom"]
+
+    if p["throttle"] && settings.throttled.add?(idempotency.key) # 429: rolled back, not stored
+      return [429, { "Content-Type" => "application/json", "Retry-After" => "1" }, '{"error":"rate_limited"}']
+    end
+    if p["binary"]
+      return [200, { "Content-Type" => "application/octet-stream" }, "\xff\x00\xfe".b + id.to_s]
+    end
+
+    body = %({"status":"paid","id":#{id},"amount":#{JSON.generate(p['amount'])},"note":"café ✓"})
+    [201, { "Content-Type" => "application/json", "Location" => "/payments/#{id}" }, body]
+  end
+end
+
+serve(PaymentsApp, threads: 10) if $PROGRAM_NAME == __FILE__
