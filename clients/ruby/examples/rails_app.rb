@@ -10,6 +10,7 @@
 require "json"
 require "set"
 require "logger"
+ENV["RAILS_ENV"] ||= "production"
 require "rails"
 require "active_record/railtie"
 require "action_controller/railtie"

@@ -21,7 +21,7 @@ module PgIdempotency
   LOCK_WAIT_SQL = "SELECT pg_catalog.set_config('idempotency.lock_wait', $1, true)"
   BEGIN_SQL = "SELECT outcome, status, response, attempts " \
               "FROM idempotency.begin($1, $2::jsonb, $3, $4::interval)"
-  COMPLETE_SQL = "SELECT idempotency.complete($1, $2::jsonb, $3)"
+  COMPLETE_SQL = "SELECT 1 FROM idempotency.complete($1, $2::jsonb, $3)"
   LOOKUP_SQL = "SELECT retry_after FROM idempotency.lookup($1, $2)"
 
   DEFAULT_HEADERS = %w[Content-Type Location].freeze

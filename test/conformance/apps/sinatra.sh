@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# The Sinatra example app (clients/ruby/examples/sinatra_app.rb) on the pg_idempotency
+# gem built offline and installed into a fresh GEM_HOME (see run.sh there).
+exec "$(dirname "$0")/../../../clients/ruby/examples/run.sh" sinatra sinatra_app.rb
