@@ -3,7 +3,7 @@
 # The shared parts, and that their wire formats are the Node and Python
 # clients' own (compared as jsonb by PostgreSQL, and by begin()'s fingerprint:
 # a key begun by another client's request is replayed, not refused).
-require_relative "test_helper"
+require_relative "helper"
 require "json"
 require "open3"
 

@@ -3,7 +3,7 @@
 # PgIdempotency::Rack and the Sinatra extension against the database, called
 # through Rack (Rack::MockRequest): begin, replay, mismatch, busy, invalid
 # key, what is stored and what is not, streamed and oversized bodies.
-require_relative "test_helper"
+require_relative "helper"
 require "json"
 require "rack/mock"
 require "sinatra/base"

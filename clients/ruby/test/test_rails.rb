@@ -6,7 +6,7 @@
 # and rolls back with a handler error; replay, mismatch, busy, invalid key,
 # a streamed response refused, a guard nested in the application's own
 # transaction (a savepoint).
-require_relative "test_helper"
+require_relative "helper"
 require "json"
 require "net/http"
 require "logger"

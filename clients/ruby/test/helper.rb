@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# test_helper.rb: the gem as a user has it (installed into GEM_HOME, never
+# helper.rb: the gem as a user has it (installed into GEM_HOME, never
 # the checkout's lib/), the database of DATABASE_HOST/PORT/NAME/USER (a
 # throwaway cluster with the extension and the payment table), and one TAP
 # line per test: "ok - [ruby FILE] Class#test" / "not ok - ...".
