@@ -51,6 +51,9 @@ class PaymentsController < ActionController::API
       response.set_header("Retry-After", "1")
       return render(json: { error: "rate_limited" }, status: 429)
     end
+    if p["stream"] # refused: 500, rolled back
+      return self.response_body = Enumerator.new { |y| y << "streamed #{payment.id}" }
+    end
     return send_data("\xff\x00\xfe".b + payment.id.to_s, type: "application/octet-stream") if p["binary"]
 
     body = %({"status":"paid","id":#{payment.id},"amount":#{JSON.generate(p['amount'])},"note":"café ✓"})

@@ -37,6 +37,7 @@ class PaymentsApp < Sinatra::Base
     if p["throttle"] && settings.throttled.add?(idempotency.key) # 429: rolled back, not stored
       return [429, { "Content-Type" => "application/json", "Retry-After" => "1" }, '{"error":"rate_limited"}']
     end
+    return stream { |out| out << "streamed #{id}" } if p["stream"] # refused: 500, rolled back
     if p["binary"]
       return [200, { "Content-Type" => "application/octet-stream" }, "\xff\x00\xfe".b + id.to_s]
     end
