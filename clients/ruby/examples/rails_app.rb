@@ -26,12 +26,14 @@ class PaymentsExample < Rails::Application
   config.eager_load = false
   config.consider_all_requests_local = false
   config.secret_key_base = "example-only"
-  config.logger = Logger.new($stderr, level: :warn)
+  config.logger = Logger.new($stderr)
+  config.log_level = :warn # at :debug ActiveRecord logs every bind, the fingerprinted body too
   config.active_record.legacy_connection_handling = false
 end
 
 class Payment < ActiveRecord::Base
   self.table_name = "payment"
+  attribute :amount, :string # the amount as sent: numeric keeps its scale ("12.30", not 12.3)
 end
 
 class PaymentsController < ActionController::API
