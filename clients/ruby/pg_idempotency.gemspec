@@ -17,5 +17,5 @@ Gem::Specification.new do |s|
             %w[README.md LICENSE pg_idempotency.gemspec]
   s.require_paths = ["lib"]
   s.add_runtime_dependency "pg", "~> 1.1"
-  s.add_runtime_dependency "rack", ">= 2.0", "< 4"
+  s.add_runtime_dependency "rack", ">= 2.0", "< 3" # Rack 3 (lower-case header names) is untested
 end

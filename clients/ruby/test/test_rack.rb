@@ -201,6 +201,30 @@ class RackTest < Minitest::Test
     conn&.close
   end
 
+  def test_headers_store_and_request_options
+    calls = 0
+    inner = lambda do |env|
+      calls += 1
+      [Integer(env["QUERY_STRING"][/s=(\d+)/, 1]), { "Content-Type" => "text/plain", "ETag" => "\"v#{calls}\"", "X-Other" => "x" },
+       ["call #{calls}"]]
+    end
+    guarded = Rack::MockRequest.new(PgIdempotency::Rack.new(
+      inner, pool: POOL, scope: "rack-options", headers: ["ETag"],
+      store: ->(status) { status != 202 }, request: ->(req) { { "only" => req.path } }
+    ))
+    k = TestDB.fresh_key("options")
+    r1 = guarded.post("/o?s=200", "HTTP_IDEMPOTENCY_KEY" => k, input: "a")
+    # another body and query, one fingerprint (request: the path only): a replay
+    r2 = guarded.post("/o?s=200&x=1", "HTTP_IDEMPOTENCY_KEY" => k, input: "b")
+    assert_equal ["call 1", "\"v1\"", "true", nil], [r2.body, r2["ETag"], r2["Idempotent-Replayed"], r2["X-Other"]]
+    assert_equal 1, calls
+    # store: refuses 202 -> not stored, the resend runs again
+    k2 = TestDB.fresh_key("options")
+    2.times { guarded.post("/o?s=202", "HTTP_IDEMPOTENCY_KEY" => k2) }
+    assert_equal [3, 0], [calls, TestDB.keys(k2)]
+    assert_equal 200, r1.status
+  end
+
   def test_plain_rack_app_and_one_pg_connection
     conn = TestDB.connect
     inner = lambda do |env|
