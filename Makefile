@@ -6,6 +6,7 @@ PG_CONFIG ?= pg_config
 MODULE_big = idempotency
 OBJS = \
 	src/idempotency.o \
+	src/cache.o \
 	src/runas.o \
 	src/fingerprint.o \
 	src/keyid.o \

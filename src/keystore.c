@@ -316,8 +316,8 @@ typedef struct StoreErrorArg
  * Helpers
  * ---------------------------------------------------------------------
  */
-void
-idem_keystore_relcache(Oid relid)
+static void
+keystore_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == store_relid)
 		store_relid = InvalidOid;
@@ -1399,3 +1399,9 @@ idem_keystore_claim(const HeldKey *h)
 	return inserted;
 }
 
+/* from _PG_init: our relcache callback */
+void
+idem_keystore_init(void)
+{
+	idem_relcache_add(keystore_relcache);
+}

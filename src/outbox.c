@@ -317,8 +317,8 @@ static bool topic_cache_stale = false;
 static Oid	topic_relid = InvalidOid;
 static Oid	message_seq_relid = InvalidOid;
 
-void
-idem_outbox_relcache(Oid relid)
+static void
+outbox_relcache(Oid relid)
 {
 	if (!OidIsValid(relid) || relid == topic_relid || relid == message_seq_relid)
 	{
@@ -1372,4 +1372,11 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 	if (n > 0)
 		notify_topic(topic);
 	PG_RETURN_INT32((int32) n);
+}
+
+/* from _PG_init: our relcache callback */
+void
+idem_outbox_init(void)
+{
+	idem_relcache_add(outbox_relcache);
 }
