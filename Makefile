@@ -13,7 +13,11 @@ OBJS = \
 	src/stats.o \
 	src/heldkeys.o \
 	src/keylock.o \
-	src/keystore.o \
+	src/keytable.o \
+	src/keyfast.o \
+	src/keycitus.o \
+	src/keyread.o \
+	src/keywrite.o \
 	src/shard.o \
 	src/guard.o \
 	src/lifecycle.o \
@@ -70,6 +74,7 @@ endif
 
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
+src/keytable.o src/keyfast.o src/keycitus.o src/keyread.o src/keywrite.o: src/keystore.h
 
 .PHONY: test test-all demo
 # make test: this machine's PostgreSQL (pg_config).  make test PG=17 (or 18,

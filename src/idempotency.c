@@ -41,6 +41,6 @@ _PG_init(void)
 	IDEM_RESERVE_GUC_PREFIX("idempotency");
 
 	idem_heldkeys_init();
-	idem_keystore_init();
+	idem_keytable_init();
 	idem_outbox_init();
 }

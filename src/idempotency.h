@@ -14,7 +14,7 @@
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
- *	  floor stores:   heldkeys.c keylock.c keystore.c shard.c
+ *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyfast.c keytable.c shard.c
  *	  floor ground:   keyid.c stats.c fingerprint.c runas.c cache.c
  *
  *	  idempotency.c   _PG_init: one idem_xxx_init() per file, nothing else
@@ -33,7 +33,11 @@
  *	  target.c        the helpers' target table, columns and plan cache
  *	  heldkeys.c      what this transaction did with which key; commit check
  *	  keylock.c       the heavyweight lock that serialises one key (GUC lock_wait)
- *	  keystore.c      rows of idempotency.idempotency_key
+ *	  keyread.c       reading rows of idempotency.idempotency_key  (the key
+ *	  keywrite.c      writing them                                  store:
+ *	  keycitus.c      their statements on Citus, route and shard   keystore.h)
+ *	  keyfast.c       the fast path: primary key probe, executor insert
+ *	  keytable.c      the key table: which, its shape, its path
  *	  shard.c         Citus: the key's shard, when it is on this node
  *	  keyid.c         a key's identity: validate, hash, describe
  *	                  (GUCs default_ttl, max_key_length)
@@ -236,7 +240,7 @@ extern bool idem_keylock_acquire(const KeyId *id);
 extern void idem_keylock_release(const KeyId *id);
 extern bool idem_keylock_busy(const KeyId *id);
 
-/* keystore.c */
+/* the key store: keyread.c, keywrite.c, keycitus.c, keyfast.c, keytable.c */
 typedef struct StoredKey
 {
 	bool		found;
@@ -254,7 +258,7 @@ typedef struct StoredKey
 	Jsonb	   *recovery_state;	/* NULL when SQL NULL or no such column */
 } StoredKey;
 
-extern void idem_keystore_init(void);
+extern void idem_keytable_init(void);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
