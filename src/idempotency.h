@@ -10,43 +10,48 @@
  * the symbols of the built objects (nm); a file on no floor fails it too.
  *
  *	  floor top:      idempotency.c worker.c
- *	  floor features: once.c lookup.c http.c outbox.c ops.c recovery.c lifecycle.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_notify.c outbox.c
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
  *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyfast.c keytable.c shard.c
  *	  floor ground:   keyid.c stats.c fingerprint.c runas.c cache.c
  *
- *	  idempotency.c   _PG_init: one idem_xxx_init() per file, nothing else
- *	  worker.c        the purge background worker (GUCs purge_*, database)
- *	  once.c          once()
- *	  lookup.c        lookup()
- *	  http.c          http_response()
- *	  outbox.c        publish(), claim(), ack(), nack(), topics
- *	  ops.c           forget(), renew()
- *	  recovery.c      checkpoint(), derive_key()
- *	  lifecycle.c     purge(), tokens, first_seen()
- *	  guard.c         begin(), complete(), fail()
- *	  machine.c       create_machine(), transition()   (write helpers,
- *	  versioned.c     update_versioned()                 over target.c)
- *	  insert_once.c   insert_once()
- *	  target.c        the helpers' target table, columns and plan cache
- *	  heldkeys.c      what this transaction did with which key; commit check
- *	  keylock.c       the heavyweight lock that serialises one key (GUC lock_wait)
- *	  keyread.c       reading rows of idempotency.idempotency_key  (the key
- *	  keywrite.c      writing them                                  store:
- *	  keycitus.c      their statements on Citus, route and shard   keystore.h)
- *	  keyfast.c       the fast path: primary key probe, executor insert
- *	  keytable.c      the key table: which, its shape, its path
- *	  shard.c         Citus: the key's shard, when it is on this node
- *	  keyid.c         a key's identity: validate, hash, describe
- *	                  (GUCs default_ttl, max_key_length)
- *	  stats.c         idempotency.stats: counters in shared memory (GUCs
- *	                  stats_max, log_waits)
- *	  fingerprint.c   sha256 of a canonical jsonb encoding
- *	  runas.c         prepared SQL as the extension's owner
- *	  cache.c         the one relcache callback every cache shares
- *	  compat.h        every PostgreSQL version difference
+ *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
+ *	  worker.c          the purge background worker (GUCs purge_*, database)
+ *	  once.c            once()
+ *	  lookup.c          lookup()
+ *	  http.c            http_response()
+ *	  ops.c             forget(), renew()
+ *	  recovery.c        checkpoint(), derive_key()
+ *	  lifecycle.c       purge(), tokens, first_seen()
+ *	  outbox_publish.c  publish()                 (the outbox:
+ *	  outbox_relay.c    claim(), ack(), nack(),    outbox.h)
+ *	                    release(), redrive()
+ *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
+ *	  outbox_notify.c   wake-ups NOTIFYed at commit
+ *	  outbox.c          what they share: a topic, its rights, the cache
+ *	  guard.c           begin(), complete(), fail()
+ *	  machine.c         create_machine(), transition()  (write helpers,
+ *	  versioned.c       update_versioned()                over target.c)
+ *	  insert_once.c     insert_once()
+ *	  target.c          the helpers' target table, columns and plan cache
+ *	  heldkeys.c        what this transaction did with which key
+ *	  keylock.c         the lock that serialises one key (GUC lock_wait)
+ *	  keyread.c         reading rows of idempotency_key  (the key store:
+ *	  keywrite.c        writing them                       keystore.h)
+ *	  keycitus.c        their statements on Citus: route and shard
+ *	  keyfast.c         the fast path: primary key probe, executor insert
+ *	  keytable.c        the key table: which, its shape, its path
+ *	  shard.c           Citus: the key's shard, when it is on this node
+ *	  keyid.c           a key's identity: validate, hash, describe (GUCs
+ *	                    default_ttl, max_key_length)
+ *	  stats.c           idempotency.stats: counters in shared memory (GUCs
+ *	                    stats_max, log_waits)
+ *	  fingerprint.c     sha256 of a canonical jsonb encoding
+ *	  runas.c           prepared SQL as the extension's owner
+ *	  cache.c           the one relcache callback every cache shares
+ *	  compat.h          every PostgreSQL version difference
  *
  * Each file defines the GUCs it reads in its idem_xxx_init().
  *
