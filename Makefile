@@ -6,13 +6,18 @@ PG_CONFIG ?= pg_config
 MODULE_big = idempotency
 OBJS = \
 	src/idempotency.o \
+	src/cache.o \
 	src/runas.o \
 	src/fingerprint.o \
 	src/keyid.o \
 	src/stats.o \
 	src/heldkeys.o \
 	src/keylock.o \
-	src/keystore.o \
+	src/keytable.o \
+	src/keyfast.o \
+	src/keycitus.o \
+	src/keyread.o \
+	src/keywrite.o \
 	src/shard.o \
 	src/guard.o \
 	src/lifecycle.o \
@@ -26,7 +31,11 @@ OBJS = \
 	src/lookup.o \
 	src/http.o \
 	src/recovery.o \
-	src/outbox.o
+	src/outbox.o \
+	src/outbox_notify.o \
+	src/outbox_topics.o \
+	src/outbox_publish.o \
+	src/outbox_relay.o
 
 EXTENSION = idempotency
 # (names relative to the source directory, also in a VPATH build)
@@ -69,6 +78,8 @@ endif
 
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
+src/keytable.o src/keyfast.o src/keycitus.o src/keyread.o src/keywrite.o: src/keystore.h
+src/outbox.o src/outbox_notify.o src/outbox_topics.o src/outbox_publish.o src/outbox_relay.o: src/outbox.h
 
 .PHONY: test test-all demo
 # make test: this machine's PostgreSQL (pg_config).  make test PG=17 (or 18,

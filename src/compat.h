@@ -30,7 +30,7 @@
  *	- Server structs WE size (stack or palloc with our sizeof), each
  *	  unchanged in every minor release so far and filled only through the
  *	  server's macros or functions:
- *		ScanKeyData (keystore.c: ScanKeyEntryInitialize; runas.c:
+ *		ScanKeyData (keyfast.c: ScanKeyEntryInitialize; runas.c:
  *		ScanKeyInit), HASHCTL
  *		(hash_create: heldkeys.c, machine.c, once.c, stats.c, target.c),
  *		LOCKTAG (keylock.c: SET_LOCKTAG_ADVISORY), BackgroundWorker

@@ -7,7 +7,7 @@
  *
  *	begin(key)	  validate the key (IK003) and fingerprint the request; take
  *				  the key lock (keylock.c) if it is free and look the key up
- *				  (keystore.c).  If another transaction holds the lock, look
+ *				  (keyread.c).  If another transaction holds the lock, look
  *				  first and replay a live finished key without waiting, else
  *				  wait at most idempotency.lock_wait (IK002) for the lock and
  *				  look again.  Then decide: replay (giving the lock back: a
@@ -31,7 +31,7 @@
  * The guard itself is idem_guard_begin() and idem_guard_finish(); the SQL
  * functions here and once() call them.
  *
- * On Citus (the key table distributed; keystore.c) the key lock is this
+ * On Citus (the key table distributed; keycitus.c) the key lock is this
  * node's only, and a duplicate may arrive through another node.  There a
  * key is serialised where its shard lives: begin() claims it first with an
  * uncommitted in_progress row (INSERT ... ON CONFLICT DO NOTHING; a claim

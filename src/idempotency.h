@@ -3,31 +3,57 @@
  * idempotency.h
  *	  Declarations shared by the files of the idempotency extension.
  *
- * The files form layers; a file calls only files on its own floor or
- * below, never above:
+ * The files form floors.  A file calls only files on its own floor or
+ * below, never above, and no files call each other round a circle.
+ * test/layers/run (`make test`, suite layers) reads the floor lines below
+ * (one per floor, top first: "floor NAME: files") and checks both against
+ * the symbols of the built objects (nm); a file on no floor fails it too.
  *
- *	  idempotency.c   _PG_init: GUCs, one idem_xxx_init() per file
- *	  worker.c        the purge background worker
- *	  once.c          once()                           (features)
- *	  lookup.c        lookup()
- *	  http.c          http_response()
- *	  outbox.c        publish(), claim(), ack(), nack(), topics
- *	  guard.c         begin(), complete(), fail()      (features)
- *	  lifecycle.c     purge(), tokens, first_seen()
- *	  ops.c           forget(), renew()
- *	  recovery.c      checkpoint(), derive_key()
- *	  machine.c       create_machine(), transition()   (write helpers,
- *	  versioned.c     update_versioned()                 over target.c)
- *	  insert_once.c   insert_once()
- *	  target.c        the helpers' target table, columns and plan cache
- *	  heldkeys.c      what this transaction did with which key; commit check
- *	  keylock.c       the heavyweight lock that serialises one key  (stores)
- *	  keystore.c      rows of idempotency.idempotency_key
- *	  keyid.c         a key's identity: validate, hash, describe   (ground)
- *	  stats.c         idempotency.stats: counters in shared memory
- *	  fingerprint.c   sha256 of a canonical jsonb encoding
- *	  runas.c         prepared SQL as the extension's owner
- *	  compat.h        every PostgreSQL version difference
+ *	  floor top:      idempotency.c worker.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_notify.c outbox.c
+ *	  floor guard:    guard.c
+ *	  floor helpers:  machine.c versioned.c insert_once.c
+ *	  floor target:   target.c
+ *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyfast.c keytable.c shard.c
+ *	  floor ground:   keyid.c stats.c fingerprint.c runas.c cache.c
+ *
+ *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
+ *	  worker.c          the purge background worker (GUCs purge_*, database)
+ *	  once.c            once()
+ *	  lookup.c          lookup()
+ *	  http.c            http_response()
+ *	  ops.c             forget(), renew()
+ *	  recovery.c        checkpoint(), derive_key()
+ *	  lifecycle.c       purge(), tokens, first_seen()
+ *	  outbox_publish.c  publish()                 (the outbox:
+ *	  outbox_relay.c    claim(), ack(), nack(),    outbox.h)
+ *	                    release(), redrive()
+ *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
+ *	  outbox_notify.c   wake-ups NOTIFYed at commit
+ *	  outbox.c          what they share: a topic, its rights, the cache
+ *	  guard.c           begin(), complete(), fail()
+ *	  machine.c         create_machine(), transition()  (write helpers,
+ *	  versioned.c       update_versioned()                over target.c)
+ *	  insert_once.c     insert_once()
+ *	  target.c          the helpers' target table, columns and plan cache
+ *	  heldkeys.c        what this transaction did with which key
+ *	  keylock.c         the lock that serialises one key (GUC lock_wait)
+ *	  keyread.c         reading rows of idempotency_key  (the key store:
+ *	  keywrite.c        writing them                       keystore.h)
+ *	  keycitus.c        their statements on Citus: route and shard
+ *	  keyfast.c         the fast path: primary key probe, executor insert
+ *	  keytable.c        the key table: which, its shape, its path
+ *	  shard.c           Citus: the key's shard, when it is on this node
+ *	  keyid.c           a key's identity: validate, hash, describe (GUCs
+ *	                    default_ttl, max_key_length)
+ *	  stats.c           idempotency.stats: counters in shared memory (GUCs
+ *	                    stats_max, log_waits)
+ *	  fingerprint.c     sha256 of a canonical jsonb encoding
+ *	  runas.c           prepared SQL as the extension's owner
+ *	  cache.c           the one relcache callback every cache shares
+ *	  compat.h          every PostgreSQL version difference
+ *
+ * Each file defines the GUCs it reads in its idem_xxx_init().
  *
  * Every non-static symbol starts with idem_ (SQL-callable functions with
  * idempotency_).
@@ -58,16 +84,16 @@
 /* Upper bound of key + scope in bytes, well below the btree tuple limit */
 #define MAX_KEY_BYTES 2048
 
-/* GUCs (idempotency.c) */
-extern int	idem_lock_wait_ms;
-extern int	idem_default_ttl_s;
-extern int	idem_max_key_length;
-extern int	idem_purge_interval_s;
-extern int	idem_purge_batch;
-extern int	idem_purge_timeout_s;
-extern char *idem_database;
-extern int	idem_stats_max;
-extern int	idem_log_waits_ms;
+/* GUCs, each defined by the file named */
+extern int	idem_lock_wait_ms;		/* keylock.c */
+extern int	idem_default_ttl_s;		/* keyid.c */
+extern int	idem_max_key_length;	/* keyid.c */
+extern int	idem_purge_interval_s;	/* worker.c */
+extern int	idem_purge_batch;		/* worker.c */
+extern int	idem_purge_timeout_s;	/* worker.c */
+extern char *idem_database;			/* worker.c */
+extern int	idem_stats_max;			/* stats.c */
+extern int	idem_log_waits_ms;		/* stats.c */
 
 /*
  * The identity of one key: (owner role, scope, key).  hash is a keyed 64-bit
@@ -86,6 +112,11 @@ typedef struct KeyId
 
 /* ---- ground floor ---- */
 
+/* cache.c: the library's one relcache callback, registered on first use */
+typedef void (*IdemRelcacheCallback) (Oid relid);
+extern void idem_relcache_add(IdemRelcacheCallback fn);
+extern void idem_relcache_watch(void);
+
 /* runas.c */
 typedef struct SavedUser
 {
@@ -94,9 +125,6 @@ typedef struct SavedUser
 } SavedUser;
 
 extern void idem_runas_init(void);
-extern void idem_runas_relcache(Oid relid);
-/* idempotency.c: the library's one relcache callback, registered on first use */
-extern void idem_relcache_watch(void);
 extern void idem_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
 						 Oid *argtypes);
 extern void idem_as_owner(SavedUser *saved);
@@ -120,7 +148,7 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 extern void idem_fingerprint(Jsonb *jb, uint8 *out);
 
 /* keyid.c */
-extern void idem_keyid_relcache(Oid relid);
+extern void idem_keyid_init(void);
 extern char *idem_describe_key(const KeyId *id);
 extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
 extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
@@ -158,7 +186,8 @@ extern bool idem_stats_on;		/* preloaded: the counters are in shared memory */
 extern void idem_stats_init(void);
 extern void idem_stats_add(Oid owner, const char *scope, int scope_len,
 						   IdemStat what, int64 n);
-extern void idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired);
+extern void idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired,
+							int lock_wait_ms);
 
 /* count one event of key id; a test and nothing else unless preloaded */
 static inline void
@@ -209,12 +238,14 @@ typedef enum KeyLockResult
 	KEYLOCK_BUSY				/* another transaction holds it */
 } KeyLockResult;
 
+extern void idem_keylock_init(void);
 extern KeyLockResult idem_keylock_try(const KeyId *id);
 extern void idem_keylock_wait(const KeyId *id);
 extern bool idem_keylock_acquire(const KeyId *id);
 extern void idem_keylock_release(const KeyId *id);
+extern bool idem_keylock_busy(const KeyId *id);
 
-/* keystore.c */
+/* the key store: keyread.c, keywrite.c, keycitus.c, keyfast.c, keytable.c */
 typedef struct StoredKey
 {
 	bool		found;
@@ -232,9 +263,7 @@ typedef struct StoredKey
 	Jsonb	   *recovery_state;	/* NULL when SQL NULL or no such column */
 } StoredKey;
 
-extern void idem_keystore_relcache(Oid relid);
-/* outbox.c: its topic cache */
-extern void idem_outbox_relcache(Oid relid);
+extern void idem_keytable_init(void);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
@@ -293,6 +322,9 @@ extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
 
 /* ---- features ---- */
 
+/* outbox.c */
+extern void idem_outbox_init(void);
+
 /* lifecycle.c */
 #define PURGE_NTABLES 4		/* keys, tokens, seen messages, outbox messages */
 extern int64 idem_purge_expired(Oid owner, int batch_size, TimestampTz now,
@@ -330,9 +362,6 @@ extern void idem_guard_lease_holder(const KeyId *id, int32 attempt,
 /* ---- top ---- */
 
 /* worker.c */
-extern void idem_purge_worker_register(void);
-
-/* lookup.c */
-extern bool idem_keylock_busy(const KeyId *id);	/* in keylock.c */
+extern void idem_worker_init(void);
 
 #endif							/* IDEMPOTENCY_H */

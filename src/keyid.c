@@ -35,6 +35,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -47,6 +49,7 @@
 #include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
@@ -54,6 +57,13 @@
 
 #include "compat.h"
 #include "idempotency.h"
+
+/* ---------------------------------------------------------------------
+ * GUCs
+ * ---------------------------------------------------------------------
+ */
+int			idem_default_ttl_s = 24 * 60 * 60;
+int			idem_max_key_length = 255;
 
 #define DESCRIBE_MAX_BYTES 100
 #define SECRET_LEN 16
@@ -77,8 +87,8 @@ static uint64 secret_k0;
 static uint64 secret_k1;
 static SPIPlanPtr plan_secret = NULL;
 
-void
-idem_keyid_relcache(Oid relid)
+static void
+keyid_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == secret_relid)
 		secret_stale = true;
@@ -492,3 +502,24 @@ idempotency_lock_secret_changed(PG_FUNCTION_ARGS)
 	PG_RETURN_POINTER(NULL);
 }
 
+/* from _PG_init: our GUCs, our relcache callback */
+void
+idem_keyid_init(void)
+{
+	DefineCustomIntVariable("idempotency.default_ttl",
+							"How long a key lives when begin() is given no ttl.",
+							"An expired key behaves as if it did not exist.",
+							&idem_default_ttl_s,
+							24 * 60 * 60, 1, INT_MAX,
+							PGC_USERSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.max_key_length",
+							"Longest idempotency key or scope accepted, in characters.",
+							NULL,
+							&idem_max_key_length,
+							255, 1, 1024,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	idem_relcache_add(keyid_relcache);
+}

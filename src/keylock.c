@@ -24,12 +24,21 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 #include "compat.h"
 #include "idempotency.h"
+
+/* ---------------------------------------------------------------------
+ * GUCs
+ * ---------------------------------------------------------------------
+ */
+int			idem_lock_wait_ms = 5000;
 
 #define KEYLOCK_FIELD4 0x4944	/* 18756 */
 
@@ -144,7 +153,7 @@ idem_keylock_wait(const KeyId *id)
 	}
 	PG_END_TRY();
 	LockTimeout = save_timeout;
-	idem_stats_wait(id, start, !timed_out);
+	idem_stats_wait(id, start, !timed_out, idem_lock_wait_ms);
 
 	if (timed_out)
 		report_in_progress(id, &tag);
@@ -195,4 +204,17 @@ idem_keylock_busy(const KeyId *id)
 	set_tag(&tag, id);
 	/* a prepared transaction counts too (its holder has no process) */
 	return VirtualTransactionIdIsValid(*GetLockConflicts(&tag, ExclusiveLock, NULL));
+}
+
+/* from _PG_init: our GUC */
+void
+idem_keylock_init(void)
+{
+	DefineCustomIntVariable("idempotency.lock_wait",
+							"How long begin() waits for a key another transaction holds.",
+							"After this time begin() raises IK002; 0 raises it at once.",
+							&idem_lock_wait_ms,
+							5000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 }

@@ -56,7 +56,7 @@
  * secret would change the downstream key of a request still to be retried.
  *
  * Locking: checkpoint() takes the key lock (guard.c) and writes the row
- * as the extension's owner in the caller's transaction (keystore.c); on
+ * as the extension's owner in the caller's transaction (keywrite.c); on
  * Citus the lease holder check also locks the row on the key's shard
  * (SELECT ... FOR UPDATE), so a takeover's begin() through any node waits
  * for the phase, and the row is written there as the caller;

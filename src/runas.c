@@ -75,8 +75,8 @@ owner_syscache_callback(Datum arg pg_attribute_unused(), int cacheid pg_attribut
 	ext_owner = InvalidOid;
 }
 
-void
-idem_runas_relcache(Oid relid)
+static void
+runas_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == ext_owner_relid)
 		ext_owner = InvalidOid;
@@ -254,4 +254,5 @@ void
 idem_runas_init(void)
 {
 	CacheRegisterSyscacheCallback(NAMESPACEOID, owner_syscache_callback, (Datum) 0);
+	idem_relcache_add(runas_relcache);
 }

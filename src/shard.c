@@ -8,7 +8,7 @@
  * Statements on the shell go through Citus's planner and executor even when
  * the shard is local (a delegated once() call runs on the shard's node), and
  * that costs several times a plain statement.  When the key's shard is on
- * this node, keystore.c runs its statements on the shard table itself: the
+ * this node, keycitus.c runs its statements on the shard table itself: the
  * same rows, the same primary key as the serialization point, no Citus
  * planning.  This file says when that is safe.
  *
@@ -136,7 +136,7 @@ resolve(void)
 }
 
 /*
- * A relcache invalidation (from keystore.c's callback: the server has only
+ * A relcache invalidation (from keytable.c's callback: the server has only
  * ten callback slots, and Citus takes several)
  */
 void

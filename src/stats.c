@@ -34,6 +34,7 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,12 +54,20 @@
 #include "storage/spin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 #include "compat.h"
 #include "idempotency.h"
+
+/* ---------------------------------------------------------------------
+ * GUCs
+ * ---------------------------------------------------------------------
+ */
+int			idem_stats_max = 1000;
+int			idem_log_waits_ms = -1;
 
 #define STATS_SCOPE_BYTES 64	/* scope kept in an entry, clipped */
 #define STATS_DEALLOC_PCT 5		/* entries evicted when the table is full */
@@ -386,7 +395,8 @@ idem_stats_add(Oid owner, const char *scope, int scope_len, IdemStat what,
  * took at least idempotency.log_waits.
  */
 void
-idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired)
+idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired,
+				int lock_wait_ms)
 {
 	double		ms = (double) (GetCurrentTimestamp() - start) / 1000.0;
 
@@ -403,13 +413,32 @@ idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired)
 				 acquired ?
 				 errdetail("It then took the key.") :
 				 errdetail("It gave up after idempotency.lock_wait (%d ms) and raised IK002.",
-						   idem_lock_wait_ms)));
+						   lock_wait_ms)));
 	}
 }
 
+/* from _PG_init: our GUCs; preloaded, the shared memory */
 void
 idem_stats_init(void)
 {
+	/* a PGC_POSTMASTER setting can only be defined while preloading */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("idempotency.stats_max",
+								"Most (database, role, scope) entries idempotency.stats keeps.",
+								"The least-used entries are evicted.",
+								&idem_stats_max,
+								1000, 10, INT_MAX / 2,
+								PGC_POSTMASTER, 0,
+								NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.log_waits",
+							"Logs a wait for a key lock that took at least this long.",
+							"-1 (the default) logs none; 0 logs every wait.",
+							&idem_log_waits_ms,
+							-1, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	idem_request_shmem(stats_shmem_request);

@@ -49,6 +49,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -74,6 +76,15 @@
 #include "compat.h"
 #include "idempotency.h"
 
+/* ---------------------------------------------------------------------
+ * GUCs
+ * ---------------------------------------------------------------------
+ */
+int			idem_purge_interval_s = 60;
+int			idem_purge_batch = 10000;
+int			idem_purge_timeout_s = 60;
+char	   *idem_database = NULL;
+
 #define LAUNCHER_NAME "idempotency purge launcher"
 #define WORKER_NAME "idempotency purge worker"
 #define WORKER_RESTART_S 10
@@ -88,8 +99,8 @@ typedef struct PurgeTarget
 	char		name[NAMEDATALEN];
 } PurgeTarget;
 
-void
-idem_purge_worker_register(void)
+static void
+purge_worker_register(void)
 {
 	BackgroundWorker worker;
 
@@ -428,4 +439,44 @@ idempotency_purge_launcher_main(Datum main_arg pg_attribute_unused())
 		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/* from _PG_init: our GUCs; preloaded, the launcher */
+void
+idem_worker_init(void)
+{
+	DefineCustomIntVariable("idempotency.purge_interval",
+							"How often the background worker purges expired rows.",
+							"0 disables purging; needs the library in shared_preload_libraries.",
+							&idem_purge_interval_s,
+							60, 0, INT_MAX / 1000,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.purge_batch",
+							"Rows the background worker deletes per table and transaction.",
+							NULL,
+							&idem_purge_batch,
+							10000, 1, INT_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.purge_timeout",
+							"Longest turn of one database in a purge cycle of the background worker.",
+							"A worker begins no batch after half of it; the launcher stops a worker still running at its end and goes on to the next database.",
+							&idem_purge_timeout_s,
+							60, 1, INT_MAX / 1000,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idempotency.database",
+							   "Only database whose expired rows the background worker purges.",
+							   "Empty (the default): every database where the extension is installed.",
+							   &idem_database,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	if (process_shared_preload_libraries_in_progress)
+		purge_worker_register();
 }

@@ -1,0 +1,429 @@
+/*-------------------------------------------------------------------------
+ *
+ * keytable.c
+ *	  The key store's table (stores floor): which table holds the keys, its
+ *	  shape, and the path every read and write takes (keystore.h).
+ *
+ * Design: the table may be as the extension made it, or changed by a DBA
+ * (a trigger, a CHECK constraint, an index built concurrently, a column
+ * type, hash partitioning).  Whatever it is, a row is written under every
+ * rule the executor enforces on an INSERT or UPDATE, and read back in the
+ * types the guard works with.  Three paths, chosen per table shape (cached
+ * in idem_store until a relcache invalidation of the table):
+ *
+ *	fast   the table is a plain heap with exactly the shipped columns and
+ *		   types, no triggers and no rules, a btree primary key on (owner,
+ *		   scope, key): keyfast.c probes the primary key directly and
+ *		   inserts through the executor's simple-relation insert.
+ *	SQL    anything else (a partitioned table, a changed column type or
+ *		   domain, triggers, rules, extra columns with defaults): prepared
+ *		   SELECT and INSERT statements (keyread.c, keywrite.c), which
+ *		   PostgreSQL routes to partitions and whose values it coerces to
+ *		   the column types (length limits and domain constraints
+ *		   included); the SELECT casts every column back to the type the
+ *		   guard expects.
+ *	Citus  the table is distributed by Citus (it is in pg_dist_partition,
+ *		   which Citus keeps on the coordinator and on every worker): only
+ *		   SQL reaches the rows (keycitus.c).  Detected once and cached like
+ *		   the path (Citus invalidates the table's relcache entry when it
+ *		   changes pg_dist_partition).  The same question for the other
+ *		   tables (tokens, seen messages, state machines):
+ *		   idem_table_distributed().
+ *
+ * Versions: the recovery point columns (recovery_point, recovery_state)
+ * came with 0.5.0, derive_seed with 0.6.0.  A table of an older version
+ * (before or during ALTER EXTENSION UPDATE) is served as before (fast path
+ * included, with the statements that do not name the new columns);
+ * checkpoint() and derive_key() ask for the update (idem_store.recovery,
+ * idem_store.seed).
+ *
+ * Also here what every statement on the table shares: its error context
+ * (naming the key and the table), the refusal of a read-only transaction
+ * and of a hot standby (25006), the key's values as $1..$3.
+ *
+ * Locking: AccessShareLock on the table (and its primary key) while its
+ * shape is read; idem_store_open() takes the caller's lock and looks again
+ * when taking it revealed a change.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/relation.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+#include "compat.h"
+#include "idempotency.h"
+#include "keystore.h"
+
+/* ---------------------------------------------------------------------
+ * Local state
+ * ---------------------------------------------------------------------
+ */
+
+static const char *const col_names[NUM_COLS] = {
+	"owner", "scope", "key", "status", "request_hash", "response", "retryable",
+	"attempts", "created_at", "updated_at", "expires_at", "locked_until",
+	"recovery_point", "recovery_state", "derive_seed"
+};
+
+Oid			idem_store_col_types[NUM_COLS] = {
+	REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BOOLOID,
+	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TEXTOID, JSONBOID, BYTEAOID
+};
+
+/* NOT NULL as shipped: the fast path relies on it */
+static const bool col_notnull[NUM_COLS] = {
+	true, true, true, true, false, false, false, true, true, true, true, false,
+	false, false, false
+};
+
+KeyStore	idem_store = {InvalidOid};	/* idempotency.idempotency_key */
+
+/* the other tables: distributed by Citus?  (idem_table_distributed) */
+static const char *const table_names[IDEM_NTABLES] = {
+	"token", "seen_message", "state_machine"
+};
+static Oid	table_relid[IDEM_NTABLES];	/* InvalidOid: not looked yet */
+static bool table_citus[IDEM_NTABLES];
+
+/* ---------------------------------------------------------------------
+ * For the key store's files (keystore.h)
+ * ---------------------------------------------------------------------
+ */
+static void
+keystore_relcache(Oid relid)
+{
+	if (relid == InvalidOid || relid == idem_store.relid)
+		idem_store.relid = InvalidOid;
+	for (int i = 0; i < IDEM_NTABLES; i++)
+		if (relid == InvalidOid || relid == table_relid[i])
+			table_relid[i] = InvalidOid;
+	idem_shard_inval(relid);
+}
+
+/* error context callback of a statement on the table (arg: StoreErrorArg) */
+void
+idem_store_error_context(void *arg)
+{
+	StoreErrorArg *a = (StoreErrorArg *) arg;
+
+	errcontext("%s %s in table idempotency.idempotency_key",
+			   a->doing, idem_describe_key(a->id));
+}
+
+/* 55000: the table cannot hold keys, for the reason detail says */
+void
+idem_store_bad_table(const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table idempotency.idempotency_key cannot hold idempotency keys"),
+			 errdetail_internal("%s", detail),
+			 errhint("Restore the table as the extension's install script creates it, or see the README (\"Partitioning the key table\").")));
+}
+
+/*
+ * Is relid a table Citus knows (distributed, reference or Citus-managed
+ * local): a row of pg_dist_partition, which Citus keeps on the coordinator
+ * and, with its metadata synced, on every worker?  false when Citus is not
+ * installed (no pg_dist_partition).  Reads the catalog table directly (no
+ * SQL); callers cache the answer.  For the key store, lifecycle.c, insert_once.c.
+ */
+bool
+idem_citus_table(Oid relid)
+{
+	Oid			catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	AttrNumber	att;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData skey;
+	bool		found;
+
+	if (!OidIsValid(catalog))
+		return false;
+	att = get_attnum(catalog, "logicalrelid");
+	if (att == InvalidAttrNumber)
+		return false;
+	rel = table_open(catalog, AccessShareLock);
+	ScanKeyInit(&skey, att, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &skey);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * On Citus a table's owner column is an idempotency.roleref (see
+ * IDEM_OWNER_EQ_CITUS).  A table distributed by hand, without distribute(),
+ * still has a regrole there (Citus copies it in binary: another node's
+ * oid), and one distributed by 0.5.0 a text name (a renamed role's key is
+ * not found, a new role of the old name finds it): refuse both rather than
+ * compare oids of another node or names.
+ */
+static void
+citus_owner_check(Oid relid, const char *table)
+{
+	AttrNumber	att = get_attnum(relid, "owner");
+	Oid			type;
+	Oid			nsp;
+
+	if (att == InvalidAttrNumber)
+		return;
+	type = get_atttype(relid, att);
+	nsp = get_namespace_oid("idempotency", true);
+	if (OidIsValid(nsp) &&
+		type == GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+								CStringGetDatum("roleref"), ObjectIdGetDatum(nsp)))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table idempotency.%s is distributed by Citus, but its owner column is of type %s", table,
+					format_type_be(type)),
+			 errdetail("On Citus the owner column is idempotency.roleref: role oids differ from node to node (a regrole copied in binary names another role), and a role's name changes with ALTER ROLE ... RENAME (a text owner pays a renamed role's retry twice)."),
+			 errhint("On the coordinator, run SELECT idempotency.distribute(); it converts the column.")));
+}
+
+/*
+ * Is table t of the extension known to Citus?  Then its statements compare
+ * owners by name (IDEM_OWNER_EQ_CITUS).  Cached until the table changes;
+ * false when it does not exist (an older version of the extension).
+ */
+bool
+idem_table_distributed(IdemTable t)
+{
+	if (!OidIsValid(table_relid[t]))
+	{
+		Oid			nsp;
+		Oid			relid;
+
+		idem_relcache_watch();
+		nsp = get_namespace_oid("idempotency", true);
+		relid = OidIsValid(nsp) ? get_relname_relid(table_names[t], nsp) : InvalidOid;
+		if (!OidIsValid(relid))
+			return false;
+		table_citus[t] = idem_citus_table(relid);
+		if (table_citus[t])
+			citus_owner_check(relid, table_names[t]);
+		table_relid[t] = relid;
+	}
+	return table_citus[t];
+}
+
+/*
+ * Find the table, check that it can hold keys, and choose the path (see
+ * the file comment).  Cached until the table changes.
+ */
+void
+idem_store_resolve(void)
+{
+	Oid			nsp,
+				relid = InvalidOid;
+	Relation	rel;
+	TupleDesc	td;
+	int			ncols = 0;
+	bool		fast;
+	bool		citus;
+	int			want;
+	Oid			pk = InvalidOid;
+
+	if (OidIsValid(idem_store.relid))
+		return;
+	idem_relcache_watch();
+	nsp = get_namespace_oid("idempotency", true);
+	if (OidIsValid(nsp))
+		relid = get_relname_relid("idempotency_key", nsp);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.idempotency_key does not exist"),
+				 errhint("Run CREATE EXTENSION idempotency in this database.")));
+
+	rel = relation_open(relid, AccessShareLock);
+	td = RelationGetDescr(rel);
+	if (rel->rd_rel->relkind != RELKIND_RELATION &&
+		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
+		idem_store_bad_table("It is not a table.");
+	citus = idem_citus_table(relid);
+	if (citus)
+		citus_owner_check(relid, "idempotency_key");
+	fast = rel->rd_rel->relkind == RELKIND_RELATION &&
+		rel->trigdesc == NULL && rel->rd_rules == NULL && !citus;
+	for (int i = 0; i < td->natts; i++)
+		if (!TupleDescAttr(td, i)->attisdropped)
+			ncols++;
+	/*
+	 * The recovery point columns came with 0.5.0: without both of them (a
+	 * 0.4.0 table, before or during ALTER EXTENSION UPDATE) the guard works
+	 * as before and checkpoint() asks for the update.
+	 */
+	idem_store.recovery = get_attnum(relid, col_names[COL_RECOVERY_POINT]) > 0 &&
+		get_attnum(relid, col_names[COL_RECOVERY_STATE]) > 0;
+	/*
+	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
+	 * UPDATE) is served without it, and derive_key() asks for the update.
+	 * The SQL path never names it (its DEFAULT draws the seed); the fast
+	 * path writes one (idem_unique128).
+	 */
+	idem_store.seed = idem_store.recovery && get_attnum(relid, col_names[COL_DERIVE_SEED]) > 0;
+	want = idem_store.seed ? NUM_COLS : idem_store.recovery ? COL_DERIVE_SEED : NUM_BASE_COLS;
+	fast = fast && ncols == want;
+	for (int i = 0; i < want; i++)
+	{
+		AttrNumber	att = get_attnum(relid, col_names[i]);
+		Form_pg_attribute a;
+
+		if (att == InvalidAttrNumber || att < 0)
+			idem_store_bad_table(psprintf("It has no column \"%s\".", col_names[i]));
+		a = TupleDescAttr(td, att - 1);
+		/* a domain, a typmod or another type: SQL coerces, we do not */
+		if (a->atttypid != idem_store_col_types[i] || a->atttypmod != -1)
+			fast = false;
+		/* the probe reads these without a null check */
+		if (!a->attnotnull && col_notnull[i])
+			fast = false;
+		idem_store.attnums[i] = att;
+	}
+	/* the probe needs a btree primary key on exactly (owner, scope, key) */
+	if (fast)
+	{
+		pk = IDEM_PRIMARY_KEY_INDEX(rel);
+		fast = OidIsValid(pk);
+	}
+	if (fast)
+	{
+		Relation	index = index_open(pk, AccessShareLock);
+		int			seen = 0;
+
+		fast = index->rd_rel->relam == BTREE_AM_OID &&
+			index->rd_index->indnkeyatts == 3;
+		for (int i = 0; fast && i < 3; i++)
+		{
+			AttrNumber	att = index->rd_index->indkey.values[i];
+
+			if (att == idem_store.attnums[COL_OWNER])
+				seen |= 1;
+			else if (att == idem_store.attnums[COL_SCOPE])
+				seen |= 2;
+			else if (att == idem_store.attnums[COL_KEY])
+				seen |= 4;
+		}
+		fast = fast && seen == 7;
+		index_close(index, AccessShareLock);
+	}
+	relation_close(rel, NoLock);
+	idem_store.fast = fast;
+	idem_store.citus = citus;
+	idem_store.relid = relid;
+}
+
+/*
+ * Open the key table with lockmode, after any change to it that taking the
+ * lock revealed (another session's ALTER TABLE or ALTER EXTENSION UPDATE
+ * may have committed since idem_store_resolve() looked).
+ */
+Relation
+idem_store_open(LOCKMODE lockmode)
+{
+	for (;;)
+	{
+		Oid			relid;
+		Relation	rel;
+
+		idem_store_resolve();
+		relid = idem_store.relid;
+		rel = table_open(relid, lockmode);
+		if (idem_store.relid == relid)
+			return rel;
+		/* invalidated while we waited for the lock: look again */
+		table_close(rel, lockmode);
+	}
+}
+
+/* $1..$3 of every statement: the key's owner, scope and key */
+void
+idem_store_key_values(const KeyId *id, Datum *values)
+{
+	values[0] = ObjectIdGetDatum(id->owner);
+	values[1] = PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len));
+	values[2] = PointerGetDatum(cstring_to_text_with_len(id->key, id->key_len));
+}
+
+/* 25006 unless this transaction may write */
+void
+idem_store_check_writable(const KeyId *id)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot store %s during recovery", idem_describe_key(id)),
+				 errdetail("This server is a hot standby; it can replay finished keys but not store new ones."),
+				 errhint("Send requests that do work to the primary server.")));
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot store %s in a read-only transaction", idem_describe_key(id))));
+}
+
+/* ---------------------------------------------------------------------
+ * Interface (idempotency.h)
+ * ---------------------------------------------------------------------
+ */
+/*
+ * Is the key table distributed by Citus?  Then a key's serialization point
+ * is its shard's primary key (idem_keystore_claim(), idem_keystore_lock()),
+ * not the node-local key lock.  Cached (see the file comment).
+ */
+bool
+idem_keystore_distributed(const KeyId *id)
+{
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {id, "reading"};
+
+	if (OidIsValid(idem_store.relid))
+		return idem_store.citus;
+	/* a table that cannot hold keys is reported as the read would */
+	errcb.callback = idem_store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	idem_store_resolve();
+	error_context_stack = errcb.previous;
+	return idem_store.citus;
+}
+
+/*
+ * Whether the key table has the recovery point columns (0.5.0 and later):
+ * checkpoint() needs them.
+ */
+bool
+idem_keystore_has_recovery(void)
+{
+	idem_store_resolve();
+	return idem_store.recovery;
+}
+
+/* from _PG_init: our relcache callback */
+void
+idem_keytable_init(void)
+{
+	idem_relcache_add(keystore_relcache);
+}

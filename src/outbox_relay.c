@@ -1,0 +1,481 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_relay.c
+ *	  The outbox's relay API (features floor): claim(), ack(), nack(),
+ *	  release() and redrive().
+ *
+ * Design: see outbox.c for a message's life and the order per key.
+ * claim() hands out ready pending messages with a fresh claim token;
+ * ack/nack/release name the claim token, so a relay whose claim was taken
+ * over can no longer change the message.
+ *
+ * Redrive: a redriven message takes a new row id, drawn after its key's
+ * lock like a published one (its message_id stays), so it queues behind
+ * every message of its key, and one of them that is out keeps it waiting
+ * (issue 25, finding 3: with its old id it went out beside it).
+ *
+ * Locking: concurrent claims skip each other's locked rows (FOR UPDATE
+ * SKIP LOCKED) and re-check state and available_at on the row they lock;
+ * redrive() takes the message key's lock (outbox.c) until the transaction
+ * ends; row locks of the messages a statement updates.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "idempotency.h"
+#include "outbox.h"
+
+#define CLAIM_MAX_BATCH 10000
+#define CLAIM_WINDOW_MIN 64	/* ready messages a claim looks at first */
+
+/* ---------------------------------------------------------------------
+ * Relays
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_claim = NULL;
+static SPIPlanPtr plan_ack = NULL;
+static SPIPlanPtr plan_nack = NULL;
+static SPIPlanPtr plan_release = NULL;
+static SPIPlanPtr plan_redrive = NULL;
+static SPIPlanPtr plan_redrive_pick = NULL;
+
+/* the caller may consume the message's topic: the condition ack etc. share */
+#define MAY_CONSUME \
+	"   AND t.id OPERATOR(pg_catalog.=) m.topic_id" \
+	"   AND (t.owner OPERATOR(pg_catalog.=) $3" \
+	"        OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g" \
+	"                    WHERE g.topic_id OPERATOR(pg_catalog.=) t.id" \
+	"                      AND g.grantee OPERATOR(pg_catalog.=) $3" \
+	"                      AND g.can_consume))"
+
+/*
+ * The claim statements.  Both lock candidates FOR UPDATE SKIP LOCKED in
+ * availability order, re-check state and available_at on the locked row,
+ * and update it (a lapsed claim at max_attempts: dead instead), after a
+ * CTE "cand": ids of ready messages that are unkeyed or the earliest
+ * pending message of their key.  They return the outbox_claim columns and
+ * whether the message was claimed (false: it went dead; claim_run() counts
+ * those and the claim runs again for the places they took).
+ */
+#define CLAIM_SQL_REST \
+	", c AS (" \
+	" UPDATE idempotency.outbox_message AS m" \
+	"    SET attempts = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN m.attempts" \
+	"                   ELSE m.attempts OPERATOR(pg_catalog.+) 1 END," \
+	"        claim = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN NULL ELSE $3 END," \
+	"        available_at = $4," \
+	"        state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) $6 THEN 'dead' ELSE 'pending' END," \
+	"        last_error = CASE WHEN m.claim IS NULL THEN m.last_error" \
+	"                     ELSE '{\"error\": \"visibility timeout: the claim lapsed without ack or nack\"}'::pg_catalog.jsonb END" \
+	"  WHERE m.id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"        SELECT r.id FROM idempotency.outbox_message AS r" \
+	"         WHERE r.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT cand.id FROM cand))" \
+	"           AND r.state OPERATOR(pg_catalog.=) 'pending'" \
+	"           AND r.available_at OPERATOR(pg_catalog.<=) $5" \
+	"         ORDER BY r.available_at, r.id" \
+	"         LIMIT $2 FOR UPDATE SKIP LOCKED))" \
+	"    AND m.state OPERATOR(pg_catalog.=) 'pending'" \
+	"    AND m.available_at OPERATOR(pg_catalog.<=) $5" \
+	" RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers," \
+	"           m.attempts, m.published_at, m.state)" \
+	" SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers," \
+	"        c.attempts, c.published_at, $3, $4," \
+	"        c.state OPERATOR(pg_catalog.=) 'pending'" \
+	"   FROM c ORDER BY c.id"
+
+/*
+ * The window: the first $8 ready messages in availability order (max(64, 4 x batch_size)), those
+ * that are unkeyed or their key's earliest pending message.  Enough almost
+ * always; without the bound a claim would look at every message of a
+ * key's backlog (each one blocked behind the key's head) whenever fewer
+ * than batch_size messages are claimable.
+ */
+#define CLAIM_WINDOW \
+	"cand AS (" \
+	" SELECT w.id FROM (SELECT w0.id, w0.message_key FROM idempotency.outbox_message AS w0" \
+	"                    WHERE w0.topic_id OPERATOR(pg_catalog.=) $1" \
+	"                      AND w0.state OPERATOR(pg_catalog.=) 'pending'" \
+	"                      AND w0.available_at OPERATOR(pg_catalog.<=) $5" \
+	"                    ORDER BY w0.available_at, w0.id LIMIT $8) AS w" \
+	"  WHERE w.message_key IS NULL OR NOT EXISTS (" \
+	"        SELECT 1 FROM idempotency.outbox_message AS p" \
+	"         WHERE p.topic_id OPERATOR(pg_catalog.=) $1" \
+	"           AND p.message_key OPERATOR(pg_catalog.=) w.message_key" \
+	"           AND p.state OPERATOR(pg_catalog.=) 'pending'" \
+	"           AND p.id OPERATOR(pg_catalog.<) w.id))"
+
+/*
+ * Beyond the window (it was full, the claim was not): the earliest pending
+ * message of every key, found by skipping through the key index one key
+ * at a time (cost: the number of keys with pending messages, not of
+ * messages), and the ready unkeyed messages from their own index.  So a
+ * key's backlog never holds up other keys' messages.
+ */
+#define CLAIM_BEYOND \
+	"k(key) AS (" \
+	" (SELECT s.message_key FROM idempotency.outbox_message AS s" \
+	"   WHERE s.topic_id OPERATOR(pg_catalog.=) $1 AND s.state OPERATOR(pg_catalog.=) 'pending'" \
+	"     AND s.message_key IS NOT NULL" \
+	"   ORDER BY s.message_key LIMIT 1)" \
+	" UNION ALL" \
+	" SELECT (SELECT s.message_key FROM idempotency.outbox_message AS s" \
+	"          WHERE s.topic_id OPERATOR(pg_catalog.=) $1 AND s.state OPERATOR(pg_catalog.=) 'pending'" \
+	"            AND s.message_key OPERATOR(pg_catalog.>) k.key" \
+	"          ORDER BY s.message_key LIMIT 1)" \
+	"   FROM k WHERE k.key IS NOT NULL)," \
+	" cand AS (" \
+	" SELECT (SELECT h.id FROM idempotency.outbox_message AS h" \
+	"          WHERE h.topic_id OPERATOR(pg_catalog.=) $1 AND h.state OPERATOR(pg_catalog.=) 'pending'" \
+	"            AND h.message_key OPERATOR(pg_catalog.=) k.key" \
+	"          ORDER BY h.id LIMIT 1) AS id" \
+	"   FROM k WHERE k.key IS NOT NULL AND $8 OPERATOR(pg_catalog.>) 0" \
+	" UNION ALL" \
+	" (SELECT u.id FROM idempotency.outbox_message AS u" \
+	"   WHERE u.topic_id OPERATOR(pg_catalog.=) $1 AND u.state OPERATOR(pg_catalog.=) 'pending'" \
+	"     AND u.message_key IS NULL AND u.available_at OPERATOR(pg_catalog.<=) $5" \
+	"   ORDER BY u.available_at, u.id LIMIT $2))"
+
+static const char *const claim_window_sql =
+"WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_REST;
+static const char *const claim_beyond_sql =
+"WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_REST;
+
+static SPIPlanPtr plan_claim_beyond = NULL;
+static SPIPlanPtr plan_window_full = NULL;
+
+/*
+ * Run a claim statement for up to remaining messages: the claimed ones go
+ * to the result, and the statement runs again as long as some of those it
+ * took went dead instead (each run turns at least one message dead, so
+ * this ends) and fewer than remaining were claimed.  Returns how many were
+ * claimed.
+ */
+static int32
+claim_run(SPIPlanPtr *plan, const char *sql, Oid *argtypes, Datum *values,
+		  int32 remaining, ReturnSetInfo *rsinfo)
+{
+	int32		claimed = 0;
+
+	for (;;)
+	{
+		uint64		n;
+		uint64		i;
+		uint64		dead = 0;
+
+		values[1] = Int32GetDatum(remaining - claimed);
+		n = idem_run_as_owner(plan, sql, 8, argtypes, values, NULL, SPI_OK_SELECT);
+		for (i = 0; i < n; i++)
+		{
+			Datum		cols[11];
+			bool		nulls[11];
+
+			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cols, nulls);
+			if (!DatumGetBool(cols[10]))
+			{
+				dead++;
+				continue;
+			}
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, cols, nulls);
+			claimed++;
+		}
+		if (dead == 0 || claimed >= remaining)
+			return claimed;
+	}
+}
+
+/*
+ * claim(topic, batch_size, visibility) -> the claimed messages (outbox_claim)
+ *
+ * See outbox.c's file comment for the order and the concurrency.  First from the
+ * window (CLAIM_WINDOW); when that was full of blocked messages and gave
+ * fewer than batch_size, also from beyond it (CLAIM_BEYOND).
+ */
+PG_FUNCTION_INFO_V1(idempotency_claim);
+
+Datum
+idempotency_claim(PG_FUNCTION_ARGS)
+{
+	char	   *topic = idem_outbox_topic_arg(fcinfo, 0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			argtypes[8] = {INT4OID, INT4OID, UUIDOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, TEXTOID, INT4OID};
+	Datum		values[8];
+	TimestampTz now = GetCurrentTimestamp();
+	int32		batch;
+	int32		window;
+	Topic		t;
+	int32		n;
+
+	idem_outbox_not_null(fcinfo, 1, "batch_size");
+	idem_outbox_not_null(fcinfo, 2, "visibility");
+	batch = PG_GETARG_INT32(1);
+	if (batch < 1 || batch > CLAIM_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size must be between 1 and %d", CLAIM_MAX_BATCH)));
+	idem_outbox_check_interval(PG_GETARG_INTERVAL_P(2), "visibility", true);
+	idem_init_materialized_srf(fcinfo);
+	window = Max(CLAIM_WINDOW_MIN, batch * 4);
+
+	SPI_connect();
+	(void) idem_outbox_topic_lookup(topic, RIGHT_CONSUME, &t, InvalidSnapshot, false);
+	values[0] = Int32GetDatum(t.id);
+	values[1] = Int32GetDatum(batch);
+	values[2] = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	values[3] = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
+									PG_GETARG_DATUM(2));
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = Int32GetDatum(t.max_attempts);
+	values[6] = CStringGetTextDatum(topic);
+	values[7] = Int32GetDatum(window);
+	n = claim_run(&plan_claim, claim_window_sql, argtypes, values, batch, rsinfo);
+
+	if (n < batch)
+	{
+		Oid			wtypes[3] = {INT4OID, TIMESTAMPTZOID, INT4OID};
+		Datum		wvalues[3];
+		bool		isnull;
+		bool		full;
+
+		/* was the window full?  (then messages beyond it may be claimable) */
+		wvalues[0] = values[0];
+		wvalues[1] = values[4];
+		wvalues[2] = values[7];
+		idem_run_as_owner(&plan_window_full,
+						  "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>=) $3 FROM ("
+						  " SELECT 1 FROM idempotency.outbox_message AS w0"
+						  "  WHERE w0.topic_id OPERATOR(pg_catalog.=) $1"
+						  "    AND w0.state OPERATOR(pg_catalog.=) 'pending'"
+						  "    AND w0.available_at OPERATOR(pg_catalog.<=) $2"
+						  "  LIMIT $3) AS w",
+						  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
+		full = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (full)
+			(void) claim_run(&plan_claim_beyond, claim_beyond_sql, argtypes, values,
+							 batch - n, rsinfo);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * Run one of the statements that change the claimed messages (ack, nack,
+ * release): $1 claim, $2 ids, $3 the caller, $4 now, then extra.
+ */
+static int32
+claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
+			   int nextra, Oid *extratypes, Datum *extra, char *extranulls,
+			   bool notify)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *topic = NULL;
+	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	int			i;
+	uint64		n;
+
+	idem_outbox_not_null(fcinfo, 0, "claim");
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = idem_outbox_ids_arg(fcinfo, 1);
+	values[2] = ObjectIdGetDatum(GetUserId());
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	for (i = 0; i < nextra; i++)
+	{
+		argtypes[4 + i] = extratypes[i];
+		values[4 + i] = extra[i];
+		nulls[4 + i] = extranulls[i];
+	}
+	SPI_connect();
+	n = idem_run_as_owner(plan, sql, 4 + nextra, argtypes, values, nulls,
+						  notify ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE);
+	if (notify && n > 0)
+		topic = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 1));
+	SPI_finish();
+	if (topic != NULL)
+		idem_outbox_notify(topic);	/* messages of one claim share its topic */
+	return (int32) n;
+}
+
+/* ack(claim, ids) -> how many of the claim's messages became delivered */
+PG_FUNCTION_INFO_V1(idempotency_ack);
+
+Datum
+idempotency_ack(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(claimed_update(&plan_ack,
+								   "UPDATE idempotency.outbox_message AS m"
+								   "   SET state = 'delivered', claim = NULL, delivered_at = $4,"
+								   "       expires_at = $4 OPERATOR(pg_catalog.+) t.retention"
+								   "  FROM idempotency.outbox_topic AS t"
+								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
+								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+								   MAY_CONSUME,
+								   fcinfo, 0, NULL, NULL, NULL, false));
+}
+
+/*
+ * The default backoff, backoff_base * 2^(attempt - 1) capped at backoff_max,
+ * is capped before it is doubled: the product is computed only when
+ * backoff_max / 2^(attempt - 1) exceeds backoff_base, so it is below
+ * backoff_max and cannot leave the interval's range (10 hours * 2^30 did).
+ */
+#define BACKOFF_FACTOR \
+	"pg_catalog.power(2::pg_catalog.float8," \
+	" LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)"
+
+/* nack(claim, ids, error, retry_in) -> how many were given back (or went dead) */
+PG_FUNCTION_INFO_V1(idempotency_nack);
+
+Datum
+idempotency_nack(PG_FUNCTION_ARGS)
+{
+	Oid			types[2] = {JSONBOID, INTERVALOID};
+	Datum		extra[2];
+	char		nulls[2];
+
+	if (!PG_ARGISNULL(3))
+		idem_outbox_check_interval(PG_GETARG_INTERVAL_P(3), "retry_in", false);
+	extra[0] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[0] = PG_ARGISNULL(2) ? 'n' : ' ';
+	extra[1] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	nulls[1] = PG_ARGISNULL(3) ? 'n' : ' ';
+	PG_RETURN_INT32(claimed_update(&plan_nack,
+								   "UPDATE idempotency.outbox_message AS m"
+								   "   SET claim = NULL, last_error = $5,"
+								   "       state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) t.max_attempts"
+								   "               THEN 'dead' ELSE 'pending' END,"
+								   "       available_at = $4 OPERATOR(pg_catalog.+) COALESCE($6,"
+								   "           CASE WHEN t.backoff_max OPERATOR(pg_catalog./) " BACKOFF_FACTOR
+								   "                     OPERATOR(pg_catalog.<=) t.backoff_base"
+								   "           THEN t.backoff_max"
+								   "           ELSE LEAST(t.backoff_max, t.backoff_base OPERATOR(pg_catalog.*) " BACKOFF_FACTOR ") END)"
+								   "  FROM idempotency.outbox_topic AS t"
+								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
+								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+								   MAY_CONSUME,
+								   fcinfo, 2, types, extra, nulls, false));
+}
+
+/* release(claim, ids) -> how many were given back unattempted (other relays are woken) */
+PG_FUNCTION_INFO_V1(idempotency_release);
+
+Datum
+idempotency_release(PG_FUNCTION_ARGS)
+{
+	int32		n = claimed_update(&plan_release,
+								   "UPDATE idempotency.outbox_message AS m"
+								   "   SET claim = NULL, available_at = $4,"
+								   "       attempts = GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0)"
+								   "  FROM idempotency.outbox_topic AS t"
+								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
+								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+								   MAY_CONSUME
+								   " RETURNING t.name",
+								   fcinfo, 0, NULL, NULL, NULL, true);
+
+	PG_RETURN_INT32(n);
+}
+
+/*
+ * redrive(topic, ids) -> how many dead messages were made pending again
+ *
+ * A redriven message goes to the back of its key: it takes a new row id
+ * (its message_id stays), drawn after its key's lock as publish() draws
+ * one, so it is claimed only after every message of its key published
+ * before the redrive, and a message of the key that is out (claimed, not
+ * yet acked) keeps it waiting.  Without that, its old, smaller id let the
+ * claim hand it out beside the one in flight.  The dead messages are
+ * locked first (FOR UPDATE): a concurrent redrive of them waits, then finds
+ * them pending.
+ */
+PG_FUNCTION_INFO_V1(idempotency_redrive);
+
+Datum
+idempotency_redrive(PG_FUNCTION_ARGS)
+{
+	char	   *topic = idem_outbox_topic_arg(fcinfo, 0);
+	Oid			argtypes[3] = {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	Oid			utypes[3] = {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		uvalues[3];
+	Datum	   *old_ids;
+	Datum	   *new_ids;
+	Oid			seq;
+	Topic		t;
+	uint64		n;
+	uint64		i;
+
+	if (!PG_ARGISNULL(1))
+		values[1] = idem_outbox_ids_arg(fcinfo, 1);
+	else
+	{
+		values[1] = (Datum) 0;
+		nulls[1] = 'n';
+	}
+	SPI_connect();
+	(void) idem_outbox_topic_lookup(topic, RIGHT_CONSUME, &t, InvalidSnapshot, false);
+	values[0] = Int32GetDatum(t.id);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	n = idem_run_as_owner(&plan_redrive_pick,
+						  "SELECT m.id, m.message_key FROM idempotency.outbox_message AS m"
+						  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1"
+						  "   AND m.state OPERATOR(pg_catalog.=) 'dead'"
+						  "   AND ($2 IS NULL OR m.id OPERATOR(pg_catalog.=) ANY ($2))"
+						  " ORDER BY m.id FOR UPDATE",
+						  2, argtypes, values, nulls, SPI_OK_SELECT);
+	if (n == 0)
+	{
+		SPI_finish();
+		PG_RETURN_INT32(0);
+	}
+
+	/* in id order: the key's lock, then the new id (see publish()) */
+	old_ids = palloc(n * sizeof(Datum));
+	new_ids = palloc(n * sizeof(Datum));
+	seq = idem_outbox_message_seq();
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		bool		isnull;
+		Datum		key;
+
+		old_ids[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull);
+		key = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+		if (!isnull)
+			idem_outbox_key_lock(PG_GETARG_TEXT_PP(0), DatumGetTextPP(key));
+		new_ids[i] = Int64GetDatum(nextval_internal(seq, false));
+	}
+	uvalues[0] = PointerGetDatum(construct_array(old_ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	uvalues[1] = PointerGetDatum(construct_array(new_ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	uvalues[2] = values[2];
+	n = idem_run_as_owner(&plan_redrive,
+						  "UPDATE idempotency.outbox_message AS m"
+						  "   SET id = r.new_id, state = 'pending', attempts = 0, claim = NULL,"
+						  "       available_at = $3"
+						  "  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS r(old_id, new_id)"
+						  " WHERE m.id OPERATOR(pg_catalog.=) r.old_id"
+						  "   AND m.state OPERATOR(pg_catalog.=) 'dead'",
+						  3, utypes, uvalues, NULL, SPI_OK_UPDATE);
+	SPI_finish();
+	if (n > 0)
+		idem_outbox_notify(topic);
+	PG_RETURN_INT32((int32) n);
+}
