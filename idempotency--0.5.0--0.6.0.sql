@@ -73,7 +73,9 @@ COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
 
 -- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
 -- role's oid on disk, like regrole, read and printed as regrole reads and
--- prints it (the role's name; a dropped role's oid as a number), but with
+-- prints it (the role's name), except that an oid naming no role prints
+-- as "-" (nobody: regrole's bare number would name whatever role has that
+-- oid on another node or cluster), and with
 -- no binary send/receive functions: every copy between nodes (a shard
 -- move, logical replication, a reference table copied to a node added
 -- later, a value Citus sends to a worker) carries the name, and each node
@@ -89,7 +91,7 @@ RETURNS idempotency.roleref
 AS 'regrolein' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION idempotency.roleref_out(idempotency.roleref)
 RETURNS pg_catalog.cstring
-AS 'regroleout' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
+AS 'MODULE_PATHNAME', 'idempotency_roleref_out' LANGUAGE C STABLE STRICT PARALLEL SAFE;
 CREATE TYPE idempotency.roleref (
     INPUT = idempotency.roleref_in,
     OUTPUT = idempotency.roleref_out,
@@ -97,7 +99,7 @@ CREATE TYPE idempotency.roleref (
 COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
 'Input of idempotency.roleref: a role''s name (or oid), as regrole reads it';
 COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
-'Output of idempotency.roleref: the role''s name, as regrole prints it';
+'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
 COMMENT ON TYPE idempotency.roleref IS
 'A role, stored as its oid, copied between nodes by name (no binary I/O): the owner columns on Citus';
 CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
@@ -273,3 +275,21 @@ $do$;
     END LOOP;
 END
 $$;
+
+-- Dumps carry only the rows of roles that exist (issue 25): a dropped
+-- role's rows dumped its oid as a bare number, which a restore into
+-- another cluster read as whatever role had that oid there.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.idempotency_key',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) idempotency_key.owner::pg_catalog.oid)');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.token',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) token.owner::pg_catalog.oid)');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) seen_message.owner::pg_catalog.oid)');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.state_machine',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) state_machine.owner::pg_catalog.oid)');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_topic',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_topic.owner::pg_catalog.oid)');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_grant',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid) AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.grantee::pg_catalog.oid)');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_message',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_message.owner::pg_catalog.oid)');

@@ -63,7 +63,13 @@ GRANT SELECT ON idempotency.idempotency_key TO PUBLIC;
 GRANT USAGE ON SCHEMA idempotency TO PUBLIC;
 
 -- pg_dump keeps the rows.
-SELECT pg_catalog.pg_extension_config_dump('idempotency.idempotency_key', '');
+-- Dumped with the database, but only the rows of roles that exist: a
+-- dropped role's rows (DROP ROLE leaves them; nothing ties a row to its
+-- role in pg_shdepend) would dump its oid as a bare number, which a
+-- restore into another cluster reads as whatever role has that oid there
+-- (issue 25).  The same filter for every table whose rows belong to roles.
+SELECT pg_catalog.pg_extension_config_dump('idempotency.idempotency_key',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) idempotency_key.owner::pg_catalog.oid)');
 
 -- The key lock's secret.  The lock of a key (pg_locks: advisory, objsubid
 -- 18756) is named by a keyed hash (SipHash-2-4) of (role, scope, key) with
@@ -181,7 +187,8 @@ CREATE POLICY token_own_rows ON idempotency.token
            pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
 REVOKE ALL ON idempotency.token FROM PUBLIC;
 GRANT SELECT ON idempotency.token TO PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('idempotency.token', '');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.token',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) token.owner::pg_catalog.oid)');
 
 -- ---------------------------------------------------------------------
 -- Consumer deduplication: message ids seen per (role, scope)
@@ -205,7 +212,8 @@ CREATE POLICY seen_message_own_rows ON idempotency.seen_message
            pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
 REVOKE ALL ON idempotency.seen_message FROM PUBLIC;
 GRANT SELECT ON idempotency.seen_message TO PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message', '');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) seen_message.owner::pg_catalog.oid)');
 
 -- ---------------------------------------------------------------------
 -- Lifecycle functions
@@ -264,7 +272,8 @@ COMMENT ON TABLE idempotency.state_machine IS
 -- transition() reads it as the caller; only create_machine() writes it
 REVOKE ALL ON idempotency.state_machine FROM PUBLIC;
 GRANT SELECT ON idempotency.state_machine TO PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('idempotency.state_machine', '');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.state_machine',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) state_machine.owner::pg_catalog.oid)');
 
 CREATE FUNCTION idempotency.create_machine(
     machine     pg_catalog.text,
@@ -793,10 +802,13 @@ CREATE POLICY outbox_message_own_rows ON idempotency.outbox_message
 REVOKE ALL ON idempotency.outbox_topic, idempotency.outbox_grant, idempotency.outbox_message FROM PUBLIC;
 GRANT SELECT ON idempotency.outbox_topic, idempotency.outbox_grant, idempotency.outbox_message TO PUBLIC;
 REVOKE ALL ON SEQUENCE idempotency.outbox_topic_id_seq, idempotency.outbox_message_id_seq FROM PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_topic', '');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_topic',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_topic.owner::pg_catalog.oid)');
 SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_topic_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_grant', '');
-SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_message', '');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_grant',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid) AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.grantee::pg_catalog.oid)');
+SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_message',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_message.owner::pg_catalog.oid)');
 SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_message_id_seq', '');
 
 CREATE FUNCTION idempotency.create_topic(
@@ -1151,7 +1163,9 @@ COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
 
 -- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
 -- role's oid on disk, like regrole, read and printed as regrole reads and
--- prints it (the role's name; a dropped role's oid as a number), but with
+-- prints it (the role's name), except that an oid naming no role prints
+-- as "-" (nobody: regrole's bare number would name whatever role has that
+-- oid on another node or cluster), and with
 -- no binary send/receive functions: every copy between nodes (a shard
 -- move, logical replication, a reference table copied to a node added
 -- later, a value Citus sends to a worker) carries the name, and each node
@@ -1167,7 +1181,7 @@ RETURNS idempotency.roleref
 AS 'regrolein' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION idempotency.roleref_out(idempotency.roleref)
 RETURNS pg_catalog.cstring
-AS 'regroleout' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
+AS 'MODULE_PATHNAME', 'idempotency_roleref_out' LANGUAGE C STABLE STRICT PARALLEL SAFE;
 CREATE TYPE idempotency.roleref (
     INPUT = idempotency.roleref_in,
     OUTPUT = idempotency.roleref_out,
@@ -1175,7 +1189,7 @@ CREATE TYPE idempotency.roleref (
 COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
 'Input of idempotency.roleref: a role''s name (or oid), as regrole reads it';
 COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
-'Output of idempotency.roleref: the role''s name, as regrole prints it';
+'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
 COMMENT ON TYPE idempotency.roleref IS
 'A role, stored as its oid, copied between nodes by name (no binary I/O): the owner columns on Citus';
 CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;

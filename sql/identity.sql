@@ -60,7 +60,8 @@ SELECT outcome FROM idempotency.begin('charge-1', lease => '1 hour');
 SELECT idempotency.derive_key('charge-1', 'card') <> :'alice_key' AS per_role;
 
 -- a single-transaction key has no row before complete(): IK004, nothing
--- written; after complete() its row derives
+-- written; after complete() its row is this transaction's, which could
+-- still roll back: IK004 too; once committed, its row derives
 BEGIN;
 SELECT outcome FROM idempotency.begin('single-1');
 SAVEPOINT s;
@@ -68,9 +69,30 @@ SELECT idempotency.derive_key('single-1', 'x');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO s;
 SELECT idempotency.complete('single-1', '"done"');
-SELECT idempotency.derive_key('single-1', 'x') ~ '^idk_[a-z2-7]{26}$' AS derives_after_complete;
+SAVEPOINT s;
+SELECT idempotency.derive_key('single-1', 'x');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK TO s;
 COMMIT;
+SELECT idempotency.derive_key('single-1', 'x') ~ '^idk_[a-z2-7]{26}$' AS derives_after_commit;
 SELECT count(*) AS rows_of_single FROM idempotency.idempotency_key WHERE key = 'single-1';
+
+-- a lease begun in a transaction that then rolls back: derive_key() in
+-- that transaction is refused (0.6.0 before this check derived from the
+-- uncommitted seed, and the retry derived another key: the other system
+-- saw two requests); the retry's derived key, once committed, is stable
+BEGIN;
+SELECT outcome FROM idempotency.begin('lease-rb', lease => '1 hour');
+SAVEPOINT s;
+SELECT idempotency.derive_key('lease-rb', 'charge');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK TO s;
+ROLLBACK;
+SELECT outcome FROM idempotency.begin('lease-rb', lease => '1 hour');
+SELECT idempotency.derive_key('lease-rb', 'charge') AS lease_rb \gset
+BEGIN;
+SELECT idempotency.derive_key('lease-rb', 'charge') = :'lease_rb' AS same_in_a_later_transaction;
+COMMIT;
 
 -- new work over an expired row starts a new life: a new derived key
 SELECT idempotency.derive_key('seed-fast', 'card') AS first_life \gset
@@ -92,14 +114,14 @@ SELECT idempotency.create_topic('refunds') > 0 AS topic;
 CREATE DATABASE regress_id_a TEMPLATE regress_id_template;
 CREATE DATABASE regress_id_b TEMPLATE regress_id_template;
 \c regress_id_a
-BEGIN;
 SELECT outcome FROM idempotency.begin('refund-1', lease => '1 hour');
+BEGIN;
 SELECT idempotency.derive_key('refund-1', 'refund') AS derived_a \gset
 SELECT idempotency.publish('refunds', '{"amount": 100}') AS message_a \gset
 COMMIT;
 \c regress_id_b
-BEGIN;
 SELECT outcome FROM idempotency.begin('refund-1', lease => '1 hour');
+BEGIN;
 SELECT idempotency.derive_key('refund-1', 'refund') AS derived_b \gset
 SELECT idempotency.publish('refunds', '{"amount": 999}') AS message_b \gset
 COMMIT;
@@ -126,9 +148,22 @@ SELECT 'pg_database_owner' = 'pg_database_owner'::regrole;
 \echo :LAST_ERROR_SQLSTATE
 RESET search_path;
 
+-- roleref prints a role that no longer exists as "-" (nobody), not as
+-- regrole's bare oid, which another node or cluster reads back as whatever
+-- role has that oid there (a dropped role's keys went to an unrelated role
+-- after a shard move or a restore)
+CREATE ROLE regress_id_doomed;
+SELECT oid AS doomed_oid FROM pg_roles WHERE rolname = 'regress_id_doomed' \gset
+SELECT :'doomed_oid'::oid::idempotency.roleref::text = 'regress_id_doomed' AS named_while_it_exists;
+DROP ROLE regress_id_doomed;
+SELECT :'doomed_oid'::oid::idempotency.roleref::text AS dropped_prints,
+       :'doomed_oid'::oid::regrole::text = :'doomed_oid' AS regrole_prints_the_oid,
+       '-'::idempotency.roleref::oid AS reads_back_as;
+SELECT 0::oid::idempotency.roleref::text AS invalid_prints;
+
 -- clean up
 DELETE FROM idempotency.idempotency_key
- WHERE key IN ('charge-1', 'seed-fast', 'seed-sql', 'single-1');
+ WHERE key IN ('charge-1', 'seed-fast', 'seed-sql', 'single-1', 'lease-rb');
 DROP ROLE regress_id_alice;
 DROP ROLE regress_id_alice_renamed;
 \set VERBOSITY default

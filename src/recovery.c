@@ -67,6 +67,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
@@ -276,6 +277,21 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 				 errmsg("%s has no stored row to derive from", idem_describe_key(&id)),
 				 errdetail("derive_key() derives from the key's own row: a key begun with a lease has one from begin(); a single-transaction key has none before complete() or fail(), and an expired or unknown key none at all."),
 				 errhint("Begin the key with lease => an interval before calling another system with a derived key.")));
+	}
+	if (created_at == GetCurrentTransactionStartTimestamp())
+	{
+		/*
+		 * The row's life began in this transaction (a new life's created_at
+		 * is its transaction's start; a takeover keeps the row's): if this
+		 * transaction rolls back, the retry draws another seed and derives
+		 * another key, and the other system would see two.
+		 */
+		explicit_bzero(secret, sizeof(secret));
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+				 errmsg("%s was begun in this transaction", idem_describe_key(&id)),
+				 errdetail("derive_key() derives from the key's committed row: if this transaction rolled back, a retry would begin the key anew and derive another key."),
+				 errhint("Commit the begin() first: begin the key with lease => an interval in its own transaction, then derive.")));
 	}
 	seed_data = VARDATA_ANY(seed);
 	seed_len = VARSIZE_ANY_EXHDR(seed);

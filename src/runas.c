@@ -231,6 +231,27 @@ idem_owner_ref(Oid owner)
 }
 
 /*
+ * roleref_out(roleref) -> cstring: the role's name, as regrole prints it,
+ * and "-" (nobody) for an oid that names no role.  regrole prints a
+ * dropped role's oid as a bare number, which regrolein (and so roleref_in)
+ * reads back on another node or cluster as whatever role has that oid
+ * there: a shard move or a restore would hand a dropped role's keys to an
+ * unrelated role (issue 25).  "-" reads back as InvalidOid, whose rows no
+ * role owns (the purge removes them once expired).
+ */
+PG_FUNCTION_INFO_V1(idempotency_roleref_out);
+
+Datum
+idempotency_roleref_out(PG_FUNCTION_ARGS)
+{
+	Oid			role = PG_GETARG_OID(0);
+
+	if (!OidIsValid(role) || !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+		PG_RETURN_CSTRING(pstrdup("-"));
+	return DirectFunctionCall1(regroleout, ObjectIdGetDatum(role));
+}
+
+/*
  * The same for a statement planned afresh with its parameter values (no
  * kept plan): for Citus, which cannot plan a generic plan of a statement
  * it must split into steps (lifecycle.c's purge of a distributed table).

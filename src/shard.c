@@ -23,9 +23,17 @@
  * AcquireMetadataLocks), and a shard move or split takes it in ExclusiveLock
  * on every node before it switches the placement (BlockWritesToShardList).
  * We do the same: if the placement looks local, take that lock through
- * Citus's own function (LockShardDistributionMetadata, so the tag is the
- * one Citus computes; held until the transaction ends) and read the
- * placement again.  So a move waits for a
+ * Citus's own code, so the tag is the one Citus computes (held until the
+ * transaction ends), and read the placement again.  Citus built for
+ * PostgreSQL 15 exports LockShardDistributionMetadata from citus.so, which
+ * we call directly; a Citus built for 16 or later hides it
+ * (-fvisibility=hidden), and there we call its SQL-callable
+ * lock_shard_metadata(lockmode, shardids[]) through the function manager
+ * (PG_FUNCTION_INFO_V1, so exported whatever the visibility; it checks that
+ * the caller owns the table, so it runs as the extension's owner, and then
+ * calls LockShardDistributionMetadata).  Either way the lock is the one a
+ * move's BlockWritesToShardList takes (test/citus/run checks it in pg_locks
+ * on every major).  So a move waits for a
  * transaction that wrote to the local shard, and a transaction that comes
  * after the move finds the placement gone and takes Citus's route.  The
  * verdict is remembered for the rest of the transaction (the lock keeps it
@@ -54,6 +62,7 @@
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -74,6 +83,9 @@
  */
 typedef void (*CitusLockMetadataFn) (int64 shardid, LOCKMODE mode);
 static CitusLockMetadataFn citus_lock_metadata = NULL;
+/* else (Citus for PostgreSQL 16+): pg_catalog.lock_shard_metadata(int, bigint[]) */
+static FmgrInfo lock_sql_fn;
+static bool have_lock_sql = false;
 /* pg_dist_placement.shardstate of an active placement */
 #define CITUS_SHARD_STATE_ACTIVE 1
 
@@ -117,7 +129,20 @@ resolve(void)
 	if (OidIsValid(fn))
 		citus_lock_metadata = (CitusLockMetadataFn)
 			load_external_function("citus", "LockShardDistributionMetadata", false, NULL);
-	if (OidIsValid(fn) && citus_lock_metadata != NULL)
+	if (OidIsValid(fn) && citus_lock_metadata == NULL)
+	{
+		Oid			lock_argtypes[2] = {INT4OID, INT8ARRAYOID};
+		Oid			lockfn = LookupFuncName(list_make2(makeString("pg_catalog"),
+													   makeString("lock_shard_metadata")),
+											2, lock_argtypes, true);
+
+		if (OidIsValid(lockfn))
+		{
+			fmgr_info_cxt(lockfn, &lock_sql_fn, TopMemoryContext);
+			have_lock_sql = true;
+		}
+	}
+	if (OidIsValid(fn) && (citus_lock_metadata != NULL || have_lock_sql))
 	{
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		fmgr_info_cxt(fn, &shard_fn, TopMemoryContext);
@@ -265,6 +290,37 @@ shard_of(Oid relid, const char *key, int key_len)
 }
 
 /*
+ * Citus's shard metadata lock on shard in ShareLock, until the transaction
+ * ends: LockShardDistributionMetadata itself where citus.so exports it, else
+ * through lock_shard_metadata() (see the file comment).
+ */
+static void
+lock_shard_metadata(int64 shard)
+{
+	LOCAL_FCINFO(fcinfo, 2);
+	Datum		elem = Int64GetDatum(shard);
+	ArrayType  *shards;
+	SavedUser	saved;
+
+	if (citus_lock_metadata != NULL)
+	{
+		citus_lock_metadata(shard, ShareLock);
+		return;
+	}
+	shards = construct_array(&elem, 1, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+	InitFunctionCallInfoData(*fcinfo, &lock_sql_fn, 2, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = Int32GetDatum(ShareLock);
+	fcinfo->args[0].isnull = false;
+	fcinfo->args[1].value = PointerGetDatum(shards);
+	fcinfo->args[1].isnull = false;
+	/* it checks that the caller owns the table: the extension's owner does */
+	idem_as_owner(&saved);
+	(void) FunctionCallInvoke(fcinfo);
+	idem_as_caller(&saved);
+	pfree(shards);
+}
+
+/*
  * If the shard of key id of Citus table relid (distributed by "key") is on
  * this node, return its id, with the shard's metadata lock taken in
  * ShareLock until the transaction ends, and set *shard_relid to the shard
@@ -299,7 +355,7 @@ idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid)
 			shard = 0;			/* not here: Citus's route, no lock needed */
 		else
 		{
-			citus_lock_metadata(shard, ShareLock);
+			lock_shard_metadata(shard);
 			if (!placement_local(shard))
 				shard = 0;
 		}

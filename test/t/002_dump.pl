@@ -37,9 +37,31 @@ $src->safe_psql('postgres', q{
 my $derive = q{SET ROLE app; SELECT idempotency.derive_key('pay-1', 'charge', 'payments')};
 my $derived = $src->safe_psql('postgres', $derive);
 
+# a role that is dropped with its rows left behind (DROP ROLE does not see
+# them): its key, token, seen message, topic and message
+$src->safe_psql('postgres', q{
+	CREATE ROLE doomed;
+	GRANT CREATE ON SCHEMA public TO doomed;
+	SET ROLE doomed;
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('secret-1');
+	SELECT idempotency.complete('secret-1', '{"card": "4242 4242 4242 4242"}');
+	COMMIT;
+	SELECT idempotency.issue_token('doomed-scope');
+	SELECT idempotency.first_seen('doomed-scope', 'msg-d');
+	SELECT idempotency.create_topic('doomed_topic');
+	SELECT idempotency.publish('doomed_topic', '{"refund": 5}');
+	RESET ROLE;
+	REVOKE CREATE ON SCHEMA public FROM doomed;
+});
+my $doomed_oid = $src->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'doomed'});
+$src->safe_psql('postgres', q{DROP ROLE doomed});
+is( $src->safe_psql('postgres', qq{SELECT count(*) FROM idempotency.idempotency_key WHERE owner = $doomed_oid}),
+	'1', 'DROP ROLE leaves the dropped role\'s key row behind');
+
 my $rows = q{SELECT owner::text, scope, key, status, response, retryable, attempts,
 	encode(request_hash, 'hex'), created_at, expires_at
-	FROM idempotency.idempotency_key ORDER BY 1, 2, 3};
+	FROM idempotency.idempotency_key WHERE owner::oid IN (SELECT oid FROM pg_roles) ORDER BY 1, 2, 3};
 my $before = $src->safe_psql('postgres', $rows);
 
 my $dump = PostgreSQL::Test::Utils::tempdir() . '/keys.dump';
@@ -56,12 +78,41 @@ isnt(
 	$dst->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'app'}),
 	$src->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'app'}),
 	'role app has another OID in the restore cluster');
+# a new role in the restore cluster that has the dropped role's oid (an
+# unrelated role; in one cluster too, after the oid counter wraps): 0.5.0
+# and 0.6.0 before this test dumped the dropped role's rows with its oid as
+# a bare number, restored as this role's
+$dst->safe_psql('postgres', qq{DO \$\$
+	DECLARE o oid;
+	BEGIN
+		LOOP
+			CREATE ROLE heir;
+			SELECT oid INTO o FROM pg_roles WHERE rolname = 'heir';
+			EXIT WHEN o >= $doomed_oid;
+			DROP ROLE heir;
+		END LOOP;
+		IF o <> $doomed_oid THEN
+			RAISE EXCEPTION 'heir got oid %, not $doomed_oid', o;
+		END IF;
+	END \$\$});
+is($dst->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'heir'}), $doomed_oid,
+	'a new role in the restore cluster has the dropped role\'s oid');
 $dst->command_ok([ 'pg_restore', '-d', $dst->connstr('restored'), $dump ],
 	'pg_restore succeeds');
+is( $dst->safe_psql('restored', q{SET ROLE heir;
+		SELECT (SELECT count(*) FROM idempotency.idempotency_key) || ' ' || (SELECT count(*) FROM idempotency.token)
+		|| ' ' || (SELECT count(*) FROM idempotency.seen_message) || ' ' || (SELECT count(*) FROM idempotency.outbox_topic)
+		|| ' ' || (SELECT count(*) FROM idempotency.outbox_message)}),
+	'0 0 0 0 0', 'the new role with the dropped role\'s oid sees none of its keys, tokens, messages or topics');
+is( $dst->safe_psql('restored', q{SELECT count(*) FROM idempotency.idempotency_key k
+		WHERE NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = k.owner)}),
+	'0', 'no restored key row names a role that does not exist');
 
 is($dst->safe_psql('restored', $rows), $before, 'every key row is restored as it was');
 my $others = q{SELECT owner::text, scope, token::text, expires_at FROM idempotency.token
-	UNION ALL SELECT owner::text, scope, message_id, expires_at FROM idempotency.seen_message ORDER BY 1, 2, 3};
+	WHERE owner::oid IN (SELECT oid FROM pg_roles)
+	UNION ALL SELECT owner::text, scope, message_id, expires_at FROM idempotency.seen_message
+	WHERE owner::oid IN (SELECT oid FROM pg_roles) ORDER BY 1, 2, 3};
 is($dst->safe_psql('restored', $others), $src->safe_psql('postgres', $others),
 	'tokens and seen messages are restored too');
 is( $dst->safe_psql('restored', q{SET ROLE app; SELECT idempotency.first_seen('consumer', 'msg-1')}),
@@ -86,6 +137,12 @@ is( $dst->safe_psql('restored', q{SELECT count(*) FROM idempotency.derive_secret
 is( $dst->safe_psql('restored', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	$src->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'the extension is restored at its version');
+# (after the comparisons above: these write rows)
+is( $dst->safe_psql('restored', q{SET ROLE heir;
+		SELECT outcome || ' ' || coalesce(response::text, 'no response') FROM idempotency.begin('secret-1', lease => '1 minute')}),
+	'new no response', 'its begin() of the dropped role\'s key is new: no stored answer (a card number) replayed');
+is( $dst->safe_psql('restored', q{SET ROLE heir; SELECT idempotency.first_seen('doomed-scope', 'msg-d')}),
+	't', 'and a message the dropped role saw is new to it');
 
 # a hash-partitioned key table (README, "Partitioning the key table"): the
 # partitions are dumped with their rows; the restore converts the target
