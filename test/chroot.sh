@@ -29,6 +29,10 @@
 #   test/chroot.sh remove DIR         remove a chroot made by fresh, refusing while
 #                                     anything is mounted below it
 #   test/chroot.sh suite MAJOR        the Debian suite that ships MAJOR
+#   test/chroot.sh mirror             the Debian mirror it downloads from:
+#                                     $IDEM_MIRROR, else the first Debian archive
+#                                     of this machine's apt sources, else
+#                                     deb.debian.org (test/mirror.sh)
 #
 # MAJOR: 15 (bookworm), 17 (trixie), 18 (sid).  The cache lives outside the
 # checkout, in $IDEM_CACHE (default /var/cache/idempotency): chroots in
@@ -38,7 +42,10 @@
 set -eu -o pipefail
 
 CACHE=${IDEM_CACHE:-/var/cache/idempotency}
-MIRROR=${IDEM_MIRROR:-http://deb.debian.org/debian}
+# the Debian mirror: $IDEM_MIRROR, else the one this machine's apt uses,
+# else deb.debian.org (test/mirror.sh)
+. "$(dirname "${BASH_SOURCE[0]}")/mirror.sh"
+MIRROR=$(idem_mirror)
 
 die() { echo "test/chroot.sh: $*" >&2; exit 2; }
 
@@ -265,6 +272,9 @@ remove)
 suite)
 	suite_of "${2:?MAJOR}"
 	;;
+mirror)
+	echo "$MIRROR"
+	;;
 ensure)
 	ensure "${2:?MAJOR}"
 	;;
@@ -290,7 +300,7 @@ run)
 	exit $rc
 	;;
 *)
-	sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

@@ -32,7 +32,10 @@ set -eu -o pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${IDEM_CACHE:-/var/cache/idempotency}
-MIRROR=${IDEM_MIRROR:-http://deb.debian.org/debian}
+# the Debian mirror: $IDEM_MIRROR, else the one this machine's apt uses,
+# else deb.debian.org (test/mirror.sh)
+. "$here/mirror.sh"
+MIRROR=$(idem_mirror)
 PREFIX=/opt/pg15-cassert
 JOBS=${IDEM_JOBS:-2}
 # bump when the build changes: a cache built by another recipe is built again
