@@ -7,7 +7,8 @@
 # Prints the binary's path, DIR/bin/EXAMPLE.  Built again only when a file
 # under clients/go is newer than the binary (DIR is a cache: the direct and
 # the PgBouncer runs of the conformance suite build once); concurrent calls
-# on one DIR take turns (flock).
+# on one DIR take turns (flock).  Go's build cache is shared by the examples:
+# DIR/../go-cache (or $IDEMPOTENCY_GOCACHE).
 set -eu
 example=$1
 dir=$2
@@ -34,7 +35,7 @@ exec 9>"$dir/.lock"
 flock 9
 bin=$dir/bin/$example
 if [ ! -x "$bin" ] || [ -n "$(find "$src" -newer "$bin" -print -quit)" ]; then
-	. "$src/gopath.sh" "$dir"
+	. "$src/gopath.sh" "$dir" "${IDEMPOTENCY_GOCACHE:-$(dirname "$dir")/go-cache}"
 	(cd "$IDEMPOTENCY_GO" && go build -o "$bin.tmp" "./examples/$example") >&2
 	mv "$bin.tmp" "$bin"
 fi
