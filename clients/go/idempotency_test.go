@@ -49,8 +49,15 @@ func open(t testing.TB, driver string) *sql.DB {
 		}
 		db = stdlib.OpenDB(*cfg)
 	default:
+		s := dsn()
+		if os.Getenv("IDEMPOTENCY_BOUNCER") == "1" {
+			// one round trip per query with parameters (Parse, Bind,
+			// Execute, Sync), not Parse+Sync then Bind+Sync, between which
+			// PgBouncer may hand the next statement to another server
+			s += " binary_parameters=yes"
+		}
 		var err error
-		if db, err = sql.Open("postgres", dsn()); err != nil {
+		if db, err = sql.Open("postgres", s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -288,6 +295,17 @@ func testMiddleware(t *testing.T, driver string) {
 			f.status != 201 || !replayed(again) || !same(f, again) || items2 != 1 || keys2 != 1 {
 			t.Fatalf("in flight items=%d keys=%d; dup %d %q %s; first %d; again %d replayed=%v; items=%d keys=%d",
 				items, keys, r.status, r.header.Get("Retry-After"), r.body, f.status, again.status, replayed(again), items2, keys2)
+		}
+	})
+
+	t.Run("a key under another worker's lease -> 409 with the lease's Retry-After (idempotency.lookup)", func(t *testing.T) {
+		k := P + "lease"
+		if _, err := db.Exec("SELECT * FROM idempotency.begin($1, NULL, 'items', NULL, '40 seconds')", k); err != nil {
+			t.Fatal(err)
+		}
+		r := post(t, s.URL+"/items", k, `{"note":"l"}`)
+		if ra := r.header.Get("Retry-After"); r.status != 409 || ra < "30" || ra > "40" || len(ra) != 2 {
+			t.Fatalf("%d Retry-After %q %s", r.status, ra, r.body)
 		}
 	})
 
@@ -531,6 +549,18 @@ func testOnce(t *testing.T, driver string) {
 		var e *idempotency.Error
 		if !errors.Is(err, idempotency.ErrInProgress) || idempotency.HTTPStatus(err) != 409 || !errors.As(err, &e) || e.RetryAfter < 1 {
 			t.Fatalf("%v", err)
+		}
+	})
+
+	t.Run("IK002 under another worker's lease: Error.RetryAfter from idempotency.lookup", func(t *testing.T) {
+		k := P + "lease"
+		if _, err := db.Exec("SELECT * FROM idempotency.begin($1, NULL, '', NULL, '40 seconds')", k); err != nil {
+			t.Fatal(err)
+		}
+		_, err := idempotency.Once(ctx, db, k, nil, ins, k, "lease")
+		var e *idempotency.Error
+		if !errors.Is(err, idempotency.ErrInProgress) || !errors.As(err, &e) || e.RetryAfter < 30 || e.RetryAfter > 40 {
+			t.Fatalf("%v %+v", err, e)
 		}
 	})
 

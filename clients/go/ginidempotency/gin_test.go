@@ -25,8 +25,12 @@ func TestGin(t *testing.T) {
 	if os.Getenv("DATABASE_HOST") == "" {
 		t.Fatal("DATABASE_HOST/PORT/NAME/USER must name a database with the extension (test/go/run sets them)")
 	}
-	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s dbname=%s user=%s sslmode=disable",
-		os.Getenv("DATABASE_HOST"), os.Getenv("DATABASE_PORT"), os.Getenv("DATABASE_NAME"), os.Getenv("DATABASE_USER")))
+	dsn := fmt.Sprintf("host=%s port=%s dbname=%s user=%s sslmode=disable",
+		os.Getenv("DATABASE_HOST"), os.Getenv("DATABASE_PORT"), os.Getenv("DATABASE_NAME"), os.Getenv("DATABASE_USER"))
+	if os.Getenv("IDEMPOTENCY_BOUNCER") == "1" {
+		dsn += " binary_parameters=yes" // lib/pq behind PgBouncer: one round trip per query
+	}
+	db, err := sql.Open("postgres", dsn)
 	if err == nil {
 		_, err = db.Exec("CREATE TABLE IF NOT EXISTS go_gin_item (id bigserial PRIMARY KEY, idem_key text NOT NULL)")
 	}

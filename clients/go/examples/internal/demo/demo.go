@@ -25,8 +25,11 @@ import (
 // driver "postgres" (lib/pq) or "pgx" (pgx v4's stdlib).  Behind PgBouncer
 // in transaction mode (IDEMPOTENCY_BOUNCER=1) pgx keeps no named prepared
 // statements (statement_cache_mode=describe: the unnamed statement only;
-// values still go as parameters, never into the SQL text); lib/pq never
-// keeps any.
+// values still go as parameters, never into the SQL text), and lib/pq sends
+// a query with parameters in one round trip (binary_parameters=yes: Parse,
+// Bind, Execute, Sync; without it an autocommit query is Parse+Sync then
+// Bind+Execute+Sync, and PgBouncer may run the second half on another
+// server: "unnamed prepared statement does not exist").
 func OpenDB(driver string) *sql.DB {
 	dsn := fmt.Sprintf("host=%s port=%s dbname=%s user=%s sslmode=disable",
 		os.Getenv("DATABASE_HOST"), os.Getenv("DATABASE_PORT"), os.Getenv("DATABASE_NAME"), os.Getenv("DATABASE_USER"))
@@ -42,6 +45,9 @@ func OpenDB(driver string) *sql.DB {
 		}
 		db = stdlib.OpenDB(*cfg)
 	default:
+		if os.Getenv("IDEMPOTENCY_BOUNCER") == "1" {
+			dsn += " binary_parameters=yes"
+		}
 		var err error
 		if db, err = sql.Open("postgres", dsn); err != nil {
 			panic(err)
