@@ -47,7 +47,9 @@ func (r Result) Replayed() bool { return r.Outcome == "replay" }
 // nil (NULL), and anything that is a driver.Valuer or fmt.Stringer.
 //
 // Errors: *Error for the extension's (errors.Is(err, ErrMismatch),
-// ErrInProgress, ErrInvalidKey; HTTPStatus(err) gives the HTTP answer), the
+// ErrInProgress, ErrInvalidKey; HTTPStatus(err) gives the HTTP answer;
+// for ErrInProgress, Error.RetryAfter from idempotency.lookup when q is a
+// *sql.DB, else 1), the
 // driver's error for one in the statement (nothing is stored then; the
 // next try runs again).
 func Once(ctx context.Context, q Querier, key string, request any, query string, args ...any) (Result, error) {
