@@ -41,7 +41,8 @@ func TestGin(t *testing.T) {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.Use(gin.RecoveryWithWriter(io.Discard)) // answers 500; the stack is not shown
-	after := 0                                // handlers after the guarded one: never run for a replay
+	// handlers after the guarded one: never run for a replay
+	after := 0
 	r.POST("/items", ginidempotency.Middleware(db, idempotency.WithScope("gin")), func(c *gin.Context) {
 		g := ginidempotency.Info(c)
 		var id int64

@@ -22,7 +22,8 @@ import (
 func main() {
 	db := demo.OpenDB("pgx") // pgx v4 stdlib
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)                                                                                                  // a handler's panic: 500 (the guard has rolled back by then)
+	// a handler's panic: 500 (the guard has rolled back by then)
+	r.Use(middleware.Recoverer)
 	r.With(idempotency.Middleware(db, idempotency.WithScope("payments"), idempotency.WithUser(user))).Post("/payments", payment) // idempotency
 	demo.Serve(r)
 }

@@ -21,7 +21,8 @@ func main() {
 	gin.SetMode(gin.ReleaseMode)
 	db := demo.OpenDB("postgres") // lib/pq
 	r := gin.New()
-	r.Use(gin.Recovery())                                                                                                      // a handler's panic: 500 (the guard has rolled back by then)
+	// a handler's panic: 500 (the guard has rolled back by then)
+	r.Use(gin.Recovery())
 	r.POST("/payments", ginidempotency.Middleware(db, idempotency.WithScope("payments"), idempotency.WithUser(user)), payment) // idempotency
 	demo.Serve(r)
 }
