@@ -7,8 +7,10 @@
 # Prints the binary's path, DIR/bin/EXAMPLE.  Built again only when a file
 # under clients/go is newer than the binary (DIR is a cache: the direct and
 # the PgBouncer runs of the conformance suite build once); concurrent calls
-# on one DIR take turns (flock).  Go's build cache is shared by the examples:
-# DIR/../go-cache (or $IDEMPOTENCY_GOCACHE).
+# on one DIR take turns (flock).  Go's build cache is Go's own (go env
+# GOCACHE, ~/.cache/go-build: keyed by content, kept between runs, so only
+# the first build on a machine compiles the standard library, the driver and
+# gin: 20-30 s of CPU), or $IDEMPOTENCY_GOCACHE.
 set -eu
 example=$1
 dir=$2
@@ -35,7 +37,9 @@ exec 9>"$dir/.lock"
 flock 9
 bin=$dir/bin/$example
 if [ ! -x "$bin" ] || [ -n "$(find "$src" -newer "$bin" -print -quit)" ]; then
-	. "$src/gopath.sh" "$dir" "${IDEMPOTENCY_GOCACHE:-$(dirname "$dir")/go-cache}"
+	cache=${IDEMPOTENCY_GOCACHE:-$(go env GOCACHE 2>/dev/null || true)}
+	[ -n "$cache" ] && [ "$cache" != off ] || cache=$dir/cache
+	. "$src/gopath.sh" "$dir" "$cache"
 	(cd "$IDEMPOTENCY_GO" && go build -o "$bin.tmp" "./examples/$example") >&2
 	mv "$bin.tmp" "$bin"
 fi

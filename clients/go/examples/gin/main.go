@@ -8,6 +8,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -54,6 +56,11 @@ func payment(c *gin.Context) {
 	if p.Throttle && demo.FirstThrottle(g.Key) { // 429: rolled back, not stored
 		c.Header("Retry-After", "1")
 		c.JSON(http.StatusTooManyRequests, gin.H{"error": "rate_limited"})
+		return
+	}
+	if p.Stream { // a streamed answer (c.Stream flushes): the guard refuses it (500, rolled back, not stored)
+		n := 0
+		c.Stream(func(w io.Writer) bool { n++; fmt.Fprintf(w, "chunk %d\n", n); return n < 2 })
 		return
 	}
 	if p.Binary {

@@ -50,6 +50,13 @@ func payment(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"rate_limited"}`, http.StatusTooManyRequests)
 		return
 	}
+	if p.Stream { // a streamed answer: the guard refuses it (500, rolled back, not stored)
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte("chunk 1\n"))
+		w.(http.Flusher).Flush()
+		w.Write([]byte("chunk 2\n"))
+		return
+	}
 	if p.Binary {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Write(demo.BinaryBody(id))

@@ -83,6 +83,7 @@ type Payment struct {
 	Boom     bool            `json:"boom"`
 	Binary   bool            `json:"binary"`
 	Throttle bool            `json:"throttle"`
+	Stream   bool            `json:"stream"`
 }
 
 // AmountValue is the amount as the numeric column's parameter (nil: NULL).
