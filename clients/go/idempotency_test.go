@@ -408,6 +408,35 @@ func testMiddleware(t *testing.T, driver string) {
 		}
 	})
 
+	t.Run("WithScopeFunc (a tenant) and WithRequest (a fingerprint of one's own)", func(t *testing.T) {
+		o := newServer(t, db, idempotency.WithScopeFunc(func(r *http.Request) string { return "tenant:" + r.Header.Get("X-Tenant") }),
+			idempotency.WithRequest(func(r *http.Request, body []byte) any { return map[string]string{"tenant_path": r.URL.Path} }))
+		k := P + "tenant"
+		a := post(t, o.URL+"/items", k, `{"note":"t"}`, "X-Tenant", "acme")
+		b := post(t, o.URL+"/items", k, `{"note":"t"}`, "X-Tenant", "globex")
+		a2 := post(t, o.URL+"/items", k, `{"note":"other body, same fingerprint"}`, "X-Tenant", "acme")
+		m := post(t, o.URL+"/other", k, `{"note":"t"}`, "X-Tenant", "acme")
+		var scopes string
+		var fp bool
+		db.QueryRow(`SELECT string_agg(scope, ',' ORDER BY scope), bool_and(request_hash = idempotency.fingerprint('{"tenant_path":"/items"}'))
+			FROM idempotency.idempotency_key WHERE key = $1`, k).Scan(&scopes, &fp)
+		if a.status != 201 || b.status != 201 || replayed(b) || !replayed(a2) || !same(a, a2) || m.status != 422 ||
+			scopes != "tenant:acme,tenant:globex" || !fp {
+			t.Fatalf("a=%d b=%d a2=%d replayed=%v m=%d scopes=%q fingerprint=%v", a.status, b.status, a2.status, replayed(a2), m.status, scopes, fp)
+		}
+	})
+
+	t.Run("the database unreachable -> 503 with Retry-After, logged by WithLogger", func(t *testing.T) {
+		gone := open(t, driver)
+		gone.Close()
+		var logged []string
+		o := newServer(t, gone, idempotency.WithLogger(func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }))
+		r := post(t, o.URL+"/items", P+"gone", `{"note":"g"}`)
+		if r.status != 503 || r.header.Get("Retry-After") != "1" || len(logged) != 1 || !strings.Contains(logged[0], "closed") {
+			t.Fatalf("%d %q %s logged %q", r.status, r.header.Get("Retry-After"), r.body, logged)
+		}
+	})
+
 	t.Run("WithLockWait: a duplicate waits for the first and replays it", func(t *testing.T) {
 		w := newServer(t, db, idempotency.WithScope("items"), idempotency.WithLockWait(10*time.Second))
 		k := P + "lockwait"
