@@ -104,7 +104,7 @@ CREATE TRIGGER lock_secret_changed
     FOR EACH STATEMENT EXECUTE FUNCTION idempotency.lock_secret_changed();
 
 -- ---------------------------------------------------------------------
--- Functions.  All SECURITY INVOKER; see src/keystore.c for how they reach
+-- Functions.  All SECURITY INVOKER; see src/keytable.c for how they reach
 -- the table.  VOLATILE and PARALLEL UNSAFE: they take locks and write.
 -- ---------------------------------------------------------------------
 -- begin() returns a named row type rather than OUT parameters: the row
@@ -986,7 +986,7 @@ GRANT SELECT ON idempotency.outbox_stats TO PUBLIC;
 -- machines and derive_key()'s secret reference tables; once() delegated
 -- to the node of its key.
 -- The C code detects the distribution
--- (src/keystore.c) and serialises each key on its shard.  Without Citus it
+-- (src/keytable.c, src/keycitus.c) and serialises each key on its shard.  Without Citus it
 -- only raises 55000.  SECURITY INVOKER: distributing needs the tables'
 -- owner, as create_distributed_table() does.
 CREATE FUNCTION idempotency.distribute()
