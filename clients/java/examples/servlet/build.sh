@@ -6,7 +6,8 @@
 #   - PaymentServlet with JettyMain (javax: Debian's Jetty 9.4,
 #     libjetty9-java) or, turned into jakarta.servlet by a sed over the
 #     package names, with TomcatMain (jakarta: Debian's embedded Tomcat 10.1,
-#     libtomcat10-embed-java); HikariCP (libhikaricp-java) as the pool.
+#     libtomcat10-embed-java, libjakarta-annotation-api-java); HikariCP
+#     (libhikaricp-java) as the pool.
 # Cached under ${CONFORMANCE_BUILD:-/tmp/idempotency-conformance-build}/
 # servlet-FLAVOR, rebuilt when a source changes; Maven's output goes to stderr.
 set -euo pipefail
@@ -16,7 +17,7 @@ out=${CONFORMANCE_BUILD:-/tmp/idempotency-conformance-build}/servlet-$flavor
 J=/usr/share/java
 case $flavor in
 javax) deps="$J/servlet-api.jar"; for m in server servlet http io util security; do deps+=":$J/jetty9-$m.jar"; done; main=JettyMain ;;
-jakarta) deps="$J/tomcat10-embed-core.jar"; main=TomcatMain ;;
+jakarta) deps="$J/tomcat10-embed-core.jar:$J/jakarta-annotation-api.jar"; main=TomcatMain ;;
 *) echo "build.sh: javax or jakarta, not $flavor" >&2; exit 2 ;;
 esac
 deps+=":$J/HikariCP.jar:$J/slf4j-api.jar:$J/postgresql.jar"
