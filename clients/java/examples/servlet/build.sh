@@ -26,13 +26,13 @@ for f in ${deps//:/ }; do [ -f "$f" ] || { echo "build.sh: $f is missing (Debian
 mkdir -p "$out"
 exec 9>"$out/lock"
 flock 9
-stamp=$(cd "$java" && cat pom.xml debian-settings.xml $(find src servlet examples/servlet -type f | sort) | sha256sum | cut -c1-64)
+stamp=$(cd "$java" && cat pom.xml debian-settings.xml maven-versions.sh $(find src servlet examples/servlet -type f | sort) | sha256sum | cut -c1-64)
 if [ "$(cat "$out/stamp" 2>/dev/null)" != "$stamp" ]; then
 	rm -rf "$out/mvn" "$out/src" "$out/classes"
 	mkdir -p "$out/mvn" "$out/src" "$out/classes"
 	cp -R "$java/pom.xml" "$java/debian-settings.xml" "$java/src" "$java/servlet" "$out/mvn/"
 	(cd "$out/mvn" && mvn -B -q -o -Daether.offline.protocols=file -s debian-settings.xml \
-		-Dstyle.color=never -DskipTests -Dmaven.source.skip=true package) >&2
+		-Dstyle.color=never -DskipTests -Dmaven.source.skip=true $(bash "$java/maven-versions.sh") package) >&2
 	if [ "$flavor" = javax ]; then
 		cp "$java/examples/servlet/PaymentServlet.java" "$out/src/"
 	else
