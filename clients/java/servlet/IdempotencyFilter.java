@@ -35,14 +35,18 @@ import java.io.OutputStreamWriter;
 import java.io.PrintWriter;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
+import java.net.URLDecoder;
 import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.Enumeration;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.function.Function;
@@ -340,6 +344,50 @@ public class IdempotencyFilter implements Filter {
 					enc == null ? StandardCharsets.UTF_8 : Charset.forName(enc)));
 			}
 			return reader;
+		}
+
+		/** A form body's parameters, which the container can no longer read (the filter
+		 *  consumed the body): the query string's, then the body's, as containers merge them. */
+		private Map<String, String[]> params;
+
+		private Map<String, String[]> params() {
+			if (params != null) return params;
+			Map<String, List<String>> m = new LinkedHashMap<>();
+			String type = getContentType();
+			boolean form = type != null && type.toLowerCase(Locale.ROOT).startsWith("application/x-www-form-urlencoded");
+			String enc = getCharacterEncoding();
+			Charset cs = enc == null ? StandardCharsets.UTF_8 : Charset.forName(enc);
+			for (String part : new String[] { getQueryString(), form ? new String(body, cs) : null }) {
+				if (part == null) continue;
+				for (String pair : part.split("&")) {
+					if (pair.isEmpty()) continue;
+					int eq = pair.indexOf('=');
+					String n = URLDecoder.decode(eq < 0 ? pair : pair.substring(0, eq), cs);
+					String v = eq < 0 ? "" : URLDecoder.decode(pair.substring(eq + 1), cs);
+					m.computeIfAbsent(n, x -> new ArrayList<>()).add(v);
+				}
+			}
+			params = new LinkedHashMap<>();
+			m.forEach((n, v) -> params.put(n, v.toArray(new String[0])));
+			return params;
+		}
+
+		@Override
+		public String getParameter(String name) {
+			String[] v = params().get(name);
+			return v == null ? null : v[0];
+		}
+
+		@Override
+		public Map<String, String[]> getParameterMap() { return Collections.unmodifiableMap(params()); }
+
+		@Override
+		public Enumeration<String> getParameterNames() { return Collections.enumeration(params().keySet()); }
+
+		@Override
+		public String[] getParameterValues(String name) {
+			String[] v = params().get(name);
+			return v == null ? null : v.clone();
 		}
 
 		@Override

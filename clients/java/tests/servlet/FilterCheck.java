@@ -102,6 +102,11 @@ public class FilterCheck {
 			case "flush": res.getOutputStream().write("part".getBytes(StandardCharsets.UTF_8)); res.flushBuffer(); return;
 			case "big": res.getOutputStream().write(new byte[2 << 20]); return;
 			case "async": req.startAsync(); return;
+			case "form":
+				res.setStatus(201);
+				res.getOutputStream().write((req.getParameter("amount") + " " + String.join(",", req.getParameterValues("tag"))
+					+ " " + req.getParameter("q")).getBytes(StandardCharsets.UTF_8));
+				return;
 			case "writer":
 				res.setStatus(201);
 				res.setContentType("text/plain;charset=UTF-8");
@@ -202,6 +207,18 @@ public class FilterCheck {
 			&& new String(d.body(), StandardCharsets.UTF_8).startsWith("caf\u00e9 \u2713"), show(d) + " | " + show(e));
 	}
 
+	/** a form body: getParameter() still works after the filter read the body */
+	static void form(Connection db, String p) throws Exception {
+		String k = p + "form";
+		HttpResponse<byte[]> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/t/form?q=caf%C3%A9"))
+			.POST(HttpRequest.BodyPublishers.ofString("amount=1.50&tag=a&tag=b%20c"))
+			.header("Content-Type", "application/x-www-form-urlencoded").header("Idempotency-Key", k).build(),
+			HttpResponse.BodyHandlers.ofByteArray());
+		check("a form body: getParameter()/getParameterValues() see the body's and the query's parameters",
+			r.statusCode() == 201 && "1.50 a,b c caf\u00e9".equals(new String(r.body(), StandardCharsets.UTF_8))
+			&& rows(db, k) == 1, show(r));
+	}
+
 	/** 409 + Retry-After while another transaction holds the key */
 	static void busy(Connection db, Connection other, String p) throws Exception {
 		String k = p + "busy";
@@ -281,6 +298,7 @@ public class FilterCheck {
 			beginReplayMismatch(db, p);
 			busy(db, other, p);
 			invalidKeys(db, p);
+			form(db, p);
 			rollbackRules(db, p);
 			streaming(db, p);
 		} finally {

@@ -63,6 +63,12 @@ class FilterCheckTest {
 	}
 
 	@Test
+	void formBodyParameters() throws Exception {
+		FilterCheck.form(db, p);
+		passed();
+	}
+
+	@Test
 	void handlerWritesRollBackWith5xxAnd429AndCommitWith201() throws Exception {
 		FilterCheck.rollbackRules(db, p);
 		passed();
