@@ -2,7 +2,7 @@
 # clients/java/maven-versions.sh: prints "-Dname=version ..." for each version
 # pom.xml names, from what this Debian release's Maven repository
 # (/usr/share/maven-repo) holds; pom.xml's defaults are bookworm's.  Used by
-# test/packages/run, test/javaweb/run and examples/servlet/build.sh:
+# test/packages/run, test/javaweb/run and servlet/example/build.sh:
 #   mvn -o ... $(bash maven-versions.sh) package
 repo=${MAVEN_REPO:-/usr/share/maven-repo}
 for prop_path in pgjdbc.version:org/postgresql/postgresql \

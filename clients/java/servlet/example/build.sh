@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# clients/java/examples/servlet/build.sh javax|jakarta: builds the servlet
+# clients/java/servlet/example/build.sh javax|jakarta: builds the servlet
 # example app, offline, from Debian's packages, and prints its classpath.
 #   - the jar, by the Maven build (mvn -o, Debian's Maven repository) from a
 #     copy of clients/java: both IdempotencyFilters and the JDBC helper;
@@ -26,7 +26,7 @@ for f in ${deps//:/ }; do [ -f "$f" ] || { echo "build.sh: $f is missing (Debian
 mkdir -p "$out"
 exec 9>"$out/lock"
 flock 9
-stamp=$(cd "$java" && cat pom.xml debian-settings.xml maven-versions.sh $(find src servlet examples/servlet -type f | sort) | sha256sum | cut -c1-64)
+stamp=$(cd "$java" && cat pom.xml debian-settings.xml maven-versions.sh $(find src servlet -type f | sort) | sha256sum | cut -c1-64)
 if [ "$(cat "$out/stamp" 2>/dev/null)" != "$stamp" ]; then
 	rm -rf "$out/mvn" "$out/src" "$out/classes"
 	mkdir -p "$out/mvn" "$out/src" "$out/classes"
@@ -34,12 +34,12 @@ if [ "$(cat "$out/stamp" 2>/dev/null)" != "$stamp" ]; then
 	(cd "$out/mvn" && mvn -B -q -o -Daether.offline.protocols=file -s debian-settings.xml \
 		-Dstyle.color=never -DskipTests -Dmaven.source.skip=true $(bash "$java/maven-versions.sh") package) >&2
 	if [ "$flavor" = javax ]; then
-		cp "$java/examples/servlet/PaymentServlet.java" "$out/src/"
+		cp "$java/servlet/example/PaymentServlet.java" "$out/src/"
 	else
 		sed -e 's/javax\.servlet/jakarta.servlet/g' -e 's/servlet\.javax/servlet.jakarta/g' \
-			"$java/examples/servlet/PaymentServlet.java" >"$out/src/PaymentServlet.java"
+			"$java/servlet/example/PaymentServlet.java" >"$out/src/PaymentServlet.java"
 	fi
-	cp "$java/examples/servlet/$main.java" "$out/src/"
+	cp "$java/servlet/example/$main.java" "$out/src/"
 	javac -Xlint:all -Werror -d "$out/classes" -cp "$out/mvn/build/idempotency-jdbc-0.5.0.jar:$deps" \
 		"$out/src/PaymentServlet.java" "$out/src/$main.java" >&2
 	echo "$stamp" >"$out/stamp"
