@@ -291,6 +291,131 @@ public final class Idempotency {
 		throw new IllegalArgumentException("unterminated Idempotency-Key string");
 	}
 
+	/** The request fingerprinted by the web integrations (the servlet filter), the format of
+	 *  the Node and Python clients, so a key is compatible across them:
+	 *  {"method": M, "path": path and query, "body": the body's JSON value, null when empty,
+	 *  else {"base64": its bytes}}.  Passed to begin() as jsonb, so spacing and key order
+	 *  do not matter. */
+	public static String requestJson(String method, String path, byte[] body) {
+		String b;
+		if (body == null || body.length == 0) {
+			b = "null";
+		} else {
+			String text = utf8(body);
+			b = text != null && isJson(text) ? text
+				: "{\"base64\":\"" + Base64.getEncoder().encodeToString(body) + "\"}";
+		}
+		return "{\"method\":" + json(method) + ",\"path\":" + json(path) + ",\"body\":" + b + "}";
+	}
+
+	/** Whether text is one JSON value (RFC 8259) that PostgreSQL's jsonb accepts: no \\u0000,
+	 *  no lone surrogate escape. */
+	public static boolean isJson(String text) {
+		JsonScan p = new JsonScan(text);
+		try {
+			p.value(0);
+			p.space();
+			return p.i == text.length();
+		} catch (IllegalArgumentException | StringIndexOutOfBoundsException e) {
+			return false;
+		}
+	}
+
+	private static final class JsonScan {
+		final String s;
+		int i;
+
+		JsonScan(String s) { this.s = s; }
+
+		void space() {
+			while (i < s.length() && " \t\r\n".indexOf(s.charAt(i)) >= 0) i++;
+		}
+
+		void expect(String word) {
+			if (!s.startsWith(word, i)) throw new IllegalArgumentException();
+			i += word.length();
+		}
+
+		void value(int depth) {
+			if (depth > 1000) throw new IllegalArgumentException();
+			space();
+			char c = s.charAt(i);
+			if (c == '{' || c == '[') {
+				char close = c == '{' ? '}' : ']';
+				i++;
+				space();
+				if (s.charAt(i) == close) { i++; return; }
+				for (;;) {
+					if (c == '{') {
+						space();
+						if (s.charAt(i) != '"') throw new IllegalArgumentException();
+						string();
+						space();
+						expect(":");
+					}
+					value(depth + 1);
+					space();
+					if (s.charAt(i) == close) { i++; return; }
+					expect(",");
+				}
+			} else if (c == '"') {
+				string();
+			} else if (c == 't') {
+				expect("true");
+			} else if (c == 'f') {
+				expect("false");
+			} else if (c == 'n') {
+				expect("null");
+			} else {
+				number();
+			}
+		}
+
+		void string() {
+			boolean high = false;	// the previous escape was a high surrogate
+			for (i++; ; i++) {
+				char c = s.charAt(i);
+				if (c == '"' && !high) { i++; return; }
+				if (c < 0x20) throw new IllegalArgumentException();
+				if (c != '\\') {
+					if (high) throw new IllegalArgumentException();
+					continue;
+				}
+				char e = s.charAt(++i);
+				if (e == 'u') {
+					int u = Integer.parseInt(s.substring(i + 1, i + 5), 16);
+					if (s.charAt(i + 1) == '+' || s.charAt(i + 1) == '-') throw new IllegalArgumentException();
+					i += 4;
+					boolean isHigh = u >= 0xd800 && u < 0xdc00, isLow = u >= 0xdc00 && u < 0xe000;
+					if (u == 0 || isLow != high) throw new IllegalArgumentException();
+					high = isHigh;
+				} else if (high || "\"\\/bfnrt".indexOf(e) < 0) {
+					throw new IllegalArgumentException();
+				}
+			}
+		}
+
+		void number() {
+			int start = i;
+			if (s.charAt(i) == '-') i++;
+			if (s.charAt(i) == '0') i++;
+			else digits();
+			if (i < s.length() && s.charAt(i) == '.') { i++; digits(); }
+			if (i < s.length() && (s.charAt(i) == 'e' || s.charAt(i) == 'E')) {
+				i++;
+				if (s.charAt(i) == '+' || s.charAt(i) == '-') i++;
+				digits();
+			}
+			if (i == start) throw new IllegalArgumentException();
+		}
+
+		void digits() {
+			int start = i;
+			while (i < s.length() && s.charAt(i) >= '0' && s.charAt(i) <= '9') i++;
+			if (i == start) throw new IllegalArgumentException();
+		}
+	}
+
 	/** An RFC 9457 problem+json response. */
 	public static Response problem(int status, String title, String detail) {
 		return Response.of(status, "application/problem+json",
