@@ -26,7 +26,11 @@ CREATE FUNCTION extension_objects() RETURNS SETOF text LANGUAGE sql AS $$
   SELECT 'acl ' || c.relname || ' ' || coalesce(c.relacl::text, '')
     FROM pg_class c WHERE relnamespace = 'idempotency'::regnamespace
   UNION ALL
-  SELECT 'config ' || unnest(extconfig)::regclass FROM pg_extension WHERE extname = 'idempotency'
+  -- each dumped table with its pg_extension_config_dump() filter: an update
+  -- must leave the same conditions as a fresh install
+  SELECT 'config ' || u.tab::regclass || ' ' || coalesce(u.cond, '(no condition)')
+    FROM pg_extension AS e, unnest(e.extconfig, e.extcondition) AS u(tab, cond)
+   WHERE e.extname = 'idempotency'
   UNION ALL
   SELECT 'function acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '(default)')
          || ' definer ' || p.prosecdef::text || ' ' || coalesce(array_to_string(p.proconfig, ','), '')
