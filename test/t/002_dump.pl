@@ -42,7 +42,11 @@ my $derived = $src->safe_psql('postgres', $derive);
 $src->safe_psql('postgres', q{
 	CREATE ROLE doomed;
 	GRANT CREATE ON SCHEMA public TO doomed;
+	SET ROLE app;
+	SELECT idempotency.create_topic('app_topic');
+	SELECT idempotency.grant_topic('app_topic', 'doomed', publish => true, consume => false);
 	SET ROLE doomed;
+	SELECT idempotency.publish('app_topic', '{"published by": "doomed"}');
 	BEGIN;
 	SELECT outcome FROM idempotency.begin('secret-1');
 	SELECT idempotency.complete('secret-1', '{"card": "4242 4242 4242 4242"}');
@@ -107,6 +111,14 @@ is( $dst->safe_psql('restored', q{SET ROLE heir;
 is( $dst->safe_psql('restored', q{SELECT count(*) FROM idempotency.idempotency_key k
 		WHERE NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = k.owner)}),
 	'0', 'no restored key row names a role that does not exist');
+# a message the dropped role published to another role's topic is that
+# role's and is dumped; its publisher, a regrole, dumped as a bare oid,
+# named the new role with that oid
+is( $dst->safe_psql('restored', q{SELECT count(*) || ' ' || count(*) FILTER (WHERE published_by::oid = 0)
+		FROM idempotency.outbox_message WHERE payload = '{"published by": "doomed"}'}),
+	'1 1', 'a message the dropped role published to a live role\'s topic is restored with nobody (0) as its publisher');
+is( $dst->safe_psql('restored', q{SELECT count(*) FROM idempotency.outbox_message WHERE published_by = 'heir'::regrole}),
+	'0', 'and the new role with the dropped role\'s oid published nothing');
 
 is($dst->safe_psql('restored', $rows), $before, 'every key row is restored as it was');
 my $others = q{SELECT owner::text, scope, token::text, expires_at FROM idempotency.token
