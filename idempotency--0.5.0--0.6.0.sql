@@ -123,6 +123,15 @@ CREATE OPERATOR idempotency.=== (
     RIGHTARG = pg_catalog.regrole,
     FUNCTION = idempotency.roleref_eq);
 
+-- outbox_message.published_by is a roleref on every server: the message
+-- belongs to the topic's owner and is dumped while that role exists, but
+-- its publisher may have been dropped since, and a regrole would dump that
+-- oid as a bare number, read back by a restore as whatever role has it
+-- there; a roleref prints it as "-" (nobody, oid 0).  (issue 25)
+ALTER TABLE idempotency.outbox_message ALTER COLUMN published_by TYPE idempotency.roleref;
+COMMENT ON COLUMN idempotency.outbox_message.published_by IS
+'the role that published the message; - (oid 0) in a dump or restore once that role is dropped';
+
 -- distribute() turns owner columns into idempotency.roleref (0.5.0 made
 -- them text names: a renamed role's retry paid twice on Citus).  On a
 -- Citus cluster distributed by 0.5.0, run SELECT idempotency.distribute()

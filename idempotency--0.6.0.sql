@@ -1212,3 +1212,12 @@ CREATE OPERATOR idempotency.=== (
     LEFTARG = idempotency.roleref,
     RIGHTARG = pg_catalog.regrole,
     FUNCTION = idempotency.roleref_eq);
+
+-- outbox_message.published_by is a roleref on every server: the message
+-- belongs to the topic's owner and is dumped while that role exists, but
+-- its publisher may have been dropped since, and a regrole would dump that
+-- oid as a bare number, read back by a restore as whatever role has it
+-- there; a roleref prints it as "-" (nobody, oid 0).  (issue 25)
+ALTER TABLE idempotency.outbox_message ALTER COLUMN published_by TYPE idempotency.roleref;
+COMMENT ON COLUMN idempotency.outbox_message.published_by IS
+'the role that published the message; - (oid 0) in a dump or restore once that role is dropped';
