@@ -1018,7 +1018,11 @@ BEGIN
     -- role through ALTER ROLE ... RENAME and is not passed to a new role of
     -- the old name.  A regrole column (not yet distributed, or distributed
     -- by hand) and 0.5.0's text column are converted; the role of a text
-    -- name that no longer exists is lost (owner 0: nobody's row).
+    -- name that no longer exists is lost (owner 0: nobody's row), and so is
+    -- a dropped role's oid, which a regrole prints (and 0.5.0 stored as
+    -- text) as bare digits: to_regrole() would read them as the name of
+    -- whatever role is called that (a role's own all-digit name prints
+    -- quoted), handing it the dropped role's rows (issue 25, attack-id).
     -- Every node's own copy of the tables, here first (with Citus's DDL
     -- propagation: a table distributed already converts its shards), then
     -- on each worker (their copies, which become the tables' shells there;
@@ -1048,8 +1052,10 @@ BEGIN
             EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I', p, t);
         END LOOP;
         EXECUTE pg_catalog.format('ALTER TABLE idempotency.%I ALTER COLUMN owner TYPE idempotency.roleref'
-                                  ' USING COALESCE(pg_catalog.to_regrole(owner::pg_catalog.text),'
-                                  ' 0::pg_catalog.oid::pg_catalog.regrole)::idempotency.roleref', t);
+                                  ' USING (CASE WHEN owner::pg_catalog.text OPERATOR(pg_catalog.!~) ''[^0-9]'''
+                                  ' THEN 0::pg_catalog.oid::pg_catalog.regrole'
+                                  ' ELSE COALESCE(pg_catalog.to_regrole(owner::pg_catalog.text),'
+                                  ' 0::pg_catalog.oid::pg_catalog.regrole) END)::idempotency.roleref', t);
         CONTINUE WHEN t OPERATOR(pg_catalog.=) 'state_machine';	-- no row security there
         EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
                                   ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
