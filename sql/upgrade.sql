@@ -176,3 +176,29 @@ DROP EXTENSION idempotency;
 CREATE EXTENSION idempotency;
 DROP TABLE objects;
 DROP FUNCTION extension_objects();
+
+-- On Citus, 0.5.0 kept the owner as text: regrole's output, quoted where
+-- the name needs it ("Pay-Role"), while its derive_key() hashed the role's
+-- name itself (Pay-Role).  The update freezes the name into a key's seed:
+-- it must be the name 0.5.0 hashed, or a key in flight across the update
+-- derives another downstream key (paid twice).  The owner column as
+-- 0.5.0's distribute() left it on every node (its conversion, without
+-- Citus), then the update:
+SELECT current_database() AS regress_db \gset
+CREATE DATABASE regress_upgrade_text_owner;
+\c regress_upgrade_text_owner
+CREATE EXTENSION idempotency VERSION '0.5.0';
+CREATE ROLE "regress_Upgrade-Payer";
+SET ROLE "regress_Upgrade-Payer";
+SELECT outcome FROM idempotency.begin('in-flight-text', lease => '1 hour');
+RESET ROLE;
+DROP POLICY idempotency_key_own_rows ON idempotency.idempotency_key;
+ALTER TABLE idempotency.idempotency_key ALTER COLUMN owner TYPE pg_catalog.text USING owner::pg_catalog.text;
+SELECT owner FROM idempotency.idempotency_key WHERE key = 'in-flight-text';
+ALTER EXTENSION idempotency UPDATE TO '0.6.0';
+SELECT get_byte(derive_seed, 0) AS seed_version,
+       convert_from(substr(derive_seed, 10), 'UTF8') AS frozen_name
+  FROM idempotency.idempotency_key WHERE key = 'in-flight-text';
+\c :regress_db
+DROP DATABASE regress_upgrade_text_owner;
+DROP ROLE "regress_Upgrade-Payer";
