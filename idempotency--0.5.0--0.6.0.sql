@@ -53,10 +53,18 @@ BEGIN
           FROM pg_catalog.pg_roles AS r
          WHERE r.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid;
     ELSE
+        -- 0.5.0's text owner is regrole's output, quoted where the name
+        -- needs it ("Pay-Role"), but its derive_key() hashed the name
+        -- itself: unquote (quote_ident's inverse), or the key changes
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
                              pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||)
-                             pg_catalog.convert_to(k.owner::pg_catalog.text, enc);
+                             pg_catalog.convert_to(
+                                 CASE WHEN pg_catalog.left(k.owner::pg_catalog.text, 1) OPERATOR(pg_catalog.=) '"'
+                                      THEN pg_catalog.replace(pg_catalog.substr(k.owner::pg_catalog.text, 2,
+                                               pg_catalog.length(k.owner::pg_catalog.text) OPERATOR(pg_catalog.-) 2),
+                                           '""', '"')
+                                      ELSE k.owner::pg_catalog.text END, enc);
     END IF;
     UPDATE idempotency.idempotency_key AS k
        SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
