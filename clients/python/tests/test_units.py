@@ -1,6 +1,6 @@
 """Checks of pg_idempotency's pure parts (no database): the key header and
 the stored-response encoding, the public names (and 0.4.0's).  Prints "ok - ..." / "not ok - ..." lines;
-the HTTP checks are in test/clients/driver.js."""
+the HTTP checks are test/conformance's scenarios."""
 import subprocess
 import sys
 
