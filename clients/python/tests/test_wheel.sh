@@ -101,7 +101,9 @@ check "mypy --strict on a typed app against the installed package: clean; a type
 
 serve() {	# example: start it from the venv, POST twice, check 201 + byte-exact replay + 1 row
 	local app=$1 key="wheel-$1-$$-$RANDOM"
-	cd / && env -u PYTHONPATH PORT=0 "$V/bin/python" "$SRC/examples/$app" >"$W/$app.out" 2>"$W/$app.err" &
+	# exec: $! is the server itself, which the kill below must reach (a
+	# subshell's pid left the server running after the suite)
+	(cd / && exec env -u PYTHONPATH PORT=0 "$V/bin/python" "$SRC/examples/$app" >"$W/$app.out" 2>"$W/$app.err") &
 	local pid=$! port=""
 	for _ in $(seq 150); do
 		port=$(sed -n 's/^listening \([0-9]*\)$/\1/p' "$W/$app.out")
