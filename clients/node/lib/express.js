@@ -6,8 +6,9 @@
 // and only then written to the socket, so a client never sees an answer
 // that was not stored.  A streamed answer (a stream piped into res, or
 // res.flushHeaders()) cannot be stored for replay: it is refused with 500
-// "Response not storable" and rolled back, as the Fastify hooks do.  A client that goes away does not stop the handler:
-// its answer is still stored and a resend replays it.
+// "Response not storable" and rolled back, as the Fastify hooks do.  A
+// client that goes away does not stop the handler: its answer is still
+// stored and a resend replays it.
 //
 // The request body is fingerprinted as req.body when a body parser
 // (express.json(), ...) ran before the middleware.  Without one (req.body
