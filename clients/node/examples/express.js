@@ -4,8 +4,11 @@
 // {"sleep": s} holds the transaction s seconds; {"boom": true} fails after
 // its insert (500, rolled back); {"throttle": true} -> 429 (rolled back, not
 // stored) the first time a key is seen, then 201; {"binary": true} -> 200, a body that is not
-// UTF-8 and has a NUL.  X-User plays the authenticated user.
+// UTF-8 and has a NUL; {"stream": true} pipes a stream into the response after
+// its insert, which the middleware refuses (500 Response not storable, rolled
+// back).  X-User plays the authenticated user.  (test/conformance drives it.)
 // Database from DATABASE_HOST/PORT/NAME/USER; prints "listening <port>".
+const { Readable } = require('stream');
 const express = require('express');
 const pg = require('pg');
 const { idempotent } = require('..');
@@ -25,7 +28,7 @@ app.post('/raw', idempotent({ pool, scope: 'raw' }), (req, res) =>
 app.use(express.json());
 
 app.post('/payments', idempotent({ pool, scope: 'payments', user: req => req.get('x-user') }), async (req, res) => {
-	const { amount, sleep, decline, boom, binary, throttle } = req.body;
+	const { amount, sleep, decline, boom, binary, throttle, stream } = req.body;
 	if (decline) return res.status(402).json({ error: 'card_declined' });
 	const { rows: [p] } = await req.db.query(
 		'INSERT INTO payment (idem_key, amount) VALUES ($1, $2) RETURNING id', [req.idempotency.key, amount]);
@@ -35,6 +38,7 @@ app.post('/payments', idempotent({ pool, scope: 'payments', user: req => req.get
 		throttled.add(req.idempotency.key);
 		return res.status(429).set('Retry-After', '1').json({ error: 'rate_limited' });
 	}
+	if (stream) return Readable.from([`{"id":${p.id},`, '"streamed":true}']).pipe(res.type('application/json'));
 	if (binary) return res.type('application/octet-stream').send(Buffer.concat([Buffer.from([0xff, 0, 0xfe]), Buffer.from(String(p.id))]));
 	res.status(201).location(`/payments/${p.id}`).type('application/json')
 		.send(`{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`);

@@ -1,5 +1,8 @@
 'use strict';
-// Example (and test server): the Express example's POST /payments on Fastify.
+// Example (and test server): the Express example's POST /payments on Fastify
+// ({"stream": true}: a stream as the reply, refused with 500 Response not
+// storable and rolled back).  test/conformance drives it.
+const { Readable } = require('stream');
 const Fastify = require('fastify');
 const pg = require('pg');
 const { idempotentFastify } = require('..');
@@ -12,7 +15,7 @@ const app = Fastify();
 const throttled = new Set();
 
 app.post('/payments', idempotentFastify({ pool, scope: 'payments', user: req => req.headers['x-user'] }), async (req, reply) => {
-	const { amount, sleep, decline, boom, binary, throttle } = req.body;
+	const { amount, sleep, decline, boom, binary, throttle, stream } = req.body;
 	if (decline) return reply.code(402).send({ error: 'card_declined' });
 	const { rows: [p] } = await req.db.query(
 		'INSERT INTO payment (idem_key, amount) VALUES ($1, $2) RETURNING id', [req.idempotency.key, amount]);
@@ -22,6 +25,7 @@ app.post('/payments', idempotentFastify({ pool, scope: 'payments', user: req => 
 		throttled.add(req.idempotency.key);
 		return reply.code(429).header('Retry-After', '1').send({ error: 'rate_limited' });
 	}
+	if (stream) return reply.type('application/json').send(Readable.from([`{"id":${p.id},`, '"streamed":true}']));
 	if (binary) return reply.type('application/octet-stream').send(Buffer.concat([Buffer.from([0xff, 0, 0xfe]), Buffer.from(String(p.id))]));
 	reply.code(201).header('Location', `/payments/${p.id}`).type('application/json');
 	return `{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`;

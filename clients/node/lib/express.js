@@ -4,8 +4,11 @@
 // transaction's client in req.db (and req.idempotency.client); whatever it
 // sends is captured (writeHead/write/end), stored by complete(), committed,
 // and only then written to the socket, so a client never sees an answer
-// that was not stored.  A client that goes away does not stop the handler:
-// its answer is still stored and a resend replays it.
+// that was not stored.  A streamed answer (a stream piped into res, or
+// res.flushHeaders()) cannot be stored for replay: it is refused with 500
+// "Response not storable" and rolled back, as the Fastify hooks do.  A
+// client that goes away does not stop the handler: its answer is still
+// stored and a resend replays it.
 //
 // The request body is fingerprinted as req.body when a body parser
 // (express.json(), ...) ran before the middleware.  Without one (req.body
@@ -18,6 +21,9 @@
 
 const crypto = require('crypto');
 const { Guard, parseKey, problem, toBuffer } = require('./core');
+
+const NOT_STORABLE = problem(500, 'Response not storable',
+	'A streamed response cannot be stored for replay; send the whole body with res.send() or res.end().');
 
 function hasBody(req) {
 	if (req.headers['transfer-encoding'] !== undefined) return true;
@@ -78,10 +84,16 @@ function idempotent(opts) {
 	};
 }
 
-// capture: hold the response until it is stored
+// capture: hold the response until it is stored; a stream piped into res
+// (its 'pipe' event: pipe() and stream.pipeline()) or flushHeaders() marks
+// it streamed, refused at end()
 function capture(res, guard, state) {
-	const { writeHead, write, end } = res;
+	const { writeHead, write, end, flushHeaders } = res;
 	const chunks = [];
+	let streamed = false;
+	const onPipe = () => { streamed = true; };
+	res.on('pipe', onPipe);
+	res.flushHeaders = function () { streamed = true; };
 	res.writeHead = function (status, reason, headers) {
 		if (typeof reason !== 'string') headers = reason;
 		res.statusCode = status;
@@ -100,7 +112,13 @@ function capture(res, guard, state) {
 		if (typeof chunk === 'function') { cb = chunk; chunk = undefined; }
 		if (typeof encoding === 'function') { cb = encoding; encoding = undefined; }
 		if (chunk !== undefined && chunk !== null) res.write(chunk, encoding);
-		res.writeHead = writeHead; res.write = write; res.end = end;
+		res.writeHead = writeHead; res.write = write; res.end = end; res.flushHeaders = flushHeaders;
+		res.removeListener('pipe', onPipe);
+		if (streamed) {
+			guard.abort(state).then(() => replace(res, NOT_STORABLE),
+				err => replace(res, problem(500, 'Internal error', String(err && err.message))));
+			return res;
+		}
 		const body = Buffer.concat(chunks);
 		guard.finish(state, res.statusCode, n => res.getHeader(n), body).then(answer => {
 			if (answer) return replace(res, answer);

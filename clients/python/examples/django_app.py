@@ -1,7 +1,8 @@
 """Example (and test server): POST /payments on Django, one decorator line,
 the ORM write in the guarded transaction on Django's own connection
 (psycopg2 on Debian 12's Django 3.2).  The same contract as
-clients/node/examples/express.js.  Database from DATABASE_HOST/PORT/NAME/
+clients/node/examples/express.js ({"stream": true}: a StreamingHttpResponse,
+refused: TypeError, 500, rolled back, logged by django.request; test/conformance).  Database from DATABASE_HOST/PORT/NAME/
 USER (a `payment` table: id bigserial, idem_key text, amount numeric);
 IDEMPOTENCY_BOUNCER=1 changes nothing (psycopg2 sends no named prepared
 statements, so PgBouncer in transaction mode works as it is).  Served by
@@ -30,12 +31,14 @@ settings.configure(
         "NAME": os.environ["DATABASE_NAME"], "USER": os.environ["DATABASE_USER"],
     }},
     LOGGING={"version": 1, "disable_existing_loggers": False,
-             "loggers": {"django.server": {"level": "WARNING"}}},
+             "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+             "loggers": {"django.server": {"level": "WARNING"},
+                         "django.request": {"handlers": ["stderr"], "level": "ERROR"}}},
 )
 django.setup()
 
 from django.db import connection, models  # noqa: E402
-from django.http import HttpResponse, JsonResponse  # noqa: E402
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 
@@ -72,6 +75,9 @@ def pay(request):
     if p.get("throttle") and key not in throttled:
         throttled.add(key)	# 429: rolled back, not stored
         return JsonResponse({"error": "rate_limited"}, status=429, headers={"Retry-After": "1"})
+    if p.get("stream"):	# cannot be stored for replay: refused
+        return StreamingHttpResponse(iter([b'{"id":%d,' % payment.id, b'"streamed":true}']),
+                                     content_type="application/json")
     if p.get("binary"):
         return HttpResponse(b"\xff\x00\xfe" + str(payment.id).encode(),
                             content_type="application/octet-stream")

@@ -1,5 +1,6 @@
 """Example (and test server): POST /payments on FastAPI + async psycopg 3.
-The same contract as clients/node/examples/express.js.  Database from
+The same contract as clients/node/examples/express.js ({"stream": true}: a
+StreamingResponse, refused: TypeError, 500, rolled back; test/conformance).  Database from
 DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind PgBouncer in
 transaction mode (prepare_threshold=None).  Prints "listening <port>"."""
 import json
@@ -9,7 +10,7 @@ from typing import Optional
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from psycopg import AsyncConnection
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
@@ -38,6 +39,7 @@ class Payment(BaseModel):
     boom: bool = False
     binary: bool = False
     throttle: bool = False
+    stream: bool = False
 
 
 def user(request: Request):
@@ -59,6 +61,8 @@ async def pay(p: Payment, request: Request, db: AsyncConnection):
     if p.throttle and request.state.idempotency["key"] not in throttled:
         throttled.add(request.state.idempotency["key"])	# 429: rolled back, not stored
         return JSONResponse({"error": "rate_limited"}, status_code=429, headers={"Retry-After": "1"})
+    if p.stream:	# cannot be stored for replay: refused
+        return StreamingResponse(iter([b'{"id":%d,' % pid, b'"streamed":true}']), media_type="application/json")
     if p.binary:
         return Response(b"\xff\x00\xfe" + str(pid).encode(), media_type="application/octet-stream")
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.amount))

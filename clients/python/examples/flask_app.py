@@ -1,11 +1,12 @@
 """Example (and test server): POST /payments on Flask + sync psycopg 3.
-The same contract as clients/node/examples/express.js.  Database from
+The same contract as clients/node/examples/express.js ({"stream": true}: a
+streamed Response, refused: TypeError, 500, rolled back; test/conformance).  Database from
 DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind PgBouncer in
 transaction mode (prepare_threshold=None).  Prints "listening <port>"."""
 import json
 import os
 
-from flask import Flask, g, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 from werkzeug.serving import make_server
@@ -36,6 +37,8 @@ def pay():
     if p.get("throttle") and g.idempotency["key"] not in throttled:
         throttled.add(g.idempotency["key"])	# 429: rolled back, not stored
         return jsonify(error="rate_limited"), 429, {"Retry-After": "1"}
+    if p.get("stream"):	# cannot be stored for replay: refused
+        return Response(iter([b'{"id":%d,' % pid, b'"streamed":true}']), mimetype="application/json")
     if p.get("binary"):
         return b"\xff\x00\xfe" + str(pid).encode(), 200, {"Content-Type": "application/octet-stream"}
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.get("amount")))

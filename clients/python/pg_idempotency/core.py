@@ -42,8 +42,8 @@ from typing import (Any, Callable, ContextManager, Dict, Iterable, List, Optiona
                     Sequence, Tuple, Union)
 
 __all__ = [
-    "Answer", "Captured", "DEFAULT_HEADERS", "InvalidKey", "KeyError400", "Options", "RETRYABLE",
-    "TRANSIENT", "Transaction", "decode_response", "default_store", "encode_response",
+    "Answer", "Captured", "DEFAULT_HEADERS", "InvalidKey", "KeyError400", "MissingKey", "Options",
+    "RETRYABLE", "TRANSIENT", "Transaction", "decode_response", "default_store", "encode_response",
     "error_answer", "lookup_retry_after", "message_of", "parse_key", "problem", "request_json",
     "run", "sqlstate_of",
 ]
@@ -94,21 +94,27 @@ class Captured:
 
 
 class InvalidKey(Exception):
-    """A malformed Idempotency-Key header (answer 400)."""
+    """A malformed or missing Idempotency-Key header (answer 400)."""
+
+
+class MissingKey(InvalidKey):
+    """No Idempotency-Key header, or a blank one (answer 400, or run the
+    request unguarded when the key is optional)."""
 
 
 KeyError400 = InvalidKey	# its 0.4.0 name
 
 
-def parse_key(values: Optional[Iterable[Optional[str]]]) -> Optional[str]:
-    """The Idempotency-Key header values -> the key, None when missing;
-    raises InvalidKey when malformed.  A structured-field string ("abc",
-    RFC 8941 3.3.3) or bare (abc, as Stripe clients send it)."""
+def parse_key(values: Optional[Iterable[Optional[str]]]) -> str:
+    """The Idempotency-Key header values -> the key; raises MissingKey (an
+    InvalidKey) when there is none or it is blank, InvalidKey when it is
+    malformed.  A structured-field string ("abc", RFC 8941 3.3.3) or bare
+    (abc, as Stripe clients send it)."""
     vals = [v for v in (values or []) if v is not None]
     if len(vals) > 1:
         raise InvalidKey("more than one Idempotency-Key header")
     if not vals or not vals[0].strip():
-        return None
+        raise MissingKey("This request requires an Idempotency-Key header.")
     v = vals[0].strip()
     if v[0] != '"':
         return v

@@ -1,10 +1,12 @@
 """Checks of pg_idempotency's pure parts (no database): the key header and
 the stored-response encoding, the public names (and 0.4.0's).  Prints "ok - ..." / "not ok - ..." lines;
-the HTTP checks are in test/clients/driver.js."""
+the HTTP checks are test/conformance's scenarios."""
 import subprocess
 import sys
+from pathlib import Path
 
 from pg_idempotency._core import KeyError400, decode_response, encode_response, parse_key
+from pg_idempotency.core import InvalidKey, MissingKey
 
 failed = 0
 
@@ -18,13 +20,24 @@ def check(desc, cond):
 def key(v):
     try:
         return parse_key(v)
+    except MissingKey:
+        return "<missing>"
     except KeyError400:
         return "<400>"
 
 
 check("bare key", key(["abc-1"]) == "abc-1")
 check("structured-field string key, with escapes", key(['"a\\"b\\\\c"']) == 'a"b\\c')
-check("missing or blank key -> None", key([]) is None and key(["  "]) is None)
+check("missing or blank key -> MissingKey (never None: a missing header must not reach the "
+      "database as IK003)", key([]) == "<missing>" and key(["  "]) == "<missing>" and key(None) == "<missing>"
+      and key([None]) == "<missing>")
+try:
+    parse_key([])
+    raised = None
+except InvalidKey as x:
+    raised = x
+check("parse_key([]) raises InvalidKey, as the README says (MissingKey is an InvalidKey)",
+      isinstance(raised, MissingKey) and isinstance(raised, InvalidKey))
 check("malformed structured-field strings -> 400",
       all(key([v]) == "<400>" for v in ['"abc', '"a"b"', '"a\\xb"', '"caf\u00e9"']))
 check("two Idempotency-Key headers -> 400", key(["a", "b"]) == "<400>")
@@ -63,6 +76,12 @@ try:
 except core.InvalidKey as x:
     e = x
 check("InvalidKey is what parse_key raises (and KeyError400 catches it)", isinstance(e, _core.KeyError400))
+readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+undocumented = [n for n in pg_idempotency.__all__ if f"`{n}" not in readme]
+check("every name pg_idempotency exports is in its README (run_phases, PhaseError, MissingKey, ...)",
+      not undocumented)
+if undocumented:
+    print("# not in README.md: " + ", ".join(undocumented))
 out = subprocess.run([sys.executable, "-c", "import sys, pg_idempotency, pg_idempotency.core, "
                       "pg_idempotency.drivers, pg_idempotency.django; "
                       "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg2', 'psycopg_pool')))"],

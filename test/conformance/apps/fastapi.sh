@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# test/conformance/apps/fastapi.sh: FastAPI on async psycopg 3 under uvicorn
+# (clients/python/examples/fastapi_app.py), the contract of test/conformance/README.md;
+# the package from the checkout (PYTHONPATH) on Debian's python3.
+# packages: python3-fastapi python3-uvicorn python3-psycopg python3-psycopg-pool
+set -eu
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+export PYTHONPATH=$ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}
+exec /usr/bin/python3 "$ROOT/clients/python/examples/fastapi_app.py"
