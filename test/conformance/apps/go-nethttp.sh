@@ -5,6 +5,7 @@
 # With --build it only builds (a cold build of Go's standard library, the
 # driver and the framework takes 20-30 s of CPU: longer than a harness may
 # wait for "listening").
+# debian: bookworm
 # packages: golang-go golang-github-lib-pq-dev golang-github-jackc-pgx-v4-dev golang-github-go-chi-chi-dev golang-github-gin-gonic-gin-dev
 set -eu
 root=$(cd "$(dirname "$0")/../../.." && pwd)

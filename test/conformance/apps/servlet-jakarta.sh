@@ -6,6 +6,7 @@
 # TomcatMain), on the jar built by the Maven build, cached under
 # $CONFORMANCE_BUILD/servlet-jakarta (servlet/example/build.sh); then execs
 # the server.  `servlet-jakarta.sh --build` only builds.
+# debian: bookworm
 # packages: default-jdk-headless=javac maven=mvn junit5 libmaven-compiler-plugin-java libsurefire-java libmaven-jar-plugin-java libmaven-source-plugin-java libmaven-resources-plugin-java libpostgresql-jdbc-java libservlet-api-java libjakarta-servlet-api-java libjetty9-java libtomcat10-embed-java libjakarta-annotation-api-java libhikaricp-java
 set -euo pipefail
 cp=$(bash "$(dirname "$0")/../../../clients/java/servlet/example/build.sh" jakarta)

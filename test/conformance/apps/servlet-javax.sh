@@ -5,6 +5,7 @@
 # by the Maven build (mvn -o, Debian's Maven repository), cached under
 # $CONFORMANCE_BUILD/servlet-javax (servlet/example/build.sh); then execs the
 # server.  `servlet-javax.sh --build` only builds.
+# debian: bookworm
 # packages: default-jdk-headless=javac maven=mvn junit5 libmaven-compiler-plugin-java libsurefire-java libmaven-jar-plugin-java libmaven-source-plugin-java libmaven-resources-plugin-java libpostgresql-jdbc-java libservlet-api-java libjakarta-servlet-api-java libjetty9-java libhikaricp-java
 set -euo pipefail
 cp=$(bash "$(dirname "$0")/../../../clients/java/servlet/example/build.sh" javax)
