@@ -26,6 +26,7 @@ OBJS = \
 	src/lookup.o \
 	src/http.o \
 	src/recovery.o \
+	src/wakeup.o \
 	src/outbox.o
 
 EXTENSION = idempotency

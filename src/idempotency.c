@@ -151,6 +151,7 @@ _PG_init(void)
 	idem_runas_init();
 	idem_heldkeys_init();
 	idem_stats_init();
+	idem_wakeup_init();
 
 	if (process_shared_preload_libraries_in_progress)
 		idem_purge_worker_register();

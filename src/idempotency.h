@@ -12,6 +12,7 @@
  *	  lookup.c        lookup()
  *	  http.c          http_response()
  *	  outbox.c        publish(), claim(), ack(), nack(), topics
+ *	  wakeup.c        wait_for(); relays woken through shared memory
  *	  guard.c         begin(), complete(), fail()      (features)
  *	  lifecycle.c     purge(), tokens, first_seen()
  *	  ops.c           forget(), renew()
@@ -233,6 +234,10 @@ typedef struct StoredKey
 } StoredKey;
 
 extern void idem_keystore_relcache(Oid relid);
+/* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
+extern void idem_wakeup_init(void);
+extern void idem_wake_at_commit(int32 topic_id);
+
 /* outbox.c: its topic cache */
 extern void idem_outbox_relcache(Oid relid);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,

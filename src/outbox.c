@@ -47,7 +47,12 @@
  * every message of its key, and one of them that is out keeps it waiting
  * (issue 25, finding 3: with its old id it went out beside it).
  *
- * Wake-ups: publish() (and release(), redrive()) queue the channel
+ * Wake-ups: publish() (and release(), redrive()) hand the topic to
+ * wakeup.c, which wakes the topic's relays blocked in wait_for() through
+ * shared memory once the transaction has committed (no lock, no queue: see
+ * wakeup.c).  Only a topic created or altered with notify => true (off by
+ * default since 0.6.0) is also announced with NOTIFY, for plain SQL
+ * clients that LISTEN: these queue the channel
  * "idempotency.outbox.<topic>" in this backend, once per transaction and
  * topic, and a PRE_COMMIT transaction callback NOTIFYs each with an empty
  * payload (PRE_COMMIT runs before PostgreSQL's PreCommit_Notify()), so a
@@ -55,10 +60,10 @@
  * issued before commit because PostgreSQL refuses to PREPARE a transaction
  * that issued one (issue 25, finding 8): a prepared transaction notifies
  * nobody, and relays find its messages at their next poll.  A rolled-back
- * subtransaction takes its wake-ups with it.  The price: PostgreSQL serialises the commits of all notifying transactions
- * (async.c takes a database-wide lock before the commit record and holds
- * it past the WAL flush), so a topic with many concurrent publishers can
- * be created with notify => false and its relays poll instead.
+ * subtransaction takes its wake-ups with it.  The price of NOTIFY:
+ * PostgreSQL serialises the commits of all notifying transactions (async.c
+ * takes a cluster-wide lock before the commit record and holds it past the
+ * WAL flush), which is why it is off by default.
  *
  * Dropping a topic (issue 25, finding 2): messages have no foreign key to
  * their topic (it would lock the topic row for every publish), so a
@@ -928,6 +933,7 @@ idempotency_publish(PG_FUNCTION_ARGS)
 				 errdetail("A trigger on the table skipped the row.")));
 	SPI_finish();
 
+	idem_wake_at_commit(t.id);	/* wakeup.c: wait_for() */
 	if (t.notify)
 		notify_topic(topic);
 	PG_RETURN_DATUM(values[3]);
@@ -1174,6 +1180,8 @@ claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	char	   *topic = NULL;
+	int32		topic_id = 0;
+	bool		topic_notify = false;
 	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
@@ -1195,11 +1203,23 @@ claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
 	n = idem_run_as_owner(plan, sql, 4 + nextra, argtypes, values, nulls,
 						  notify ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE);
 	if (notify && n > 0)
-		topic = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[0],
-													  SPI_tuptable->tupdesc, 1));
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		/* messages of one claim share its topic: (id, name, notify) */
+		topic_id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		topic = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
+		topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	}
 	SPI_finish();
 	if (topic != NULL)
-		notify_topic(topic);	/* messages of one claim share its topic */
+	{
+		idem_wake_at_commit(topic_id);	/* wakeup.c: wait_for() */
+		if (topic_notify)
+			notify_topic(topic);
+	}
 	return (int32) n;
 }
 
@@ -1280,7 +1300,7 @@ idempotency_release(PG_FUNCTION_ARGS)
 								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
 								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
 								   MAY_CONSUME
-								   " RETURNING t.name",
+								   " RETURNING t.id, t.name, t.notify",
 								   fcinfo, 0, NULL, NULL, NULL, true);
 
 	PG_RETURN_INT32(n);
@@ -1370,6 +1390,10 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 						  3, utypes, uvalues, NULL, SPI_OK_UPDATE);
 	SPI_finish();
 	if (n > 0)
-		notify_topic(topic);
+	{
+		idem_wake_at_commit(t.id);	/* wakeup.c: wait_for() */
+		if (t.notify)
+			notify_topic(topic);
+	}
 	PG_RETURN_INT32((int32) n);
 }
