@@ -173,8 +173,13 @@ class Relay {
 		const host = client.host || 'localhost';
 		const sock = host.startsWith('/') ?
 			net.connect(`${host}/.s.PGSQL.${client.port}`) : net.connect(client.port, host);
+		// as libpq does: write, then wait for the server to close (PgBouncer
+		// 1.18 crashed on a cancel connection half-closed at once)
 		sock.on('error', () => {});
-		sock.on('connect', () => sock.end(msg));
+		sock.on('connect', () => sock.write(msg));
+		sock.on('end', () => sock.end());
+		sock.setTimeout(5000, () => sock.destroy());
+		sock.unref();
 	}
 
 	report(err) {
