@@ -316,3 +316,34 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_grant',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid) AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.grantee::pg_catalog.oid)');
 SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_message',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_message.owner::pg_catalog.oid)');
+
+-- == wake-ups without NOTIFY (issue 26) ==
+-- A relay blocks in wait_for() until a transaction that published to one of
+-- its topics has committed, woken through the extension's shared memory
+-- (src/wakeup.c); publishers take no lock for it.  NOTIFY is off by default.
+CREATE FUNCTION idempotency.wait_for(
+    topics  pg_catalog.text[],
+    timeout pg_catalog.interval DEFAULT '30 seconds',
+    since   pg_catalog.int8[]   DEFAULT NULL,
+    OUT woken  pg_catalog.text[],
+    OUT cursor pg_catalog.int8[])
+RETURNS record
+AS 'MODULE_PATHNAME', 'idempotency_wait_for'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency.wait_for(pg_catalog.text[], pg_catalog.interval, pg_catalog.int8[]) IS
+'Wait until a transaction that published to one of topics (each one the caller may consume) has committed since the cursor since (default: since the call began), or timeout; returns the topics woken and the cursor to pass next time (needs the library in shared_preload_libraries)';
+
+-- NOTIFY off by default for new topics (topics that exist keep theirs:
+-- alter_topic(topic, notify => false) turns it off once no client LISTENs)
+ALTER TABLE idempotency.outbox_topic ALTER COLUMN notify SET DEFAULT false;
+COMMENT ON COLUMN idempotency.outbox_topic.notify IS 'publish() also NOTIFYs "idempotency.outbox.<topic>" at commit, for clients that LISTEN (PostgreSQL serialises the commits of notifying transactions; relays use wait_for(), which needs no NOTIFY)';
+CREATE OR REPLACE FUNCTION idempotency.create_topic(
+    topic        pg_catalog.text,
+    max_attempts pg_catalog.int4     DEFAULT 10,
+    backoff_base pg_catalog.interval DEFAULT '1 second',
+    backoff_max  pg_catalog.interval DEFAULT '1 hour',
+    retention    pg_catalog.interval DEFAULT '1 hour',
+    notify       pg_catalog.bool     DEFAULT false)
+RETURNS pg_catalog.int4
+AS 'MODULE_PATHNAME', 'idempotency_create_topic'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;

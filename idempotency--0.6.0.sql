@@ -688,7 +688,7 @@ CREATE TABLE idempotency.outbox_topic (
     backoff_base pg_catalog.interval    NOT NULL,
     backoff_max  pg_catalog.interval    NOT NULL,
     retention    pg_catalog.interval    NOT NULL,
-    notify       pg_catalog.bool        NOT NULL DEFAULT true,
+    notify       pg_catalog.bool        NOT NULL DEFAULT false,
     created_at   pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
     -- counts of purged messages, so outbox_stats keeps counting after purge
     purged_delivered pg_catalog.int8    NOT NULL DEFAULT 0,
@@ -704,7 +704,7 @@ ALTER TABLE idempotency.outbox_topic
     ALTER COLUMN id SET DEFAULT pg_catalog.nextval('idempotency.outbox_topic_id_seq'::pg_catalog.regclass);
 COMMENT ON TABLE idempotency.outbox_topic IS
 'Outbox topics: one row per topic, owned by the role that created it (create_topic)';
-COMMENT ON COLUMN idempotency.outbox_topic.notify IS 'publish() wakes relays with NOTIFY at commit (PostgreSQL serialises the commits of notifying transactions; false: relays poll)';
+COMMENT ON COLUMN idempotency.outbox_topic.notify IS 'publish() also NOTIFYs "idempotency.outbox.<topic>" at commit, for clients that LISTEN (PostgreSQL serialises the commits of notifying transactions; relays use wait_for(), which needs no NOTIFY)';
 
 CREATE TABLE idempotency.outbox_grant (
     topic_id    pg_catalog.int4    NOT NULL,
@@ -817,7 +817,7 @@ CREATE FUNCTION idempotency.create_topic(
     backoff_base pg_catalog.interval DEFAULT '1 second',
     backoff_max  pg_catalog.interval DEFAULT '1 hour',
     retention    pg_catalog.interval DEFAULT '1 hour',
-    notify       pg_catalog.bool     DEFAULT true)
+    notify       pg_catalog.bool     DEFAULT false)
 RETURNS pg_catalog.int4
 AS 'MODULE_PATHNAME', 'idempotency_create_topic'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -900,6 +900,22 @@ AS 'MODULE_PATHNAME', 'idempotency_claim'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
 COMMENT ON FUNCTION idempotency.claim(pg_catalog.text, pg_catalog.int4, pg_catalog.interval) IS
 'Claim up to batch_size ready messages of a topic for visibility (no other relay gets them meanwhile); one per message key, in commit order';
+
+-- == wake-ups without NOTIFY (issue 26) ==
+-- A relay blocks in wait_for() until a transaction that published to one of
+-- its topics has committed, woken through the extension's shared memory
+-- (src/wakeup.c); publishers take no lock for it.  NOTIFY is off by default.
+CREATE FUNCTION idempotency.wait_for(
+    topics  pg_catalog.text[],
+    timeout pg_catalog.interval DEFAULT '30 seconds',
+    since   pg_catalog.int8[]   DEFAULT NULL,
+    OUT woken  pg_catalog.text[],
+    OUT cursor pg_catalog.int8[])
+RETURNS record
+AS 'MODULE_PATHNAME', 'idempotency_wait_for'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency.wait_for(pg_catalog.text[], pg_catalog.interval, pg_catalog.int8[]) IS
+'Wait until a transaction that published to one of topics (each one the caller may consume) has committed since the cursor since (default: since the call began), or timeout; returns the topics woken and the cursor to pass next time (needs the library in shared_preload_libraries)';
 
 CREATE FUNCTION idempotency.ack(
     claim pg_catalog.uuid,

@@ -2,16 +2,25 @@
 # bench/outbox.sh — the outbox (issue 18), side by side in one run on one
 # throwaway cluster, each pair interleaved:
 #
-#   (a) publish() inside once() against once() alone: instructions per
-#       request (callgrind, postgres --single, as bench/instructions.sh) and
-#       tps (pgbench -M prepared, OUTBOX_CLIENTS clients, rounds interleaved)
+#   (a) publish() inside once(), with its wake-up (a relay blocked in
+#       wait_for() on the topic, or nobody waiting), against once() + the
+#       same message row stored by a plain INSERT with no wake-up at all
+#       (the floor), against once() alone, and a topic with notify => true:
+#       tps at OUTBOX_A_CLIENTS (1 4 16) clients, pgbench -M prepared,
+#       OUTBOX_ROUNDS rounds interleaved, median and spread (min-max); and
+#       (OUTBOX_CALLGRIND=1) instructions per request (callgrind, postgres
+#       --single, as bench/instructions.sh)
 #   (b) relay throughput, claim + ack of a batch in one statement, batch 1,
 #       10, 100, with 1 and 4 relays (pgbench clients), against pgmq 1.5.1
 #       read + delete of the same batches (messages per second; unkeyed
 #       messages, and ours also with 1000 message keys)
-#   (c) commit-to-handler latency p50/p99: our Node relay woken by NOTIFY,
-#       against a pgmq reader polling every 100 ms
-#   (d) OUTBOX_TOTAL (1 M) messages through one topic with retention 0,
+#   (c) commit-to-handler latency p50/p99: our Node relay blocked in
+#       wait_for() (woken through shared memory), against a pgmq reader
+#       polling every 100 ms
+#   (d) WAL bytes and dead row versions per delivered message, ours
+#       (publish, claim + ack of 10, purge) against pgmq's (send, read + delete
+#       of 10), one message per transaction, after a CHECKPOINT
+#   (e) OUTBOX_TOTAL (1 M) messages through one topic with retention 0,
 #       published, relayed and purged by the purge worker concurrently:
 #       table size and dead tuples along the way
 #
@@ -19,7 +28,8 @@
 # built and installed into pg_config's prefix when missing; never committed.
 # Environment: OUTBOX_SECS (5), OUTBOX_ROUNDS (3; OUTBOX_B_ROUNDS (1) for b), OUTBOX_CLIENTS (4),
 # OUTBOX_N (2000 callgrind requests), OUTBOX_TOTAL (1000000),
-# OUTBOX_PARTS ("a b c d").  Prints a Markdown report (and appends it to
+# OUTBOX_PARTS ("a b c d e"), OUTBOX_A_CLIENTS ("1 4 16"), OUTBOX_CALLGRIND
+# (0), OUTBOX_WAL_N (5000).  Prints a Markdown report (and appends it to
 # OUTBOX_REPORT when set).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -31,7 +41,10 @@ B_ROUNDS=${OUTBOX_B_ROUNDS:-1}
 CLIENTS=${OUTBOX_CLIENTS:-4}
 N=${OUTBOX_N:-2000}
 TOTAL=${OUTBOX_TOTAL:-1000000}
-PARTS=${OUTBOX_PARTS:-a b c d}
+PARTS=${OUTBOX_PARTS:-a b c d e}
+A_CLIENTS=${OUTBOX_A_CLIENTS:-1 4 16}
+CALLGRIND=${OUTBOX_CALLGRIND:-0}
+WAL_N=${OUTBOX_WAL_N:-5000}
 PGMQ_TAR=${OUTBOX_PGMQ_TAR:-$ROOT/../shared/vendor/pgmq-1.5.1.tar.gz}
 [ -f "$PGMQ_TAR" ] || PGMQ_TAR=/work/shared/vendor/pgmq-1.5.1.tar.gz
 
@@ -43,12 +56,15 @@ if [ ! -f "$(pg_config --sharedir)/extension/pgmq--1.5.1.sql" ]; then
 		{ echo "pgmq 1.5.1 did not build from $PGMQ_TAR" >&2; exit 2; }
 	rm -rf "$T"
 fi
-command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+[ "$CALLGRIND" = 1 ] && ! command -v valgrind >/dev/null &&
+	{ apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 
 bench_start "shared_preload_libraries = 'idempotency'" "idempotency.purge_interval = 1" \
 	"idempotency.purge_batch = 10000" "max_connections = 100"
 R=$WORK/report.md
 echo "## The outbox (bench/outbox.sh, $(date -u +%F), $(nproc) cores, $(psql --version | awk '{print $3}'))" >"$R"
+echo >>"$R"
+echo "Load at the start: $(uptime | sed 's/.*load average/load average/') (the machine is shared: other jobs may run beside the bench)." >>"$R"
 psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || exit 2
 CREATE EXTENSION idempotency;
 CREATE EXTENSION pgmq;
@@ -59,18 +75,21 @@ SELECT idempotency.create_topic('keyed');
 SELECT idempotency.create_topic('million', retention => '0 s');
 SELECT idempotency.create_topic('latency');
 SELECT idempotency.create_topic('quiet', notify => false);
+SELECT idempotency.create_topic('loud', notify => true);
+SELECT idempotency.create_topic('walt', retention => '0 s');
 -- the floor of (a): a plain table shaped like outbox_message, same indexes
 CREATE TABLE floor_message (LIKE idempotency.outbox_message INCLUDING DEFAULTS INCLUDING INDEXES);
 CREATE SEQUENCE floor_message_id_seq;
 SELECT pgmq.create('relay');
 SELECT pgmq.create('latency');
+SELECT pgmq.create('walq');
 SQL
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 tps() { awk '/^tps = / { printf "%d", $3 }' "$1"; }
 
 # ---------------------------------------------------------------------------
 part_a() {
-	echo "### (a) publish() inside once() against once() alone" >>"$R"
+	echo "### (a) publish() inside once() with its wake-up, against the same row stored with none, and once() alone" >>"$R"
 	cat >"$WORK/once.sql" <<'S'
 \set k random(1, 1000000000)
 SELECT outcome FROM idempotency.once('o' || :client_id || '-' || :k, NULL,
@@ -83,26 +102,71 @@ SELECT outcome FROM idempotency.once('p' || :client_id || '-' || :k, NULL,
    SELECT idempotency.publish(''bench'', jsonb_build_object(''payment'', p.id), $1) FROM p',
   'p' || :client_id || '-' || :k, 10);
 S
-	cat >"$WORK/publish_quiet.sql" <<'S'
+	cat >"$WORK/publish_loud.sql" <<'S'
 \set k random(1, 1000000000)
-SELECT outcome FROM idempotency.once('q' || :client_id || '-' || :k, NULL,
+SELECT outcome FROM idempotency.once('l' || :client_id || '-' || :k, NULL,
   'WITH p AS (INSERT INTO payment (key, amount) VALUES ($1, $2) RETURNING id)
-   SELECT idempotency.publish(''quiet'', jsonb_build_object(''payment'', p.id), $1) FROM p',
-  'q' || :client_id || '-' || :k, 10);
+   SELECT idempotency.publish(''loud'', jsonb_build_object(''payment'', p.id), $1) FROM p',
+  'l' || :client_id || '-' || :k, 10);
 S
-	local r s
-	: >"$WORK/a.dat"
-	for r in $(seq "$ROUNDS"); do
-		for s in once publish publish_quiet; do
-			pgbench -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" -f "$WORK/$s.sql" >"$WORK/a.out" 2>&1
-			echo "$r $s $(tps "$WORK/a.out")" >>"$WORK/a.dat"
+	# the floor: the same row, stored by a plain INSERT (no topic, no lock, no wake-up)
+	cat >"$WORK/floor.sql" <<'S'
+\set k random(1, 1000000000)
+SELECT outcome FROM idempotency.once('f' || :client_id || '-' || :k, NULL,
+  'WITH p AS (INSERT INTO payment (key, amount) VALUES ($1, $2) RETURNING id)
+   INSERT INTO floor_message (id, topic_id, owner, message_id, message_key, payload, headers, state, available_at, published_at, published_by)
+   SELECT nextval(''floor_message_id_seq''), 1, current_user::regrole, gen_random_uuid(), $1, jsonb_build_object(''payment'', p.id), ''{}'', ''pending'', now(), now(), current_user::regrole FROM p RETURNING id',
+  'f' || :client_id || '-' || :k, 10);
+S
+	# a relay blocked in wait_for() on topic bench, woken by every commit
+	{
+		echo "SELECT cursor AS c FROM idempotency.wait_for('{bench}', '0') \\gset"
+		for i in $(seq 200000); do
+			echo "SELECT cursor AS c FROM idempotency.wait_for('{bench}', '10 s', :'c') \\gset"
 		done
-		psql -qX -c "DELETE FROM idempotency.outbox_message" -c "VACUUM idempotency.outbox_message" >/dev/null
+	} >"$WORK/waiter.sql"
+	local r s c waiter
+	: >"$WORK/a.dat"
+	for c in $A_CLIENTS; do
+		for r in $(seq "$ROUNDS"); do
+			for s in once floor publish wake publish_loud; do
+				waiter=
+				if [ $s = wake ]; then
+					psql -qX -f "$WORK/waiter.sql" >/dev/null 2>&1 &
+					waiter=$!
+					sleep 0.3
+				fi
+				pgbench -n -M prepared -c "$c" -j "$c" -T "$SECS" -f "$WORK/${s/wake/publish}.sql" >"$WORK/a.out" 2>&1
+				[ -n "$waiter" ] && { kill "$waiter"; wait "$waiter" 2>/dev/null; }
+				echo "$c $r $s $(tps "$WORK/a.out")" >>"$WORK/a.dat"
+			done
+			psql -qX -c "DELETE FROM idempotency.outbox_message" -c "TRUNCATE floor_message" \
+				-c "VACUUM idempotency.outbox_message" >/dev/null
+		done
 	done
+	{
+		echo
+		echo "| clients | once() alone | floor: + the row, plain INSERT | + publish(), nobody waiting | + publish(), a relay in wait_for() | + publish(), notify => true | wake-up / floor | wake-up / once() | notify / floor |"
+		echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for c in $A_CLIENTS; do
+			local cell=() med=() v
+			for s in once floor publish wake publish_loud; do
+				v=$(awk -v c=$c -v s=$s '$1 == c && $3 == s { print $4 }' "$WORK/a.dat")
+				med+=("$(echo "$v" | median)")
+				cell+=("$(echo "$v" | median) ($(echo "$v" | sort -n | head -1)-$(echo "$v" | sort -n | tail -1))")
+			done
+			awk -v c=$c -v a="${cell[0]}" -v b="${cell[1]}" -v p="${cell[2]}" -v w="${cell[3]}" -v l="${cell[4]}" \
+				-v o=${med[0]} -v f=${med[1]} -v wk=${med[3]} -v lo=${med[4]} \
+				'BEGIN { printf "| %d | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n", c, a, b, p, w, l, wk / f, wk / o, lo / f }'
+		done
+		echo
+		echo "tps, median of $ROUNDS interleaved rounds (min-max), pgbench -M prepared, ${SECS} s per run, fsync on; each request one autocommit statement (once() inserting a payment, and the message in the same statement: keyed publish(), or for the floor a plain INSERT of the same row into a table shaped like outbox_message with its indexes). \"a relay in wait_for()\": one psql session loops on wait_for() with its cursor, so every commit wakes it (and it takes CPU on this machine). Target: wake-up / floor ≥ 0.9."
+	} >>"$R"
+	[ "$CALLGRIND" = 1 ] || return 0
 	local t_once t_pub t_quiet
-	t_once=$(awk '$2 == "once" { print $3 }' "$WORK/a.dat" | median)
-	t_pub=$(awk '$2 == "publish" { print $3 }' "$WORK/a.dat" | median)
-	t_quiet=$(awk '$2 == "publish_quiet" { print $3 }' "$WORK/a.dat" | median)
+	t_once=$(awk '$1 == 4 && $3 == "once" { print $4 }' "$WORK/a.dat" | median)
+	t_pub=$(awk '$1 == 4 && $3 == "wake" { print $4 }' "$WORK/a.dat" | median)
+	t_quiet=$(awk '$1 == 4 && $3 == "publish" { print $4 }' "$WORK/a.dat" | median)
 
 	# instructions: postgres --single under callgrind
 	local DATA=$CLUSTER_DIR/data
@@ -110,12 +174,17 @@ S
 	as_pg "$PG_BINDIR/pg_ctl" -D "$DATA" -w stop >/dev/null
 	local P="PREPARE onc(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, 10);
 PREPARE onp(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id) SELECT idempotency.publish(''bench'', jsonb_build_object(''payment'', p.id), \$1) FROM p', \$1, 10);
+PREPARE onw(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id) SELECT idempotency.publish(''bench'', jsonb_build_object(''payment'', p.id), \$1) FROM p', \$1, 10);
 PREPARE onn(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id) SELECT idempotency.publish(''bench'', jsonb_build_object(''payment'', p.id)) FROM p', \$1, 10);
 PREPARE onf(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id) INSERT INTO floor_message (id, topic_id, owner, message_id, message_key, payload, headers, state, available_at, published_at, published_by) SELECT nextval(''floor_message_id_seq''), 1, current_user::regrole, gen_random_uuid(), \$1, jsonb_build_object(''payment'', p.id), ''{}'', ''pending'', now(), now(), current_user::regrole FROM p RETURNING id', \$1, 10);"
 	count() {	# kind -> instructions of the whole session
 		local f="$WORK/cg-$1.sql" i
 		{
 			echo "$P"
+			# a waiter's entry for topic bench (onw: each commit adds to its
+			# count) or for another topic (the others: the same one-time cost)
+			if [ "$1" = onw ]; then echo "SELECT * FROM idempotency.wait_for('{bench}', '0');"
+			else echo "SELECT * FROM idempotency.wait_for('{quiet}', '0');"; fi
 			# warm-up: plans prepared and kept, caches filled
 			for i in $(seq 1 50); do [ "$1" != empty ] && echo "EXECUTE $1('w-$1-$i');"; done
 			[ "$1" = empty ] || for i in $(seq 1 "$N"); do echo "EXECUTE $1('$1-$i');"; done
@@ -126,22 +195,23 @@ PREPARE onf(text) AS SELECT outcome FROM idempotency.once(\$1, NULL, 'WITH p AS 
 		[ -n "${OUTBOX_KEEP:-}" ] && cp "$WORK/cg.$1" "$OUTBOX_KEEP/"
 		awk '/^summary:|^totals:/ { print $2; exit }' "$WORK/cg.$1"
 	}
-	local empty i_once i_pub i_nokey i_floor
+	local empty i_once i_pub i_wake i_nokey i_floor
 	empty=$(count empty)
-	i_once=$(count onc); i_pub=$(count onp); i_nokey=$(count onn); i_floor=$(count onf)
+	i_once=$(count onc); i_pub=$(count onp); i_wake=$(count onw); i_nokey=$(count onn); i_floor=$(count onf)
 	# the 50 warm-up requests are counted too; subtract them as average requests
 	i_once=$(( (i_once - empty) / (N + 50) ))
 	i_pub=$(( (i_pub - empty) / (N + 50) ))
+	i_wake=$(( (i_wake - empty) / (N + 50) ))
 	i_nokey=$(( (i_nokey - empty) / (N + 50) ))
 	i_floor=$(( (i_floor - empty) / (N + 50) ))
 	as_pg "$PG_BINDIR/pg_ctl" -D "$DATA" -l "$CLUSTER_DIR/server.log" -w start >/dev/null
 	{
 		echo
-		echo "| request (one autocommit statement) | instructions | vs once() | tps ($CLIENTS clients, median of $ROUNDS) | vs once() |"
+		echo "| request (one autocommit statement) | instructions | vs once() | tps (4 clients, median of $ROUNDS) | vs once() |"
 		echo "|---|---:|---:|---:|---:|"
 		echo "| once(): insert a payment | $i_once | 1.00 | $t_once | 1.00 |"
-		awk -v i="$i_pub" -v b="$i_once" -v t="$t_pub" -v tb="$t_once" 'BEGIN { printf "| once() + publish(keyed) in the same statement | %d | %.2f | %d | %.2f |\n", i, i / b, t, t / tb }'
-		awk -v i="$i_pub" -v b="$i_once" -v t="$t_quiet" -v tb="$t_once" 'BEGIN { printf "| once() + publish(keyed) to a topic with notify => false | %d | %.2f | %d | %.2f |\n", i, i / b, t, t / tb }'
+		awk -v i="$i_wake" -v b="$i_once" -v t="$t_pub" -v tb="$t_once" 'BEGIN { printf "| once() + publish(keyed) in the same statement, the topic waited on (its count at commit) | %d | %.2f | %d | %.2f |\n", i, i / b, t, t / tb }'
+		awk -v i="$i_pub" -v b="$i_once" -v t="$t_quiet" -v tb="$t_once" 'BEGIN { printf "| once() + publish(keyed), nobody ever waited on the topic | %d | %.2f | %d | %.2f |\n", i, i / b, t, t / tb }'
 		awk -v i="$i_nokey" -v b="$i_once" 'BEGIN { printf "| once() + publish(no key) in the same statement | %d | %.2f | | |\n", i, i / b }'
 		awk -v i="$i_floor" -v b="$i_once" 'BEGIN { printf "| floor: once() + a plain INSERT of the same row into a table with the same indexes | %d | %.2f | | |\n", i, i / b }'
 		echo
@@ -218,7 +288,7 @@ part_c() {
 	export NODE_PATH=$ROOT/clients/node/node_modules
 	(cd "$ROOT/clients/node" && [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 	cat >"$WORK/latency.js" <<'JS'
-// latency.js MODE COUNT: MODE ours (relay() woken by NOTIFY) or pgmq
+// latency.js MODE COUNT: MODE ours (relay() blocked in wait_for()) or pgmq
 // (pgmq.read every 100 ms); a publisher commits COUNT messages 30 ms apart
 // and each carries the client's clock at the COMMIT; prints p50 and p99 ms.
 const pg = require('pg');
@@ -275,17 +345,82 @@ JS
 		echo
 		echo "| reader | p50 ms | p99 ms |"
 		echo "|---|---:|---:|"
-		echo "| ours: Node relay(), LISTEN/NOTIFY | ${ours% *} | ${ours#* } |"
+		echo "| ours: Node relay(), idle in wait_for() | ${ours% *} | ${ours#* } |"
 		echo "| pgmq: read every 100 ms | ${pgmq% *} | ${pgmq#* } |"
 		echo
-		echo "300 messages, one per transaction, 30 ms apart; from the publisher's clock at COMMIT to the handler (same machine)."
+		echo "300 messages, one per transaction, 30 ms apart; from the publisher's clock at COMMIT to the handler (same machine). Load during (c): $(uptime | sed 's/.*load average/load average/'). Target: p50 ≤ 2 ms, p99 ≤ 20 ms on a quiet machine."
 	} >>"$R"
 }
 
 # ---------------------------------------------------------------------------
 part_d() {
 	echo >>"$R"
-	echo "### (d) $TOTAL messages through one topic (retention 0, purge worker every 1 s)" >>"$R"
+	echo "### (d) WAL bytes and dead row versions per delivered message" >>"$R"
+	# no purge worker, no autovacuum: the WAL counted is the messages' own
+	psql -qX -c "ALTER SYSTEM SET idempotency.purge_interval = 0" -c "SELECT pg_reload_conf()" \
+		-c "ALTER TABLE idempotency.outbox_message SET (autovacuum_enabled = false)" \
+		-c "ALTER TABLE pgmq.q_walq SET (autovacuum_enabled = false)" >/dev/null
+	lsn() { psql -qXAt -c "SELECT pg_current_wal_insert_lsn()"; }
+	tup() {	# table -> "ins upd hot del"
+		psql -qXAt -F ' ' -c "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables WHERE relid = '$1'::regclass"
+	}
+	local sys t l0 l1 l2 l3 s0 s1
+	: >"$WORK/d.dat"
+	for sys in ours pgmq; do
+		t=idempotency.outbox_message; [ $sys = pgmq ] && t=pgmq.q_walq
+		psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_walq" \
+			-c "VACUUM idempotency.outbox_message" -c "VACUUM pgmq.q_walq" -c "CHECKPOINT" >/dev/null
+		s0=$(tup $t); l0=$(lsn)
+		if [ $sys = ours ]; then
+			psql -qX -c "DO \$\$ BEGIN FOR i IN 1..$WAL_N LOOP
+			  PERFORM idempotency.publish('walt', jsonb_build_object('n', i, 'pad', repeat('x', 100))); COMMIT;
+			END LOOP; END \$\$" >/dev/null
+			l1=$(lsn)
+			psql -qX -c "DO \$\$ DECLARE n int; BEGIN LOOP
+			  SELECT count(*) INTO n FROM (SELECT idempotency.ack(c.claim, array_agg(c.id))
+			                                 FROM idempotency.claim('walt', 10) c GROUP BY c.claim) a;
+			  EXIT WHEN n = 0; COMMIT; END LOOP; END \$\$" >/dev/null
+			l2=$(lsn)
+			psql -qX -c "DO \$\$ BEGIN LOOP EXIT WHEN idempotency.purge(1000) = 0; COMMIT; END LOOP; END \$\$" >/dev/null
+			l3=$(lsn)
+		else
+			psql -qX -c "DO \$\$ BEGIN FOR i IN 1..$WAL_N LOOP
+			  PERFORM pgmq.send('walq', jsonb_build_object('n', i, 'pad', repeat('x', 100))); COMMIT;
+			END LOOP; END \$\$" >/dev/null
+			l1=$(lsn)
+			psql -qX -c "DO \$\$ DECLARE ids bigint[]; BEGIN LOOP
+			  SELECT array_agg(msg_id) INTO ids FROM pgmq.read('walq', 30, 10);
+			  EXIT WHEN ids IS NULL; PERFORM pgmq.delete('walq', ids); COMMIT; END LOOP; END \$\$" >/dev/null
+			l2=$(lsn); l3=$l2
+		fi
+		sleep 1
+		s1=$(tup $t)
+		psql -qXAt -F ' ' -c "SELECT '$sys',
+		       round(('$l1'::pg_lsn - '$l0'::pg_lsn) / $WAL_N), round(('$l2'::pg_lsn - '$l1'::pg_lsn) / $WAL_N),
+		       round(('$l3'::pg_lsn - '$l2'::pg_lsn) / $WAL_N), round(('$l3'::pg_lsn - '$l0'::pg_lsn) / $WAL_N)" >>"$WORK/d.dat"
+		echo "$sys $s0 $s1" >>"$WORK/d.tup"
+	done
+	psql -qX -c "ALTER SYSTEM RESET idempotency.purge_interval" -c "SELECT pg_reload_conf()" \
+		-c "ALTER TABLE idempotency.outbox_message RESET (autovacuum_enabled)" \
+		-c "ALTER TABLE pgmq.q_walq RESET (autovacuum_enabled)" >/dev/null
+	{
+		echo
+		echo "| system | publish | deliver | purge | WAL bytes per message | dead row versions per message (updates + deletes) | of them HOT |"
+		echo "|---|---:|---:|---:|---:|---:|---:|"
+		for sys in ours pgmq; do
+			awk -v s=$sys -v n=$WAL_N 'NR == FNR && $1 == s { w = sprintf("| %s | %s | %s | %s | %s", $1, $2, $3, $4, $5) }
+				NR != FNR && $1 == s { printf "%s | %.2f | %.2f |\n", w, (($7 - $3) + ($9 - $5)) / n, ($8 - $4) / n }' \
+				"$WORK/d.dat" "$WORK/d.tup"
+		done
+		echo
+		echo "$WAL_N messages (100-byte pad), each published in its own transaction, then delivered 10 per transaction (ours: claim + ack; pgmq: read + delete), then (ours) purged with retention 0; WAL from pg_current_wal_insert_lsn() after a CHECKPOINT (full-page images included), with autovacuum and the purge worker off; row versions from pg_stat_user_tables."
+	} >>"$R"
+}
+
+# ---------------------------------------------------------------------------
+part_e() {
+	echo >>"$R"
+	echo "### (e) $TOTAL messages through one topic (retention 0, purge worker every 1 s)" >>"$R"
 	local chunk=20000 sent=0 step=$((TOTAL / 5))
 	# a relay: claim 500 + ack, in its own transactions, until the topic is empty
 	local DRAIN="DO \$\$ DECLARE n int; BEGIN LOOP

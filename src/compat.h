@@ -79,6 +79,7 @@
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/tuplestore.h"
+#include "utils/wait_event.h"
 
 #if PG_VERSION_NUM >= 170000
 #include "storage/procarray.h"
@@ -245,6 +246,25 @@ idem_request_shmem(IdemShmemRequestFn fn)
 	idem_prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = idem_shmem_request_chain;
 }
+
+/* ---------------------------------------------------------------------
+ * the wait event a long wait of ours shows in pg_stat_activity: a named
+ * one where the server has custom wait events (17), else "Extension"
+ * ---------------------------------------------------------------------
+ */
+#if PG_VERSION_NUM >= 170000
+static inline uint32
+idem_wait_event(const char *name)
+{
+	return WaitEventExtensionNew(name);
+}
+#else
+static inline uint32
+idem_wait_event(const char *name pg_attribute_unused())
+{
+	return PG_WAIT_EXTENSION;
+}
+#endif
 
 /* ---------------------------------------------------------------------
  * a database left half-dropped by an interrupted DROP DATABASE (marked by

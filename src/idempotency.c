@@ -43,4 +43,5 @@ _PG_init(void)
 	idem_heldkeys_init();
 	idem_keytable_init();
 	idem_outbox_init();
+	idem_wakeup_init();		/* shared memory (preloaded) */
 }

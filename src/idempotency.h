@@ -15,7 +15,7 @@
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
  *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyfast.c keytable.c shard.c
- *	  floor ground:   keyid.c stats.c fingerprint.c runas.c cache.c
+ *	  floor ground:   keyid.c stats.c wakeup.c fingerprint.c runas.c cache.c
  *
  *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
  *	  worker.c          the purge background worker (GUCs purge_*, database)
@@ -29,7 +29,7 @@
  *	  outbox_relay.c    claim(), ack(), nack(),    outbox.h)
  *	                    release(), redrive()
  *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
- *	  outbox_notify.c   wake-ups NOTIFYed at commit
+ *	  outbox_notify.c   NOTIFY at commit, for topics that ask for it
  *	  outbox.c          what they share: a topic, its rights, the cache
  *	  guard.c           begin(), complete(), fail()
  *	  machine.c         create_machine(), transition()  (write helpers,
@@ -48,6 +48,8 @@
  *	                    default_ttl, max_key_length)
  *	  stats.c           idempotency.stats: counters in shared memory (GUCs
  *	                    stats_max, log_waits)
+ *	  wakeup.c          wait_for(): relays woken through shared memory at
+ *	                    commit (publishers call idem_wake_at_commit)
  *	  fingerprint.c     sha256 of a canonical jsonb encoding
  *	  runas.c           prepared SQL as the extension's owner
  *	  cache.c           the one relcache callback every cache shares
@@ -264,6 +266,9 @@ typedef struct StoredKey
 } StoredKey;
 
 extern void idem_keytable_init(void);
+/* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
+extern void idem_wakeup_init(void);
+extern void idem_wake_at_commit(int32 topic_id);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,

@@ -7,7 +7,8 @@
  *
  * publish() is in outbox_publish.c, the relay API (claim, ack, nack,
  * release, redrive) in outbox_relay.c, topics and their grants in
- * outbox_topics.c, the wake-ups at commit in outbox_notify.c.
+ * outbox_topics.c; relays are woken at commit by wakeup.c (wait_for()), and
+ * topics that ask for it are also NOTIFYed by outbox_notify.c.
  *
  * Tables (idempotency--0.5.0.sql): outbox_topic (one row per topic, owned
  * by a role), outbox_grant (what other roles may do with a topic),

@@ -6,7 +6,7 @@
  *	  outbox_publish.c  publish(): the hot path, the message id
  *	  outbox_relay.c    claim(), ack(), nack(), release(), redrive()
  *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
- *	  outbox_notify.c   the wake-ups NOTIFYed at commit
+ *	  outbox_notify.c   NOTIFY at commit, for topics created with notify => true
  *	  outbox.c          what they share: argument checks, a topic and the
  *	                    caller's rights (lookup, lock, the publish()
  *	                    cache), a message key's lock; the outbox's design

@@ -1,21 +1,23 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_notify.c
- *	  The outbox's wake-ups (features floor): NOTIFY a topic's relays when
- *	  the transaction that published to it commits.
+ *	  NOTIFY for the topics that ask for it (features floor): a topic
+ *	  created or altered with notify => true (off by default since 0.6.0)
+ *	  is announced to plain SQL clients that LISTEN when the transaction
+ *	  that published to it commits.  Relays wait in wait_for() instead
+ *	  (wakeup.c: shared memory, no lock).
  *
  * Design: publish() (and release(), redrive()) queue the channel
  * "idempotency.outbox.<topic>" in this backend, once per transaction and
  * topic, and a PRE_COMMIT transaction callback NOTIFYs each with an empty
  * payload (PRE_COMMIT runs before PostgreSQL's PreCommit_Notify()), so a
- * transaction wakes each topic's relays once, at commit.  NOTIFY is not
+ * transaction announces each topic once, at commit.  NOTIFY is not
  * issued before commit because PostgreSQL refuses to PREPARE a transaction
  * that issued one (issue 25, finding 8): a prepared transaction notifies
- * nobody, and relays find its messages at their next poll.  A rolled-back
- * subtransaction takes its wake-ups with it.  The price: PostgreSQL
- * serialises the commits of all notifying transactions (async.c takes a database-wide lock before the commit record and holds
- * it past the WAL flush), so a topic with many concurrent publishers can
- * be created with notify => false and its relays poll instead.
+ * nobody.  A rolled-back subtransaction takes its announcements with it.
+ * The price of NOTIFY: PostgreSQL serialises the commits of all notifying
+ * transactions (async.c takes a cluster-wide lock before the commit record
+ * and holds it past the WAL flush), which is why it is off by default.
  *
  * Locking: none of its own (NOTIFY's, at commit).
  *

@@ -9,7 +9,8 @@
  * key's lock before it draws its row id from the sequence (so per key, id
  * order is commit order: see outbox.c), the message id is 128 fresh bits,
  * and one prepared INSERT stores the row as the extension's owner.  The
- * topic's relays are woken at commit (outbox_notify.c).
+ * topic's relays are woken at commit (wakeup.c; and outbox_notify.c's NOTIFY
+ * for a topic created with notify => true).
  *
  * Locking: the topic's lock shared and the message key's lock, both until
  * the transaction ends (outbox.c).
@@ -135,6 +136,7 @@ idempotency_publish(PG_FUNCTION_ARGS)
 				 errdetail("A trigger on the table skipped the row.")));
 	SPI_finish();
 
+	idem_wake_at_commit(t.id);	/* wakeup.c: wait_for() */
 	if (t.notify)
 		idem_outbox_notify(topic);
 	PG_RETURN_DATUM(values[3]);

@@ -281,6 +281,8 @@ claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	char	   *topic = NULL;
+	int32		topic_id = 0;
+	bool		topic_notify = false;
 	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
@@ -302,11 +304,23 @@ claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
 	n = idem_run_as_owner(plan, sql, 4 + nextra, argtypes, values, nulls,
 						  notify ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE);
 	if (notify && n > 0)
-		topic = MemoryContextStrdup(cxt, SPI_getvalue(SPI_tuptable->vals[0],
-													  SPI_tuptable->tupdesc, 1));
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		/* messages of one claim share its topic: (id, name, notify) */
+		topic_id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		topic = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
+		topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	}
 	SPI_finish();
 	if (topic != NULL)
-		idem_outbox_notify(topic);	/* messages of one claim share its topic */
+	{
+		idem_wake_at_commit(topic_id);	/* wakeup.c: wait_for() */
+		if (topic_notify)
+			idem_outbox_notify(topic);
+	}
 	return (int32) n;
 }
 
@@ -387,7 +401,7 @@ idempotency_release(PG_FUNCTION_ARGS)
 								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
 								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
 								   MAY_CONSUME
-								   " RETURNING t.name",
+								   " RETURNING t.id, t.name, t.notify",
 								   fcinfo, 0, NULL, NULL, NULL, true);
 
 	PG_RETURN_INT32(n);
@@ -476,6 +490,10 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 						  3, utypes, uvalues, NULL, SPI_OK_UPDATE);
 	SPI_finish();
 	if (n > 0)
-		idem_outbox_notify(topic);
+	{
+		idem_wake_at_commit(t.id);	/* wakeup.c: wait_for() */
+		if (t.notify)
+			idem_outbox_notify(topic);
+	}
 	PG_RETURN_INT32((int32) n);
 }

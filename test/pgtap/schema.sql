@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(126);
+SELECT plan(127);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -114,8 +114,11 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'once', 'lookup', 'http_response', 'lock_secret_changed',
                                         'checkpoint', 'derive_key', 'distribute',
                                         'create_topic', 'alter_topic', 'drop_topic', 'grant_topic', 'revoke_topic',
-                                        'publish', 'claim', 'ack', 'nack', 'release', 'redrive',
+                                        'publish', 'claim', 'ack', 'nack', 'release', 'redrive', 'wait_for',
                                         'roleref_in', 'roleref_out', 'roleref_eq']);
+SELECT is((SELECT pg_get_function_arguments('idempotency.wait_for(text[],interval,bigint[])'::regprocedure)),
+          'topics text[], timeout interval DEFAULT ''00:00:30''::interval, since bigint[] DEFAULT NULL::bigint[], OUT woken text[], OUT cursor bigint[]',
+          'wait_for() arguments, defaults and result');
 SELECT is((SELECT pg_get_function_arguments('idempotency.transition(regclass,anyelement,text,text,name,name)'::regprocedure)),
           'target regclass, id anyelement, to_state text, machine text, state_column name DEFAULT ''status''::name, id_column name DEFAULT ''id''::name',
           'transition() arguments and defaults');

@@ -28,7 +28,7 @@ export interface RelayError extends Error {
 }
 
 export interface RelayOptions {
-	/** node-postgres pool; one of its clients is held for LISTEN */
+	/** node-postgres pool; one of its clients is held for idempotency.wait_for() */
 	pool: Pool;
 	/** messages per claim (default 10) */
 	batchSize?: number;
@@ -36,7 +36,7 @@ export interface RelayOptions {
 	concurrency?: number;
 	/** ms a claim keeps a message from other relays (default 30000) */
 	visibility?: number;
-	/** ms between claims while nothing is notified (default 5000) */
+	/** longest ms a wait for a commit lasts before the relay claims again (default 5000) */
 	pollInterval?: number;
 	/** ms to wait after a database error (default 1000) */
 	retryDelay?: number;

@@ -3,17 +3,22 @@
 // outbox topic (idempotency.publish()) to handler, and webhook(url, options)
 // is a handler that POSTs each message with Idempotency-Key: <message id>.
 //
-// The relay LISTENs on "idempotency.outbox.<topic>" (publish() notifies it
-// once per transaction, at commit), claims up to batchSize messages with a
-// visibility timeout (idempotency.claim), runs handler on at most
+// The relay claims up to batchSize messages with a visibility timeout
+// (idempotency.claim), runs handler on at most
 // concurrency of them at a time, and acks each one whose handler resolved
 // (idempotency.ack) or nacks it with the error when it threw
 // (idempotency.nack: retried later with backoff, dead after the topic's
 // max_attempts).  It claims again at once while claims return messages; when
-// one returns none it waits for a notification, or pollInterval as a
-// fallback (retries that come due, a notification lost while reconnecting).
-// A key's messages arrive one at a time in commit order (the server hands
-// out the next one only after the earlier one's ack).
+// one returns none it blocks in idempotency.wait_for() on a connection of its
+// own until a transaction that published to the topic commits (woken through
+// the server's shared memory: no LISTEN/NOTIFY, works through PgBouncer in
+// transaction mode), or pollInterval passes (retries and deliver_after times
+// that come due).  It passes back the cursor wait_for() returned, read before
+// its claim, so a commit between an empty claim and the wait is not missed.
+// Where the server lacks the preloaded library (wait_for() raises 55000),
+// it polls every pollInterval instead.  A key's messages arrive one at a
+// time in commit order (the server hands out the next one only after the
+// earlier one's ack).
 //
 // Delivery is at least once: a relay that dies before its ack loses nothing
 // (the claim lapses after visibility and the message is claimed again), so
@@ -22,14 +27,17 @@
 // stop() (and SIGTERM/SIGINT unless handleSignals is false) stops claiming,
 // waits for the handlers in hand, and releases the claimed messages it has
 // not started (idempotency.release: claimable again at once, the attempt not
-// counted).  Database errors (a restart, a failover) are reported to onError
-// and retried after retryDelay; the LISTEN connection is re-established.
+// counted); a wait in progress is cancelled, so stop() returns as soon as the
+// handlers in hand settle.  Database errors (a restart, a failover) are
+// reported to onError and retried after retryDelay.
+
+const net = require('net');
 
 const DEFAULTS = {
 	batchSize: 10,
 	concurrency: 10,
 	visibility: 30000,		// ms a claim keeps a message from other relays
-	pollInterval: 5000,		// ms between claims while nothing is notified
+	pollInterval: 5000,		// ms a wait lasts at most (retries that come due)
 	retryDelay: 1000,		// ms after a database error
 	handleSignals: true,
 };
@@ -40,6 +48,8 @@ const ACK_SQL = 'SELECT idempotency.ack($1, $2::int8[]) AS n';
 const NACK_SQL = 'SELECT idempotency.nack($1, $2::int8[], $3::jsonb,' +
 	' CASE WHEN $4::float8 IS NULL THEN NULL ELSE make_interval(secs => $4::float8 / 1000) END) AS n';
 const RELEASE_SQL = 'SELECT idempotency.release($1, $2::int8[]) AS n';
+const WAIT_SQL = 'SELECT cursor FROM idempotency.wait_for(ARRAY[$1::text],' +
+	' make_interval(secs => $2::float8 / 1000), $3::int8[])';
 const TOPIC_RE = /^[A-Za-z0-9_.:-]{1,40}$/;
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
@@ -81,7 +91,10 @@ class Relay {
 		this.queue = [];			// claimed, not started
 		this.running = 0;			// handlers in hand
 		this.counts = { claimed: 0, acked: 0, nacked: 0, released: 0, errors: 0 };
-		this.listener = null;
+		this.waiter = null;			// the connection wait_for() blocks on
+		this.waiting = null;		// its query while it waits
+		this.cursor = null;			// wait_for()'s cursor (strings: int8)
+		this.polling = false;		// no wait_for() on this server: poll
 		this.wake = null;
 		this.slot = null;
 		this.signals = [];
@@ -106,28 +119,67 @@ class Relay {
 
 	poke() { if (this.wake) this.wake(); }
 
-	async listen() {
-		if (this.listener) return;
+	// the connection wait_for() blocks on, kept while the relay runs
+	async waiterClient() {
+		if (this.waiter) return this.waiter;
 		const client = await this.pool.connect();
 		const drop = err => {
-			if (this.listener !== client) return;
-			this.listener = null;
-			client.removeAllListeners('notification');
+			if (this.waiter !== client) return;
+			this.waiter = null;
+			this.cursor = null;
 			client.release(err || true);
-			if (err && !this.stopping) this.report(err);
-			this.poke();
 		};
 		client.on('error', drop);
-		client.on('notification', () => this.poke());
+		this.waiter = client;
+		this.dropWaiter = drop;
+		return client;
+	}
+
+	// wait_for(topic, ms, cursor) -> the next cursor; the cursor alone
+	// (ms 0) when there is none yet.  55000 (no preloaded library): poll.
+	async waitFor(ms) {
+		const client = await this.waiterClient();
+		const q = client.query(WAIT_SQL, [this.topic, ms, this.cursor]);
+		this.waiting = client;
 		try {
-			await client.query(`LISTEN ${client.escapeIdentifier('idempotency.outbox.' + this.topic)}`);
+			const { rows } = await q;
+			this.cursor = rows[0].cursor;
 		} catch (err) {
-			client.removeListener('error', drop);
-			client.release(err);
+			if (err && err.code === '55000') {
+				this.polling = true;
+				this.report(err);
+				return;
+			}
+			if (!this.stopping) this.dropWaiter(err);
+			if (this.stopping && err && err.code === '57014') return;
 			throw err;
+		} finally {
+			this.waiting = null;
 		}
-		this.listener = client;
-		this.dropListener = drop;
+	}
+
+	// cancel a wait in progress (stop()): the protocol's CancelRequest on a
+	// connection of its own, as libpq's PQcancel sends it (PgBouncer
+	// forwards it too); a cancel that arrives between statements is ignored
+	// by the server, and the wait then ends at its timeout
+	cancelWait() {
+		const client = this.waiting;
+		if (!client || !client.processID) return;
+		const msg = Buffer.alloc(16);
+		msg.writeInt32BE(16, 0);
+		msg.writeInt32BE(80877102, 4);
+		msg.writeInt32BE(client.processID, 8);
+		msg.writeInt32BE(client.secretKey, 12);
+		const host = client.host || 'localhost';
+		const sock = host.startsWith('/') ?
+			net.connect(`${host}/.s.PGSQL.${client.port}`) : net.connect(client.port, host);
+		// as libpq does: write, then wait for the server to close (PgBouncer
+		// 1.18 crashed on a cancel connection half-closed at once)
+		sock.on('error', () => {});
+		sock.on('connect', () => sock.write(msg));
+		sock.on('end', () => sock.end());
+		sock.setTimeout(5000, () => sock.destroy());
+		sock.unref();
 	}
 
 	report(err) {
@@ -139,7 +191,7 @@ class Relay {
 		const o = this.opts;
 		while (!this.stopping) {
 			try {
-				await this.listen();
+				if (!this.polling && this.cursor === null) await this.waitFor(0);
 				const free = o.concurrency - this.running - this.queue.length;
 				if (free <= 0) {
 					await new Promise(resolve => { this.slot = resolve; });
@@ -150,7 +202,10 @@ class Relay {
 				this.counts.claimed += rows.length;
 				for (const row of rows) this.queue.push(toMessage(row));
 				this.drain();
-				if (rows.length === 0) await this.waitForWork(o.pollInterval);
+				if (rows.length === 0 && !this.stopping) {
+					if (this.polling) await this.waitForWork(o.pollInterval);
+					else await this.waitFor(o.pollInterval);
+				}
 			} catch (err) {
 				if (this.stopping) break;
 				this.report(err);
@@ -222,13 +277,13 @@ class Relay {
 			}
 		}
 		if (this.running > 0) await new Promise(resolve => { this.idle = resolve; });
-		if (this.listener) {
-			const l = this.listener;
-			this.listener = null;
-			l.removeAllListeners('notification');
-			l.removeListener('error', this.dropListener);
-			try { await l.query(`UNLISTEN *`); } catch (e) { /* closing anyway */ }
-			l.release();
+		if (this.waiter) {
+			const w = this.waiter;
+			this.waiter = null;
+			w.removeListener('error', this.dropWaiter);
+			// closed, not pooled: an idle client would keep the pool's
+			// timer (idleTimeoutMillis) and so the process alive after stop
+			w.release(true);
 		}
 		for (const [sig, fn] of this.signals) process.removeListener(sig, fn);
 	}
@@ -237,6 +292,7 @@ class Relay {
 	stop() {
 		this.stopping = true;
 		this.poke();
+		this.cancelWait();
 		if (this.slot) { const s = this.slot; this.slot = null; s(); }
 		return this.done;
 	}

@@ -1,16 +1,22 @@
 """Outbox relays on psycopg 3: deliver the messages of a topic that
 ``idempotency.publish()`` recorded, and a webhook deliverer.
 
-``relay(topic, handler, options)`` LISTENs on ``idempotency.outbox.<topic>``
-(publish() notifies once per transaction, at commit), claims as many
-messages as it has free workers (``idempotency.claim``, with a visibility
+``relay(topic, handler, options)`` claims as many messages as it has free
+workers (``idempotency.claim``, with a visibility
 timeout), runs ``handler(message)`` on up to ``options.concurrency`` of them
 in threads, and acks each one whose handler returned (``idempotency.ack``) or
 nacks it with the exception (``idempotency.nack``: retried with backoff, or
 after ``RelayError.retry_in`` seconds; dead after the topic's max_attempts).
 It claims again at once while claims return messages; when one returns none
-it waits for a notification, or ``poll_interval`` seconds as a fallback.  A
-key's messages arrive one at a time in commit order.
+it blocks in ``idempotency.wait_for()`` on a connection of its own until a
+transaction that published to the topic commits (woken through the server's
+shared memory: no LISTEN/NOTIFY; works through PgBouncer in transaction
+mode), or ``poll_interval`` seconds pass (retries that come due).  It passes
+back the cursor wait_for() returned, read before its claim, so a commit
+between an empty claim and the wait is not missed.  On a server without the
+preloaded library (wait_for() raises 55000) it polls every
+``poll_interval`` instead.  A key's messages arrive one at a time in commit
+order.
 
 Delivery is at least once (a relay that dies loses nothing: its claims lapse
 after ``visibility`` and are handed out again), so the receiver must be
@@ -18,8 +24,9 @@ idempotent: ``message.message_id`` is the key to use.
 
 ``relay()`` blocks until ``Relay.stop()`` or SIGTERM/SIGINT (when called in
 the main thread and ``handle_signals``): it stops claiming, lets the handlers
-in hand finish and settle, and returns the Relay (see ``counts``).  Database
-errors are reported to ``on_error`` and retried after ``retry_delay``.
+in hand finish and settle, and returns the Relay (see ``counts``); a wait in
+progress is cancelled.  Database errors are reported to ``on_error`` and
+retried after ``retry_delay``.
 
 ``webhook(url)`` returns a handler that POSTs the payload as JSON with
 ``Idempotency-Key: <message id>`` (urllib, no extra dependency); anything but
@@ -42,7 +49,6 @@ from types import FrameType
 from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 import psycopg
-from psycopg import sql
 
 __all__ = ["Message", "Relay", "RelayError", "RelayOptions", "WebhookError", "relay", "webhook"]
 
@@ -54,6 +60,10 @@ CLAIM_SQL = (
     " FROM idempotency.claim(%s, %s, make_interval(secs => %s))"
 )
 ACK_SQL = "SELECT idempotency.ack(%s::uuid, ARRAY[%s]::int8[])"
+WAIT_SQL = (
+    "SELECT cursor FROM idempotency.wait_for(ARRAY[%s::text], make_interval(secs => %s),"
+    " %s::int8[])"
+)
 NACK_SQL = (
     "SELECT idempotency.nack(%s::uuid, ARRAY[%s]::int8[], %s::jsonb,"
     " CASE WHEN %s::float8 IS NULL THEN NULL ELSE make_interval(secs => %s::float8) END)"
@@ -131,7 +141,10 @@ class Relay:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._work: Optional[psycopg.Connection[Any]] = None
-        self._listen: Optional[psycopg.Connection[Any]] = None
+        self._waiter: Optional[psycopg.Connection[Any]] = None  # wait_for() blocks here
+        self._waiting = False
+        self._cursor: Optional[Any] = None  # wait_for()'s cursor
+        self._polling = False  # no wait_for() on this server: poll
 
     # -- control ----------------------------------------------------------
     def stop(self) -> None:
@@ -139,6 +152,12 @@ class Relay:
         Safe from a signal handler and from other threads."""
         self._stopping = True
         self._poke()
+        waiter = self._waiter
+        if self._waiting and waiter is not None:
+            try:
+                waiter.cancel()  # PQcancel: safe from a signal handler and other threads
+            except Exception:
+                pass
 
     def _poke(self) -> None:
         try:
@@ -161,34 +180,45 @@ class Relay:
     def _ensure(self) -> None:
         if self._work is None or self._work.closed or self._work.broken:
             self._work = self._connect()
-        if self._listen is None or self._listen.closed or self._listen.broken:
-            self._listen = self._connect()
-            self._listen.execute(sql.SQL("LISTEN {}").format(
-                sql.Identifier("idempotency.outbox." + self.topic)))
+        if self._waiter is None or self._waiter.closed or self._waiter.broken:
+            self._waiter = self._connect()
+            self._cursor = None
 
     def _drop(self) -> None:
-        for conn in (self._work, self._listen):
+        for conn in (self._work, self._waiter):
             if conn is not None:
                 try:
                     conn.close()
                 except Exception:
                     pass
-        self._work = self._listen = None
+        self._work = self._waiter = None
+        self._cursor = None
 
     # -- waiting ----------------------------------------------------------
     def _wait(self, timeout: float) -> None:
-        """Until a notification, a poke (stop, a free worker) or timeout."""
-        fds = [self._wake_r]
-        if self._listen is not None and not self._listen.closed:
-            fds.append(self._listen.fileno())
-        ready, _, _ = select.select(fds, [], [], timeout)
+        """Until a poke (stop, a free worker) or timeout."""
+        ready, _, _ = select.select([self._wake_r], [], [], timeout)
         if self._wake_r in ready:
             os.read(self._wake_r, 4096)
-        if self._listen is not None and len(fds) > 1 and fds[1] in ready:
-            pgconn = self._listen.pgconn
-            pgconn.consume_input()
-            while pgconn.notifies() is not None:
-                pass
+
+    def _wait_for(self, timeout: float) -> None:
+        """Until a commit that published to the topic since the cursor, or
+        timeout (0: just read the cursor); stop() cancels it."""
+        assert self._waiter is not None
+        self._waiting = True
+        try:
+            if self._stopping:
+                return
+            row = self._waiter.execute(WAIT_SQL, (self.topic, timeout, self._cursor)).fetchone()
+            self._cursor = row[0] if row is not None else None
+        except psycopg.errors.ObjectNotInPrerequisiteState as err:
+            self._polling = True  # the server lacks the preloaded library
+            self._report(err)
+        except psycopg.errors.QueryCanceled:
+            if not self._stopping:
+                raise
+        finally:
+            self._waiting = False
 
     # -- the loop ---------------------------------------------------------
     def run(self) -> "Relay":
@@ -203,6 +233,8 @@ class Relay:
             while not self._stopping:
                 try:
                     self._ensure()
+                    if not self._polling and self._cursor is None:
+                        self._wait_for(0)
                     with self._lock:
                         free = o.concurrency - self._running
                     if free <= 0:
@@ -219,14 +251,17 @@ class Relay:
                         with self._lock:
                             self._running += 1
                         pool.submit(self._deliver, msg)
-                    if not rows:
-                        self._wait(o.poll_interval)
+                    if not rows and not self._stopping:
+                        if self._polling:
+                            self._wait(o.poll_interval)
+                        else:
+                            self._wait_for(o.poll_interval)
                 except psycopg.Error as err:
                     if self._stopping:
                         break
                     self._report(err)
                     if self._work is not None and self._work.broken or \
-                            self._listen is not None and self._listen.broken:
+                            self._waiter is not None and self._waiter.broken:
                         self._drop()
                     self._wait(o.retry_delay)
         finally:

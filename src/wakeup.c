@@ -1,0 +1,600 @@
+/*-------------------------------------------------------------------------
+ *
+ * wakeup.c
+ *	  Wake-ups of outbox relays in shared memory, without NOTIFY:
+ *	  idempotency.wait_for() sleeps until a transaction that published to
+ *	  one of its topics has committed, or until its timeout.
+ *
+ * Design.  With the library in shared_preload_libraries, shared memory
+ * holds WAKE_ENTRIES entries, one per (database, topic id) that somebody
+ * has waited on, found by open addressing (WAKE_PROBES places from the
+ * key's hash) and never removed (a dropped topic's entry stays until the
+ * server restarts; topic ids are not reused), plus one overflow entry that
+ * every topic shares whose places are all taken.  An entry is
+ *
+ *	  key      (database oid << 32) | topic id, 0 while free (set once, by
+ *	           compare-and-swap, by the first waiter of the topic)
+ *	  count    how many transactions that published to the topic have
+ *	           committed since the server started (a pg_atomic_uint64)
+ *	  waiters  how many wait_for() calls sleep on cv
+ *	  cv       the ConditionVariable they sleep on
+ *
+ * A publisher (publish(), release(), redrive() in outbox.c) calls
+ * idem_wake_at_commit(topic id): the id goes on a backend-local list of
+ * the transaction (deduplicated, with the lowest subtransaction level that
+ * touched it: a rolled-back subtransaction takes its entries with it, a
+ * committed one hands them to its parent).  At XACT_EVENT_COMMIT, which
+ * runs after the commit record is flushed and the transaction has left the
+ * proc array (so its rows are visible to every new snapshot), each listed
+ * topic's entry, if one exists, gets count + 1, and its cv is broadcast
+ * when somebody waits.  A publisher takes no lock and writes no queue: per
+ * topic, a few reads to find the entry, one atomic add, and a broadcast
+ * only while a relay sleeps.  PREPARE TRANSACTION drops the list: a
+ * prepared transaction wakes nobody, at PREPARE or at COMMIT PREPARED
+ * (which runs in another backend, without our list), and relays find its
+ * messages at their timeout.  An abort drops it too.
+ *
+ * The cursor.  wait_for(topics, timeout, since) compares each topic's count
+ * with since (the cursor an earlier call returned, in the same order) and
+ * returns at once when one differs; otherwise it sleeps until one changes
+ * or the timeout passes.  It returns the topics whose count differs and the
+ * counts it read last (the new cursor).  A relay that reads the cursor
+ * before its claim and waits with it misses no commit: a commit counted
+ * before the cursor was read was visible before the claim's snapshot was
+ * taken (the count is added after the commit is visible, with a full
+ * barrier), and one counted after makes the wait return at once.  Without
+ * since, the counts read when the call starts are the baseline.  Counts
+ * start at 0 when the server starts and any difference counts, so a cursor
+ * from before a restart wakes its relay once.
+ *
+ * Lost wake-ups.  A waiter first adds itself to waiters (full barrier),
+ * prepares to sleep on cv (on its wait list), then reads the counts.  A
+ * publisher adds to count (full barrier), then reads waiters.  So either
+ * the waiter reads the new count, or the publisher sees the waiter and
+ * broadcasts after it is on cv's list.  An entry created by a waiter after
+ * a publisher looked for it and found its place free: the publisher's
+ * commit was visible before that look (pg_memory_barrier), so before the
+ * waiter's baseline and its relay's next claim.
+ *
+ * Privacy: wait_for() takes only topics the caller may consume (owns, or
+ * was granted consume by grant_topic()), else 42501, and an entry belongs
+ * to one topic of one database, so a role learns nothing of other topics'
+ * commits, except of the topics that share the overflow entry after
+ * WAKE_ENTRIES topics have been waited on (wake-ups among them are shared;
+ * harmless, since a woken relay only claims).
+ *
+ * Without preloading there is no shared memory: publishers list nothing
+ * and wait_for() raises 55000 with a hint (poll claim() instead).
+ *
+ * Locking: none on the publisher's path; the cv's spinlock inside
+ * ConditionVariableBroadcast() and ConditionVariablePrepareToSleep().  The
+ * sleep is ConditionVariableTimedSleep(): a cancel, statement_timeout, a
+ * shutdown or the postmaster's death end it (CHECK_FOR_INTERRUPTS,
+ * WL_EXIT_ON_PM_DEATH).  Note that wait_for(), like pg_sleep(), runs in a
+ * statement whose snapshot holds back vacuum's horizon while it waits.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "idempotency.h"
+
+#define WAKE_ENTRIES 4096		/* a power of two */
+#define WAKE_PROBES 64			/* places an entry may take from its hash */
+#define WAKE_MAX_TOPICS 100		/* topics of one wait_for() */
+
+typedef struct WakeEntry
+{
+	pg_atomic_uint64 key;		/* (dbid << 32) | topic id; 0: free */
+	pg_atomic_uint64 count;		/* commits that published to the topic */
+	pg_atomic_uint32 waiters;	/* wait_for() calls asleep on cv */
+	ConditionVariable cv;
+} WakeEntry;
+
+typedef struct WakeShared
+{
+	/* wait_for() of topics with different entries sleeps on multi_cv */
+	pg_atomic_uint32 multi_waiters;
+	ConditionVariable multi_cv;
+	WakeEntry	overflow;
+	WakeEntry	entries[WAKE_ENTRIES];
+} WakeShared;
+
+/* a topic this transaction published to, at the lowest level it did */
+typedef struct Touched
+{
+	int32		topic_id;
+	int			level;
+} Touched;
+
+static WakeShared *wake = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* this transaction's topics, in TopTransactionContext; NULL: none */
+static Touched *touched = NULL;
+static int	ntouched = 0;
+static int	touched_size = 0;
+static bool callbacks_registered = false;
+
+/* ---------------------------------------------------------------------
+ * Shared memory
+ * ---------------------------------------------------------------------
+ */
+static void
+wake_entry_init(WakeEntry *e)
+{
+	pg_atomic_init_u64(&e->key, 0);
+	pg_atomic_init_u64(&e->count, 0);
+	pg_atomic_init_u32(&e->waiters, 0);
+	ConditionVariableInit(&e->cv);
+}
+
+static void
+wake_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(WakeShared)));
+}
+
+static void
+wake_shmem_startup(void)
+{
+	bool		found;
+	int			i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	wake = ShmemInitStruct("idempotency wake-ups", sizeof(WakeShared), &found);
+	if (!found)
+	{
+		pg_atomic_init_u32(&wake->multi_waiters, 0);
+		ConditionVariableInit(&wake->multi_cv);
+		wake_entry_init(&wake->overflow);
+		for (i = 0; i < WAKE_ENTRIES; i++)
+			wake_entry_init(&wake->entries[i]);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+idem_wakeup_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	idem_request_shmem(wake_shmem_request);
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = wake_shmem_startup;
+}
+
+static inline uint64
+wake_key(Oid dbid, int32 topic_id)
+{
+	return ((uint64) dbid << 32) | (uint32) topic_id;
+}
+
+/*
+ * The entry of key: found, or (create) made in the first free place of its
+ * probe sequence.  Not found and not created: NULL if a place of the
+ * sequence is free (nobody has waited on the topic), else the overflow
+ * entry (the sequence is full and stays full: entries are never removed).
+ */
+static WakeEntry *
+wake_find(uint64 key, bool create)
+{
+	uint32		h = murmurhash32((uint32) key ^ murmurhash32((uint32) (key >> 32)));
+	int			i;
+
+	for (i = 0; i < WAKE_PROBES; i++)
+	{
+		WakeEntry  *e = &wake->entries[(h + i) & (WAKE_ENTRIES - 1)];
+		uint64		k = pg_atomic_read_u64(&e->key);
+
+		if (k == key)
+			return e;
+		if (k != 0)
+			continue;
+		if (!create)
+			return NULL;
+		k = 0;
+		if (pg_atomic_compare_exchange_u64(&e->key, &k, key) || k == key)
+			return e;
+		/* another topic took the place first: go on */
+	}
+	return &wake->overflow;
+}
+
+/* ---------------------------------------------------------------------
+ * Publishers: the transaction's topics, counted at commit
+ * ---------------------------------------------------------------------
+ */
+static void
+wake_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	WakeEntry  *seen[8];
+	int			nseen = 0;
+	bool		any = false;
+	int			i;
+
+	if (touched == NULL)
+		return;
+	if (event == XACT_EVENT_COMMIT && wake != NULL)
+	{
+		/* the commit is visible: order that before every read below */
+		pg_memory_barrier();
+		for (i = 0; i < ntouched; i++)
+		{
+			WakeEntry  *e = wake_find(wake_key(MyDatabaseId, touched[i].topic_id), false);
+			int			j;
+
+			if (e == NULL)
+				continue;		/* nobody ever waited on it */
+			/* overflowed topics share one entry: count it once */
+			for (j = 0; j < nseen && seen[j] != e; j++)
+				;
+			if (j < nseen)
+				continue;
+			if (nseen < (int) lengthof(seen))
+				seen[nseen++] = e;
+			pg_atomic_fetch_add_u64(&e->count, 1);	/* a full barrier */
+			if (pg_atomic_read_u32(&e->waiters) > 0)
+				ConditionVariableBroadcast(&e->cv);
+			any = true;
+		}
+		if (any && pg_atomic_read_u32(&wake->multi_waiters) > 0)
+			ConditionVariableBroadcast(&wake->multi_cv);
+	}
+	/* committed, aborted or prepared (nobody is woken): the list is done */
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		touched = NULL;
+		ntouched = 0;
+		touched_size = 0;
+	}
+}
+
+/* a subtransaction's topics go with its abort, to its parent on commit */
+static void
+wake_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_unused(),
+					  SubTransactionId parentSubid pg_attribute_unused(),
+					  void *arg pg_attribute_unused())
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			i;
+	int			kept = 0;
+
+	if (touched == NULL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	for (i = 0; i < ntouched; i++)
+	{
+		if (touched[i].level >= level)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				continue;
+			touched[i].level = level - 1;
+		}
+		touched[kept++] = touched[i];
+	}
+	ntouched = kept;
+}
+
+/*
+ * Wake the relays of topic_id when this transaction commits (see the file
+ * comment).  Nothing without preloading.
+ */
+void
+idem_wake_at_commit(int32 topic_id)
+{
+	int			level;
+	int			i;
+
+	if (wake == NULL)
+		return;
+	level = GetCurrentTransactionNestLevel();
+	for (i = 0; i < ntouched; i++)
+		if (touched[i].topic_id == topic_id)
+		{
+			if (touched[i].level > level)
+				touched[i].level = level;
+			return;
+		}
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(wake_xact_callback, NULL);
+		RegisterSubXactCallback(wake_subxact_callback, NULL);
+		callbacks_registered = true;
+	}
+	if (touched == NULL)
+	{
+		touched_size = 4;
+		touched = MemoryContextAlloc(TopTransactionContext,
+									 touched_size * sizeof(Touched));
+	}
+	else if (ntouched == touched_size)
+	{
+		touched_size *= 2;
+		touched = repalloc(touched, touched_size * sizeof(Touched));
+	}
+	touched[ntouched].topic_id = topic_id;
+	touched[ntouched].level = level;
+	ntouched++;
+}
+
+/* ---------------------------------------------------------------------
+ * SQL-callable functions
+ * ---------------------------------------------------------------------
+ */
+static SPIPlanPtr plan_topics = NULL;
+
+/* 22004 for a NULL argument that must not be NULL */
+static void
+not_null(FunctionCallInfo fcinfo, int arg, const char *name)
+{
+	if (PG_ARGISNULL(arg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+}
+
+/*
+ * The ids of the topics named, each of which the caller must be allowed to
+ * consume: 42704 for a topic that does not exist, 42501 for one the caller
+ * may not consume (as claim() says).
+ */
+static void
+topic_ids(Datum *names, int n, int32 *ids)
+{
+	Oid			argtypes[2] = {TEXTARRAYOID, REGROLEOID};
+	Datum		values[2];
+	Oid			me = GetUserId();
+	uint64		rows;
+	uint64		r;
+	int			i;
+
+	values[0] = PointerGetDatum(construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = ObjectIdGetDatum(me);
+	SPI_connect();
+	rows = idem_run_as_owner(&plan_topics,
+							 "SELECT t.name, t.id,"
+							 "       t.owner OPERATOR(pg_catalog.=) $2"
+							 "       OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g"
+							 "                   WHERE g.topic_id OPERATOR(pg_catalog.=) t.id"
+							 "                     AND g.grantee OPERATOR(pg_catalog.=) $2"
+							 "                     AND g.can_consume)"
+							 "  FROM idempotency.outbox_topic AS t"
+							 " WHERE t.name OPERATOR(pg_catalog.=) ANY ($1)",
+							 2, argtypes, values, NULL, SPI_OK_SELECT);
+	for (i = 0; i < n; i++)
+	{
+		char	   *name = TextDatumGetCString(names[i]);
+		bool		found = false;
+
+		for (r = 0; r < rows && !found; r++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[r];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			char	   *got = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
+
+			if (strcmp(got, name) != 0)
+				continue;
+			found = true;
+			if (!DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull)))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("permission denied for topic \"%s\"", name),
+						 errdetail("Role %s may not consume from this topic.",
+								   GetUserNameFromId(me, false)),
+						 errhint("The topic's owner can allow it with idempotency.grant_topic().")));
+			ids[i] = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		}
+		if (!found)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("topic \"%s\" does not exist", name),
+					 errhint("Create it with idempotency.create_topic().")));
+	}
+	SPI_finish();
+}
+
+/* the counts of entries e[0..n-1]; true if one differs from since */
+static bool
+wake_read(WakeEntry **e, int n, const int64 *since, int64 *now)
+{
+	bool		changed = false;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		now[i] = (int64) pg_atomic_read_u64(&e[i]->count);
+		if (now[i] != since[i])
+			changed = true;
+	}
+	return changed;
+}
+
+/*
+ * wait_for(topics text[], timeout interval, since int8[])
+ *   -> (woken text[], cursor int8[])
+ *
+ * See the file comment.  The topics are checked (22004, 22023, 42704,
+ * 42501) and their entries found or made; then, unless a count already
+ * differs from since, the call sleeps until one does or timeout passes.
+ */
+PG_FUNCTION_INFO_V1(idempotency_wait_for);
+
+Datum
+idempotency_wait_for(PG_FUNCTION_ARGS)
+{
+	static uint32 wait_event = 0;
+	ArrayType  *topics_arr;
+	Datum	   *names;
+	bool	   *name_nulls;
+	int			n;
+	int32	   *ids;
+	WakeEntry **entries;
+	int64	   *since;
+	int64	   *now;
+	Datum	   *out;
+	Datum	   *woken;
+	int			nwoken = 0;
+	Interval   *timeout;
+	TimestampTz deadline;
+	ConditionVariable *cv;
+	pg_atomic_uint32 *waiters;
+	bool		single = true;
+	TupleDesc	desc;
+	Datum		result[2];
+	bool		result_nulls[2] = {false, false};
+	int			i;
+
+	not_null(fcinfo, 0, "topics");
+	not_null(fcinfo, 1, "timeout");
+	topics_arr = PG_GETARG_ARRAYTYPE_P(0);
+	deconstruct_array(topics_arr, TEXTOID, -1, false, TYPALIGN_INT,
+					  &names, &name_nulls, &n);
+	if (ARR_NDIM(topics_arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("topics must be a one-dimensional array")));
+	if (n < 1 || n > WAKE_MAX_TOPICS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("topics must name 1 to %d topics", WAKE_MAX_TOPICS)));
+	for (i = 0; i < n; i++)
+		if (name_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("topics must not contain nulls")));
+	timeout = PG_GETARG_INTERVAL_P(1);
+	{
+		Interval	zero;
+
+		memset(&zero, 0, sizeof(zero));
+		if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(timeout),
+											  IntervalPGetDatum(&zero))) < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("timeout must be zero or positive")));
+	}
+	since = palloc(n * sizeof(int64));
+	if (!PG_ARGISNULL(2))
+	{
+		ArrayType  *s = PG_GETARG_ARRAYTYPE_P(2);
+		Datum	   *sv;
+		bool	   *sn;
+		int			ns;
+
+		deconstruct_array(s, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &sv, &sn, &ns);
+		if (ns != n || ARR_NDIM(s) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("since must have one element per topic"),
+					 errdetail("since has %d elements and topics %d.", ns, n),
+					 errhint("Pass the cursor an earlier call with the same topics returned.")));
+		for (i = 0; i < n; i++)
+		{
+			if (sn[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("since must not contain nulls")));
+			since[i] = DatumGetInt64(sv[i]);
+		}
+	}
+
+	/* the topics: each checked before anything is said about it */
+	ids = palloc(n * sizeof(int32));
+	topic_ids(names, n, ids);
+	if (wake == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idempotency.wait_for() needs the idempotency library in shared_preload_libraries"),
+				 errdetail("Relays are woken through shared memory, which only a preloaded library has."),
+				 errhint("Add idempotency to shared_preload_libraries and restart the server, or poll idempotency.claim() at an interval instead.")));
+
+	entries = palloc(n * sizeof(WakeEntry *));
+	for (i = 0; i < n; i++)
+	{
+		entries[i] = wake_find(wake_key(MyDatabaseId, ids[i]), true);
+		if (entries[i] != entries[0])
+			single = false;
+	}
+	if (single)
+	{
+		cv = &entries[0]->cv;
+		waiters = &entries[0]->waiters;
+	}
+	else
+	{
+		cv = &wake->multi_cv;
+		waiters = &wake->multi_waiters;
+	}
+	if (wait_event == 0)
+		wait_event = idem_wait_event("IdempotencyWaitFor");
+	deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													   TimestampTzGetDatum(GetCurrentTimestamp()),
+													   IntervalPGetDatum(timeout)));
+	now = palloc0(n * sizeof(int64));
+
+	pg_atomic_fetch_add_u32(waiters, 1);	/* a full barrier */
+	PG_TRY();
+	{
+		ConditionVariablePrepareToSleep(cv);
+		if (PG_ARGISNULL(2))
+			(void) wake_read(entries, n, now, since);	/* the baseline */
+		for (;;)
+		{
+			long		ms;
+
+			if (wake_read(entries, n, since, now))
+				break;
+			ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+			if (ms <= 0)
+				break;
+			(void) ConditionVariableTimedSleep(cv, ms, wait_event);
+		}
+		ConditionVariableCancelSleep();
+	}
+	PG_FINALLY();
+	{
+		pg_atomic_fetch_sub_u32(waiters, 1);
+	}
+	PG_END_TRY();
+
+	/* the topics woken and the cursor */
+	woken = palloc(n * sizeof(Datum));
+	out = palloc(n * sizeof(Datum));
+	for (i = 0; i < n; i++)
+	{
+		out[i] = Int64GetDatum(now[i]);
+		if (now[i] != since[i])
+			woken[nwoken++] = names[i];
+	}
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "wait_for() must return a record");
+	desc = BlessTupleDesc(desc);
+	result[0] = PointerGetDatum(construct_array(woken, nwoken, TEXTOID, -1, false, TYPALIGN_INT));
+	result[1] = PointerGetDatum(construct_array(out, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, result, result_nulls)));
+}
