@@ -7,7 +7,7 @@
 #        preload 'citus, idempotency', add the workers, CREATE EXTENSION
 #        citus and idempotency (Citus propagates the latter to the workers);
 #        sets CITUS_DIR, PORT_C PORT_W1 PORT_W2 and HOST (the socket dir)
-#   citus_stop                     stop all three (immediate) and remove them
+#   citus_stop                     stop every node (immediate) and remove them
 #   citus_node_init NAME           initdb and start one more node (w3: a worker
 #                                  added later, on the port after w2's)
 #   citus_node_start|stop NAME     restart/stop helpers use NAME c, w1, w2 or w3
