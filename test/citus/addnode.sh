@@ -11,13 +11,13 @@
 # replay through w3 and the other nodes, derive the same downstream keys,
 # and every copied owner must be app's own oid on w3.
 
-# six keys in the shard group of 'nw-1'
+# five keys in the shard group of 'nw-1'
 nw_keys=$(q c "SELECT string_agg(k, ' ') FROM (SELECT 'nwk-' || g AS k FROM generate_series(1, 400) AS g
                 WHERE get_shard_id_for_distribution_column('idempotency.idempotency_key', 'nwk-' || g)
                     = get_shard_id_for_distribution_column('idempotency.idempotency_key', 'nw-1')
-                LIMIT 4) AS s")
+                LIMIT 5) AS s")
 set -- $nw_keys
-nw_paid=$1 nw_lease=$2 nw_msg=$3 nw_acct=$4
+nw_paid=$1 nw_lease=$2 nw_msg=$3 nw_acct=$4 nw_new=$5
 nw_shard=$(q c "SELECT get_shard_id_for_distribution_column('idempotency.idempotency_key', 'nw-1')")
 nw_from=$(q c "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $nw_shard")
 out=$(qa c "SELECT outcome FROM idempotency.once('$nw_paid', '{}', 'INSERT INTO public.payments VALUES (\$1, 1, \$2) RETURNING amount', '$nw_paid', 'c')")
@@ -83,6 +83,20 @@ SQL
 out="$out$(qa c "SELECT outcome FROM idempotency.begin('$nw_lease', '{}')")"
 out="$out $(q c "SELECT count(*) FROM public.payments WHERE key = '$nw_lease'")"
 check "... its holder completes it on w3; a retry on c replays; paid once" "replay 1" "$out"
+# a new key of that shard group, through w3, then through c and w1; and
+# begin()/complete() on w3 of a key whose shard is on w1 (through w3's own
+# copy of the table, as app: its grant and write policy)
+out=$(for node in w3 c w1; do qa "$node" "SELECT outcome FROM idempotency.once('$nw_new', '{}', 'INSERT INTO public.payments VALUES (\$1, 1, \$2) RETURNING amount', '$nw_new', '$node')"; done | tr '\n' ' ')
+out="$out$(q c "SELECT count(*) FROM public.payments WHERE key = '$nw_new'")"
+nw_tx=$(key_on "$PORT_W1" nwtx | head -n 1)
+out="$out $(qfa w3 <<SQL
+BEGIN;
+SELECT outcome FROM idempotency.begin('$nw_tx', '{}');
+SELECT idempotency.complete('$nw_tx', '{}') IS NOT NULL;
+COMMIT;
+SQL
+)"
+check "... a new key: new through w3, replayed through c and w1, paid once; begin()/complete() in a transaction on w3" "new replay replay 1 new t" "$(echo $out)"
 out=$( (qa w3 "SELECT idempotency.first_seen('nw', '$nw_msg')"; qa c "SELECT idempotency.first_seen('nw', '$nw_msg')") | tr '\n' ' ')
 check "... the message id seen before: not first on w3 or c" "f f " "$out"
 

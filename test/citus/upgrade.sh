@@ -129,6 +129,14 @@ out=$(qd c "SELECT idempotency.distribute()")
 check "upgrade: distribute() once: roleref owners on every node" "3 idempotency.roleref idempotency.roleref idempotency.roleref idempotency.roleref " "$out$(owner_types)"
 out=$(qd c "SELECT count(*) FROM idempotency.idempotency_key WHERE owner::text <> 'upa'")
 check "... every key row still names upa" "0" "$out"
+# the rows the tables had on c before 0.5.0 distributed them: Citus copied
+# them to the shards and left them in c's own tables (no query reads them)
+out=$(qd c "SELECT string_agg(c.relname || ' ' || pg_relation_size(c.oid), ', ' ORDER BY c.relname)
+              FROM pg_class AS c
+             WHERE c.relnamespace = 'idempotency'::regnamespace
+               AND c.relname IN ('idempotency_key', 'seen_message', 'token')")
+check "... the coordinator's own copies of the key, seen-message and token tables are empty (0.5.0 left its rows there)" \
+	"idempotency_key 0, seen_message 0, token 0" "$out"
 
 # --- after: every key, token, message id and message carried over ----------
 out=$(for node in c w1 w2; do qdu "$node" "SELECT outcome FROM idempotency.once('u-done', '{}', '$upd_pay', 'u-done', '$node')"; done | tr '\n' ' ')
