@@ -1014,6 +1014,7 @@ DECLARE
     t record;
     msgs pg_catalog.text;
     convert pg_catalog.text;
+    shells pg_catalog.bool;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                     WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
@@ -1040,14 +1041,29 @@ BEGIN
     -- whatever role is called that (a role's own all-digit name prints
     -- quoted), handing it the dropped role's rows (issue 25, attack-id).
     -- Every node's own copy of the tables, here first (with Citus's DDL
-    -- propagation: a table distributed already converts its shards), then
-    -- on each worker (their copies, which become the tables' shells there;
-    -- run_command_on_workers runs one statement).
+    -- propagation: a table distributed already converts its shards and
+    -- its shells on the workers), then on each worker (their copies, which
+    -- become the tables' shells there; run_command_on_workers runs one
+    -- statement).  A worker added later (citus_add_node()) got the
+    -- tables from the install script, regrole and no write policy, as
+    -- shells of distributed tables whose rows (its shards) Citus creates
+    -- from the coordinator's definition: when the coordinator's tables are
+    -- converted already (shells true), a worker converts its own shells,
+    -- without propagation, and gives them the write policy below.  When
+    -- the coordinator converts a distributed table here, its ALTER
+    -- converts the shells (and a worker's own ALTER would wait for it).
+    shells := NOT EXISTS (
+        SELECT FROM pg_catalog.pg_attribute AS a
+         WHERE a.attrelid OPERATOR(pg_catalog.=) ANY (ARRAY['idempotency.idempotency_key', 'idempotency.token',
+                                                            'idempotency.seen_message', 'idempotency.state_machine']::pg_catalog.regclass[])
+           AND a.attname OPERATOR(pg_catalog.=) 'owner'
+           AND a.atttypid OPERATOR(pg_catalog.<>) 'idempotency.roleref'::pg_catalog.regtype);
     convert := $do$
 DO $conv$
 DECLARE
     t pg_catalog.text;
     p pg_catalog.name;
+    shell pg_catalog.bool;
 BEGIN
     FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine'] LOOP
         CONTINUE WHEN (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
@@ -1055,12 +1071,15 @@ BEGIN
                               ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass
                           AND a.attname OPERATOR(pg_catalog.=) 'owner')
                       OPERATOR(pg_catalog.=) 'idempotency.roleref'::pg_catalog.regtype;
-        -- a worker's shell of a table distributed already: the
-        -- coordinator's ALTER converts it (and would wait for us here)
-        CONTINUE WHEN NOT pg_catalog.citus_is_coordinator()
-                  AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS d
-                               WHERE d.logicalrelid OPERATOR(pg_catalog.=)
-                                     ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass);
+        -- a worker's shell of a table distributed already
+        shell := NOT pg_catalog.citus_is_coordinator()
+                 AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS d
+                              WHERE d.logicalrelid OPERATOR(pg_catalog.=)
+                                    ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass);
+        CONTINUE WHEN shell AND NOT @SHELLS@;
+        IF shell THEN
+            PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        END IF;
         FOR p IN SELECT y.polname FROM pg_catalog.pg_policy AS y
                   WHERE y.polrelid OPERATOR(pg_catalog.=)
                         ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass
@@ -1076,10 +1095,18 @@ BEGIN
         EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
                                   ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
                                   t OPERATOR(pg_catalog.||) '_own_rows', t);
+        -- the write policy the coordinator's shells got (below)
+        CONTINUE WHEN NOT shell;
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY %I ON idempotency.%I FOR ALL'
+            ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))'
+            ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
+            t OPERATOR(pg_catalog.||) '_own_rows_write', t);
     END LOOP;
 END
 $conv$
 $do$;
+    convert := pg_catalog.replace(convert, '@SHELLS@', CASE WHEN shells THEN 'true' ELSE 'false' END);
     EXECUTE convert;
     FOR t IN SELECT w.nodename, w.nodeport, w.result
                FROM pg_catalog.run_command_on_workers(convert) AS w
@@ -1102,23 +1129,28 @@ $do$;
          ORDER BY v.n
     LOOP
         -- a table Citus knows already stays as it is (a second call is harmless)
-        CONTINUE WHEN EXISTS (
+        IF NOT EXISTS (
             SELECT FROM pg_catalog.pg_dist_partition AS p
-             WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.tab::pg_catalog.regclass);
-        IF t.tab OPERATOR(pg_catalog.=) 'idempotency.derive_secret' THEN
-            -- the secret row is copied to the shards, and its local copy
-            -- truncated (a secret is not left behind); quietly, as the
-            -- empty tables are
+             WHERE p.logicalrelid OPERATOR(pg_catalog.=) t.tab::pg_catalog.regclass) THEN
+            -- quietly (the notice about the rows copied and the local copy)
             msgs := pg_catalog.current_setting('client_min_messages');
             PERFORM pg_catalog.set_config('client_min_messages', 'warning', true);
-            PERFORM pg_catalog.create_reference_table(t.tab::pg_catalog.regclass);
-            PERFORM pg_catalog.truncate_local_data_after_distributing_table(t.tab::pg_catalog.regclass);
+            IF t.col IS NULL THEN
+                PERFORM pg_catalog.create_reference_table(t.tab::pg_catalog.regclass);
+            ELSE
+                PERFORM pg_catalog.create_distributed_table(t.tab::pg_catalog.regclass, t.col,
+                                                            colocate_with => t.colocate);
+            END IF;
             PERFORM pg_catalog.set_config('client_min_messages', msgs, true);
-        ELSIF t.col IS NULL THEN
-            PERFORM pg_catalog.create_reference_table(t.tab::pg_catalog.regclass);
-        ELSE
-            PERFORM pg_catalog.create_distributed_table(t.tab::pg_catalog.regclass, t.col,
-                                                        colocate_with => t.colocate);
+        END IF;
+        -- The rows the table had here are copied to its shards, and Citus
+        -- leaves them in this node's own copy, which no query reads any
+        -- more: removed (derive_key()'s secret is not left behind, keys and
+        -- tokens are not kept out of the purge's reach, and an update's
+        -- ALTER TABLE ... SET NOT NULL does not trip over them: 0.5.0's
+        -- distribute() left them).  Once: the local copy is empty after.
+        IF pg_catalog.pg_relation_size(t.tab::pg_catalog.regclass) OPERATOR(pg_catalog.>) 0 THEN
+            PERFORM pg_catalog.truncate_local_data_after_distributing_table(t.tab::pg_catalog.regclass);
         END IF;
     END LOOP;
     -- once() in autocommit runs on the node of its key's shard, in one

@@ -11,6 +11,12 @@ CREATE TABLE matrix.line (n serial PRIMARY KEY, line text);
 -- raw lines: CSV with a delimiter and a quote no line holds, so that no
 -- character of a probe is taken for an escape
 \copy matrix.line (line) FROM pstdin WITH (FORMAT csv, DELIMITER E'\x01', QUOTE E'\x02')
+-- on Citus, run appends citus.tsv after a line "#@ citus.tsv": its lines
+-- are set apart (see below)
+CREATE TABLE matrix.cline (n int PRIMARY KEY, line text);
+WITH mark AS (SELECT min(n) AS n FROM matrix.line WHERE line = '#@ citus.tsv'),
+moved AS (DELETE FROM matrix.line AS l USING mark WHERE l.n >= mark.n RETURNING l.n, l.line)
+INSERT INTO matrix.cline SELECT n, line FROM moved;
 
 CREATE TABLE matrix.verdict (n serial PRIMARY KEY, ok boolean NOT NULL, description text NOT NULL);
 
@@ -58,6 +64,35 @@ SELECT r.n, r.object, r.action, c.name AS caller, c.i, nullif(btrim(f.v), '') AS
   FROM matrix.row AS r
  CROSS JOIN matrix.caller AS c
   LEFT JOIN matrix.field AS f ON f.n = r.n AND f.i = c.i;
+
+-- why an outcome differs from expect.tsv's (on Citus: citus.tsv), shown in
+-- its TAP line
+ALTER TABLE matrix.expect ADD COLUMN note text;
+CREATE TABLE matrix.writers (object text PRIMARY KEY, writers text NOT NULL);
+
+\if :{?citus}
+-- On a Citus coordinator (run -v citus=1): citus.tsv's
+-- outcomes replace expect.tsv's for the callers it names, each with its
+-- reason; a line that replaces none fails (its difference has gone)
+CREATE TABLE matrix.citus AS
+SELECT l.n - (SELECT min(n) FROM matrix.cline) AS n, f[1] AS object, f[2] AS action, string_to_array(f[3], ' ') AS callers, f[4] AS outcome, f[5] AS why
+  FROM matrix.cline AS l, LATERAL string_to_array(l.line, E'\t') AS f
+ WHERE coalesce(l.line, '') !~ '^\s*(#|$)' AND f[1] <> 'object';
+-- (outside Citus, its lines are not read at all)
+INSERT INTO matrix.writers SELECT c.object, c.outcome FROM matrix.citus AS c WHERE c.action = 'writers';
+INSERT INTO matrix.verdict (ok, description)
+SELECT count(e.*) > 0 OR c.action = 'writers',
+       format('citus.tsv line %s: %s %s (%s) replaces %s outcomes of expect.tsv', c.n, c.object, c.action,
+              array_to_string(c.callers, ' '), count(e.*))
+  FROM matrix.citus AS c
+  LEFT JOIN matrix.expect AS e ON e.object = c.object AND e.action = c.action AND e.caller = ANY (c.callers)
+ GROUP BY c.n, c.object, c.action, c.callers, c.outcome
+ ORDER BY c.n;
+UPDATE matrix.expect AS e
+   SET outcome = c.outcome, note = 'Citus: ' || c.why
+  FROM matrix.citus AS c
+ WHERE e.object = c.object AND e.action = c.action AND e.caller = ANY (c.callers);
+\endif
 
 -- a line has every column (an editor may drop an empty probe's tab)
 INSERT INTO matrix.verdict (ok, description)
@@ -160,12 +195,17 @@ SELECT false, format('expect.tsv line %s: the extension has no %s', min(r.n), r.
 -- owner holds a privilege to write it: not PUBLIC, not an application
 -- role, not priv_granted.  (A write privilege a table's row security would
 -- still refuse counts too: it is one policy away from a write.)
+-- (On Citus, citus.tsv names the writers a table has there instead.)
 INSERT INTO matrix.verdict (ok, description)
-SELECT w.writers IS NULL,
-       format('%s: no role but its owner may write it%s', m.object,
-              CASE WHEN w.writers IS NOT NULL THEN ' (' || w.writers || ')' ELSE '' END)
+SELECT w.writers IS NOT DISTINCT FROM x.writers,
+       CASE WHEN x.writers IS NOT NULL
+            THEN format('%s: on Citus, no role but its owner may write it except as citus.tsv says (%s; got %s)',
+                        m.object, x.writers, coalesce(w.writers, 'none'))
+            ELSE format('%s: no role but its owner may write it%s', m.object,
+                        CASE WHEN w.writers IS NOT NULL THEN ' (' || w.writers || ')' ELSE '' END) END
   FROM matrix.members() AS m
   JOIN pg_class AS c ON c.oid = m.objid AND m.classid = 'pg_class'::regclass
+  LEFT JOIN matrix.writers AS x ON x.object = m.object
   LEFT JOIN LATERAL (
        SELECT string_agg(format('%s to %s', a.privilege_type,
                                 CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END),

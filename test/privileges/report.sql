@@ -7,10 +7,11 @@
 SET search_path = pg_catalog;
 INSERT INTO matrix.verdict (ok, description)
 SELECT r.outcome IS NOT DISTINCT FROM e.outcome,
-       format('%s: %s %s %s', e.caller, e.object, e.action,
+       format('%s: %s %s %s%s', e.caller, e.object, e.action,
               CASE WHEN r.outcome IS NULL THEN format('expected %s, got no result', e.outcome)
                    WHEN r.outcome = e.outcome THEN '= ' || e.outcome
-                   ELSE format('expected %s, got %s', e.outcome, r.outcome) END)
+                   ELSE format('expected %s, got %s', e.outcome, r.outcome) END,
+              coalesce(' (' || e.note || ')', ''))
   FROM matrix.expect AS e
   JOIN matrix.probe AS p ON p.n = e.n AND p.sql IS NOT NULL
   LEFT JOIN matrix.result AS r ON (r.caller, r.object, r.action) = (e.caller, e.object, e.action)

@@ -20,6 +20,11 @@ ALTER EXTENSION idempotency UPDATE;
 CREATE EXTENSION idempotency;
 \endif
 RESET ROLE;
+\if :{?citus}
+-- on a Citus coordinator (test/citus/run): the set-up step, as the README
+-- says, by a superuser
+SELECT idempotency.distribute();
+\endif
 -- idempotency.stats is the cluster's: start from no entries, so that none
 -- the probes count is evicted at idempotency.stats_max by entries of
 -- earlier runs (a database and its roles gone, their entries stay)
@@ -160,6 +165,14 @@ ALTER TABLE app.docs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY orders_read ON app.orders FOR SELECT USING (true);
 CREATE POLICY docs_read ON app.docs FOR SELECT USING (true);
 GRANT SELECT, INSERT, UPDATE ON app.orders, app.docs TO priv_granted;
+\if :{?citus}
+-- on Citus every node reads them (once() runs on the node of its key)
+RESET ROLE;
+SELECT create_reference_table('app.orders'), create_reference_table('app.docs');
+SELECT truncate_local_data_after_distributing_table('app.orders'),
+       truncate_local_data_after_distributing_table('app.docs');
+SET ROLE priv_app;
+\endif
 SELECT idempotency.create_machine('app_machine', '{"a": ["b"], "b": []}');
 -- a machine a caller could hope to move its key rows along
 SELECT idempotency.create_machine('key_states', '{"in_progress": ["completed"]}');
