@@ -11,6 +11,13 @@
 #                        summed closing line, last; returns non-zero on any
 #                        failure
 #
+#   steps_group NAME FUNC
+#                        run FUNC (which calls step) in the background, its
+#                        output into a log; steps_join prints each group's
+#                        log when it ends and adds its steps to this shell's
+#                        (the machine's cores then serve two chains of steps:
+#                        CI's time is the longer chain, not the sum)
+#
 # Used by test/matrix (make test-all) and .ci/run.
 STEPS_PASSED=0
 STEPS_FAILED=0
@@ -46,4 +53,40 @@ steps_summary() {
 	printf '%s\n' "${STEPS_LINES[@]}"
 	echo "$STEPS_PASSED passed, $STEPS_FAILED failed"
 	[ "$STEPS_FAILED" -eq 0 ] && [ "$STEPS_PASSED" -gt 0 ]
+}
+
+STEPS_GROUPS=()
+STEPS_GROUP_DIR=""
+steps_group() {	# NAME FUNC
+	local name=$1 fn=$2
+	[ -n "$STEPS_GROUP_DIR" ] || STEPS_GROUP_DIR=$(mktemp -d /tmp/idempotency-steps.XXXXXX)
+	(
+		STEPS_PASSED=0 STEPS_FAILED=0 STEPS_LINES=()
+		"$fn"
+		echo "$STEPS_PASSED $STEPS_FAILED" >"$STEPS_GROUP_DIR/$name.count"
+		printf '%s\n' "${STEPS_LINES[@]}" >"$STEPS_GROUP_DIR/$name.lines"
+	) >"$STEPS_GROUP_DIR/$name.log" 2>&1 &
+	STEPS_GROUPS+=("$name:$!")
+}
+
+steps_join() {
+	local g name pid p f
+	for g in "${STEPS_GROUPS[@]}"; do
+		name=${g%%:*}
+		pid=${g##*:}
+		wait "$pid"
+		echo "=== group $name (ran beside the steps above)"
+		cat "$STEPS_GROUP_DIR/$name.log"
+		if read -r p f <"$STEPS_GROUP_DIR/$name.count" 2>/dev/null; then
+			STEPS_PASSED=$((STEPS_PASSED + p))
+			STEPS_FAILED=$((STEPS_FAILED + f))
+			mapfile -t -O "${#STEPS_LINES[@]}" STEPS_LINES <"$STEPS_GROUP_DIR/$name.lines"
+		else
+			STEPS_FAILED=$((STEPS_FAILED + 1))
+			STEPS_LINES+=("group $name: ended without its counts")
+		fi
+	done
+	STEPS_GROUPS=()
+	[ -n "$STEPS_GROUP_DIR" ] && rm -rf "$STEPS_GROUP_DIR"
+	STEPS_GROUP_DIR=""
 }
