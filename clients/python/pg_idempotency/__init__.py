@@ -12,11 +12,11 @@ Importing the package imports no driver: ``Guard`` and ``AsyncGuard``
 import importlib
 from typing import Any
 
-from .core import (Answer, Captured, InvalidKey, Options, decode_response, default_store,
-                   encode_response, error_answer, message_of, parse_key, problem, request_json,
-                   run, sqlstate_of)
+from .core import (Answer, Captured, InvalidKey, MissingKey, Options, decode_response,
+                   default_store, encode_response, error_answer, message_of, parse_key, problem,
+                   request_json, run, sqlstate_of)
 
-__all__ = ["Answer", "AsyncGuard", "Captured", "Guard", "InvalidKey", "Options",
+__all__ = ["Answer", "AsyncGuard", "Captured", "Guard", "InvalidKey", "MissingKey", "Options",
            "decode_response", "default_store", "encode_response", "error_answer", "message_of",
            "parse_key", "problem", "request_json", "run", "sqlstate_of",
            "AsyncPhase", "AsyncPhaseContext", "Phase", "PhaseContext", "PhaseError", "PhasesResult",

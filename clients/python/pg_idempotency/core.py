@@ -42,8 +42,8 @@ from typing import (Any, Callable, ContextManager, Dict, Iterable, List, Optiona
                     Sequence, Tuple, Union)
 
 __all__ = [
-    "Answer", "Captured", "DEFAULT_HEADERS", "InvalidKey", "KeyError400", "Options", "RETRYABLE",
-    "TRANSIENT", "Transaction", "decode_response", "default_store", "encode_response",
+    "Answer", "Captured", "DEFAULT_HEADERS", "InvalidKey", "KeyError400", "MissingKey", "Options",
+    "RETRYABLE", "TRANSIENT", "Transaction", "decode_response", "default_store", "encode_response",
     "error_answer", "lookup_retry_after", "message_of", "parse_key", "problem", "request_json",
     "run", "sqlstate_of",
 ]
@@ -100,15 +100,22 @@ class InvalidKey(Exception):
 KeyError400 = InvalidKey	# its 0.4.0 name
 
 
-def parse_key(values: Optional[Iterable[Optional[str]]]) -> Optional[str]:
-    """The Idempotency-Key header values -> the key, None when missing;
-    raises InvalidKey when malformed.  A structured-field string ("abc",
-    RFC 8941 3.3.3) or bare (abc, as Stripe clients send it)."""
+class MissingKey(InvalidKey):
+    """No Idempotency-Key header, or a blank one: an ``InvalidKey`` (answer
+    400), which an integration with ``required=False`` catches first to serve
+    the request unguarded."""
+
+
+def parse_key(values: Optional[Iterable[Optional[str]]]) -> str:
+    """The Idempotency-Key header values -> the key; raises InvalidKey when
+    malformed, and its subclass MissingKey when missing or blank.  A
+    structured-field string ("abc", RFC 8941 3.3.3) or bare (abc, as Stripe
+    clients send it)."""
     vals = [v for v in (values or []) if v is not None]
     if len(vals) > 1:
         raise InvalidKey("more than one Idempotency-Key header")
     if not vals or not vals[0].strip():
-        return None
+        raise MissingKey("This request requires an Idempotency-Key header.")
     v = vals[0].strip()
     if v[0] != '"':
         return v

@@ -53,8 +53,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.http.request import RawPostDataException
 
-from .core import (Answer, Captured, InvalidKey, Options, Transaction, default_store, parse_key,
-                   problem, request_json, run)
+from .core import (Answer, Captured, InvalidKey, MissingKey, Options, Transaction, default_store,
+                   parse_key, problem, request_json, run)
 
 __all__ = ["UNSAFE_METHODS", "django_transaction", "idempotent", "send"]
 
@@ -176,13 +176,12 @@ def idempotent(*, scope: Union[str, Callable[[Any], str]], using: str = "default
             try:
                 key = parse_key([request.headers["Idempotency-Key"]]
                                 if "Idempotency-Key" in request.headers else [])
+            except MissingKey as e:
+                if options.required:
+                    return send(problem(400, "Idempotency-Key missing", str(e)))
+                return view(*args, **kwargs)
             except InvalidKey as e:
                 return send(problem(400, "Invalid Idempotency-Key", str(e)))
-            if key is None:
-                if options.required:
-                    return send(problem(400, "Idempotency-Key missing",
-                                        "This request requires an Idempotency-Key header."))
-                return view(*args, **kwargs)
             fingerprint = request_json(str(request.method), request.get_full_path(),
                                        _body(request))
             scope_ = options.scope_for(request)

@@ -24,7 +24,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute, serialize_response
 
-from .core import Answer, Captured, InvalidKey, Options, parse_key, problem, request_json
+from .core import Answer, Captured, InvalidKey, MissingKey, Options, parse_key, problem, request_json
 from .guard import AsyncGuard
 
 
@@ -107,13 +107,12 @@ def idempotent(pool: Any, *, scope: Any, status_code: Optional[int] = None,
             request: Request = kwargs[own] if own else kwargs.pop(_REQ)
             try:
                 key = parse_key(request.headers.getlist("idempotency-key"))
+            except MissingKey as e:
+                if guard.o.required:
+                    return _send(problem(400, "Idempotency-Key missing", str(e)))
+                return await endpoint(*args, **kwargs)
             except InvalidKey as e:
                 return _send(problem(400, "Invalid Idempotency-Key", str(e)))
-            if key is None:
-                if guard.o.required:
-                    return _send(problem(400, "Idempotency-Key missing",
-                                         "This request requires an Idempotency-Key header."))
-                return await endpoint(*args, **kwargs)
             path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             fingerprint = request_json(request.method, path, await request.body())
             scope_ = guard.o.scope_for(request)

@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 from flask import Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
-from .core import Answer, Captured, InvalidKey, Options, parse_key, problem, request_json
+from .core import Answer, Captured, InvalidKey, MissingKey, Options, parse_key, problem, request_json
 from .guard import Guard
 
 View = TypeVar("View", bound=Callable[..., Any])
@@ -46,13 +46,12 @@ def idempotent(pool: Any, *, scope: Any, **options: Any) -> Callable[[View], Vie
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
                 key = parse_key(request.headers.getlist("Idempotency-Key"))
+            except MissingKey as e:
+                if guard.o.required:
+                    return _send(problem(400, "Idempotency-Key missing", str(e)))
+                return view(*args, **kwargs)
             except InvalidKey as e:
                 return _send(problem(400, "Invalid Idempotency-Key", str(e)))
-            if key is None:
-                if guard.o.required:
-                    return _send(problem(400, "Idempotency-Key missing",
-                                         "This request requires an Idempotency-Key header."))
-                return view(*args, **kwargs)
             qs = request.query_string.decode("latin-1")
             path = request.path + (f"?{qs}" if qs else "")
             fingerprint = request_json(request.method, path, request.get_data())

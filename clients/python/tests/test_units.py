@@ -4,6 +4,7 @@ the HTTP checks are in test/clients/driver.js."""
 import subprocess
 import sys
 
+from pg_idempotency import core
 from pg_idempotency._core import KeyError400, decode_response, encode_response, parse_key
 
 failed = 0
@@ -24,7 +25,16 @@ def key(v):
 
 check("bare key", key(["abc-1"]) == "abc-1")
 check("structured-field string key, with escapes", key(['"a\\"b\\\\c"']) == 'a"b\\c')
-check("missing or blank key -> None", key([]) is None and key(["  "]) is None)
+def missing(v):
+    try:
+        parse_key(v)
+    except core.MissingKey as e:
+        return isinstance(e, core.InvalidKey)
+    return False
+
+
+check("missing or blank key -> MissingKey, an InvalidKey (as the README says: never None)",
+      missing([]) and missing(None) and missing(["  "]) and missing([None]) and key([]) == "<400>")
 check("malformed structured-field strings -> 400",
       all(key([v]) == "<400>" for v in ['"abc', '"a"b"', '"a\\xb"', '"caf\u00e9"']))
 check("two Idempotency-Key headers -> 400", key(["a", "b"]) == "<400>")
