@@ -112,4 +112,16 @@ check("a new name and its deprecated alias together: TypeError",
 check("a negative, infinite, boolean or text duration: ValueError",
       all(options(**{k: v}) is ValueError for k in ("lock_wait_seconds", "ttl_seconds")
           for v in (-1, float("inf"), True, "1 day")))
+
+# --- the README documents every public name ----------------------------------
+import os  # noqa: E402
+import re  # noqa: E402
+
+with open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+undocumented = [n for n in pg_idempotency.__all__ if not re.search(f"`{n}\\b", readme)]
+check(f"clients/python/README.md documents every name of pg_idempotency.__all__ "
+      f"({len(pg_idempotency.__all__)})", not undocumented)
+if undocumented:
+    print(f"# undocumented: {', '.join(undocumented)}")
 sys.exit(1 if failed else 0)
