@@ -7,6 +7,8 @@
 //     renewEvery, ttl), checked on the key rows the database wrote
 //   - a mismatched resend and a busy duplicate leave no request body in the
 //     server log (SERVER_LOG: the cluster's log file)
+//   - examples/outbox_pattern.js: a guarded handler publishing on req.db, a
+//     relay, a guarded receiver (the event once), and SIGTERM -> exit < 2 s
 //   - every export of index.js is documented in clients/node/README.md
 // DATABASE_HOST/PORT/NAME/USER name the database.
 const fs = require('fs');
@@ -37,6 +39,44 @@ async function guarded(pool, opts, key, request = { n: 1 }) {
 	const s = await g.start(key, opts.scope, request);
 	if (s.state) await g.finish(s.state, 201, () => undefined, Buffer.from('{}'));
 	return s;
+}
+
+async function outboxPattern(pool) {
+	const { spawn } = require('child_process');
+	const app = spawn(process.execPath, [path.join(root, 'clients/node/examples/outbox_pattern.js')],
+		{ stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
+	let out = '';
+	app.stdout.on('data', d => { out += d; });
+	app.stderr.on('data', d => { out += d; });
+	const exited = new Promise(resolve => app.on('exit', (code, signal) => resolve({ code, signal, at: Date.now() })));
+	const port = await new Promise(resolve => {
+		const t = setTimeout(() => resolve(null), 10000);
+		app.stdout.on('data', () => { const m = /listening (\d+)/.exec(out); if (m) { clearTimeout(t); resolve(Number(m[1])); } });
+	});
+	if (!port) { check('examples/outbox_pattern.js starts', false, out); app.kill('SIGKILL'); return; }
+	const key = `order-${run}`;
+	const post = () => fetch(`http://127.0.0.1:${port}/orders`, { method: 'POST',
+		headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify({ amount: '12.50' }) });
+	const a = await post();
+	const b = await post();
+	const id = (await a.json()).id;
+	let events = [];
+	for (let i = 0; i < 100 && events.length === 0; i++) {
+		await new Promise(r => setTimeout(r, 100));
+		events = (await pool.query("SELECT message_id FROM example_order_event WHERE body->>'order' = $1", [String(id)])).rows;
+	}
+	await new Promise(r => setTimeout(r, 300));	// a second delivery would land by now
+	events = (await pool.query("SELECT message_id FROM example_order_event WHERE body->>'order' = $1", [String(id)])).rows;
+	check('outbox pattern: 201, the resend replays, the relay delivers the event once to the guarded receiver',
+		a.status === 201 && b.status === 201 && b.headers.get('idempotent-replayed') === 'true' && events.length === 1,
+		[a.status, b.status, events, out.slice(-300)]);
+	const t0 = Date.now();
+	app.kill('SIGTERM');
+	const timer = new Promise(resolve => setTimeout(() => resolve(null), 5000));
+	const e = await Promise.race([exited, timer]);
+	if (!e) app.kill('SIGKILL');
+	check(`outbox pattern: SIGTERM -> the process exits cleanly within 2 s (${e ? e.at - t0 : '> 5000'} ms)`,
+		e && e.code === 0 && e.at - t0 < 2000, [e, out.slice(-300)]);
 }
 
 async function main() {
@@ -102,6 +142,10 @@ async function main() {
 		const errors = text.split('\n').filter(l => /IK00[12]|STATEMENT/.test(l));
 		check('the server log has the two ERRORs (IK001, IK002) and no request body in them or their statements',
 			/IK001|reused|different request/i.test(text) && errors.length >= 2 && !text.includes(marker), errors.slice(0, 6));
+
+		// --- examples/outbox_pattern.js: guarded handler + publish, relay,
+		// guarded receiver, and a clean shutdown -------------------------------
+		await outboxPattern(pool);
 
 		// --- the README documents every export ------------------------------------
 		const readme = fs.readFileSync(path.join(root, 'clients/node/README.md'), 'utf8');
