@@ -218,7 +218,7 @@ def request_json(method: str, path: str, body: bytes) -> Dict[str, Any]:
 
 
 def seconds_option(who: str, name: str, value: Optional[float], old: str,
-                   old_value: Any) -> Optional[float]:
+                   old_value: Any, stacklevel: int = 3) -> Optional[float]:
     """A duration option in seconds (a number >= 0) under its unit-carrying
     name, ``None`` when not given.  ``old_value`` is the value of its
     deprecated name, already converted to seconds (a DeprecationWarning);
@@ -227,7 +227,7 @@ def seconds_option(who: str, name: str, value: Optional[float], old: str,
         raise TypeError(f"{who}: {name} and {old} (its deprecated name) given both")
     if old_value is not None:
         warnings.warn(f"{who}: {old} is deprecated, use {name} (seconds)", DeprecationWarning,
-                      stacklevel=3)
+                      stacklevel=stacklevel)
         value = old_value
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                               or not math.isfinite(value) or value < 0):

@@ -128,11 +128,12 @@ def _durations(who: str, lease_seconds: Optional[float], lease: Optional[float],
                ) -> Tuple[float, Optional[float], Optional[float]]:
     """(lease, renew_every, ttl) in seconds, from the ``_seconds`` names or
     their deprecated 0.5.0 names."""
-    got_lease = seconds_option(who, "lease_seconds", lease_seconds, "lease", lease)
+    # a deprecation warning names the caller of run_phases
+    got_lease = seconds_option(who, "lease_seconds", lease_seconds, "lease", lease, 4)
     return (30.0 if got_lease is None else got_lease,
             seconds_option(who, "renew_every_seconds", renew_every_seconds, "renew_every",
-                           renew_every),
-            seconds_option(who, "ttl_seconds", ttl_seconds, "ttl", ttl))
+                           renew_every, 4),
+            seconds_option(who, "ttl_seconds", ttl_seconds, "ttl", ttl, 4))
 
 
 def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
