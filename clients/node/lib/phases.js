@@ -75,8 +75,8 @@ function msOption(opts, name, old) {
 //               (name '(begin)' after begin, '(complete)' after the last)
 // ctx: {client (null for external phases), state, request, key, scope, attempt,
 //       outcome, deriveKey(step), signal}
-async function runPhases(pool, opts) {
-	const { key, scope = '', request = null, phases, response, hooks = {} } = opts || {};
+async function runPhases(pool, opts = {}) {
+	const { key, scope = '', request = null, phases, response, hooks = {} } = opts;
 	if (!pool || typeof pool.connect !== 'function') throw new TypeError('runPhases: pool is required');
 	const lease = msOption(opts, 'leaseMs', 'lease') ?? 30000;
 	const ttl = msOption(opts, 'ttlMs', 'ttl');
