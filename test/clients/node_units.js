@@ -149,6 +149,15 @@ async function main() {
 
 		// --- the README documents every export ------------------------------------
 		const readme = fs.readFileSync(path.join(root, 'clients/node/README.md'), 'utf8');
+		// claim()'s row type (0.5.0 shipped its column as attempt): what the
+		// relay reads and what both READMEs name
+		const cols = (await pool.query(`SELECT array_agg(attname::text ORDER BY attnum) AS c FROM pg_attribute
+			WHERE attrelid = 'idempotency.outbox_claim'::regclass AND attnum > 0`)).rows[0].c;
+		const pyReadme = fs.readFileSync(path.join(root, 'clients/python/README.md'), 'utf8');
+		check("idempotency.outbox_claim's column is attempt, as the message field and both READMEs say",
+			cols.includes('attempt') && !cols.includes('attempts') && /`attempt` \(1 on the first delivery/.test(readme) &&
+			/`attempt` \(1 on the first delivery/.test(pyReadme) && /\battempt: number/.test(
+				fs.readFileSync(path.join(root, 'clients/node/lib/relay.d.ts'), 'utf8')), cols);
 		const missing = Object.keys(idem).filter(n => !new RegExp('`' + n + '\\b').test(readme));
 		check(`clients/node/README.md documents every export of index.js (${Object.keys(idem).length})`, missing.length === 0, missing);
 	} finally {
