@@ -40,6 +40,8 @@ export interface GuardOptions<Req = any> {
 	/** The authenticated user: appended to the scope as "|user:<id>". Default: none. */
 	user?: (req: Req) => string | number | null | undefined;
 	/** idempotency.lock_wait for begin(), in milliseconds. Default 200. */
+	lockWaitMs?: number;
+	/** @deprecated lockWaitMs's 0.5.0 name (milliseconds too). */
 	lockWait?: number;
 	/** How often 40001/40P01 from begin() is retried. Default 3. */
 	retries?: number;
@@ -47,7 +49,9 @@ export interface GuardOptions<Req = any> {
 	required?: boolean;
 	/** Response headers stored and replayed besides Content-Type and Location. */
 	headers?: string[];
-	/** The key's time to live, interval text ('24 hours'). Default the server's idempotency.default_ttl. */
+	/** The key's time to live, in milliseconds. Default the server's idempotency.default_ttl. */
+	ttlMs?: number | null;
+	/** @deprecated use ttlMs: the 0.5.0 form, interval text ('24 hours'). */
 	ttl?: string | null;
 	/** The value fingerprinted for the key. Default {method, path, body}. */
 	request?: (req: Req) => unknown;
@@ -87,6 +91,7 @@ export class Guard<Req = any> {
 	readonly lockWait: number;
 	readonly retries: number;
 	readonly required: boolean;
+	/** The time to live as sent to begin(): interval text, or null. */
 	readonly ttl: string | null;
 	readonly headerNames: string[];
 	store: (status: number) => boolean;

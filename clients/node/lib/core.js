@@ -125,13 +125,28 @@ function survive(client) {
 	client.on('error', () => {});
 }
 
+// A duration option in milliseconds under its unit-carrying name (lockWaitMs)
+// or its deprecated 0.5.0 name in milliseconds too (lockWait; null: none);
+// both at once is a TypeError.
+function msOption(opts, name, old, who) {
+	const ov = old === null ? null : opts[old];
+	if (opts[name] != null && ov != null)
+		throw new TypeError(`${who}: ${name} and ${old} (its deprecated name) given both`);
+	const v = opts[name] ?? ov;
+	if (v != null && (typeof v !== 'number' || !Number.isFinite(v) || v < 0))
+		throw new TypeError(`${who}: ${opts[name] != null ? name : old} must be a number of milliseconds >= 0`);
+	return v ?? null;
+}
+
 class Guard {
 	// opts: pool (pg.Pool, required); scope (string or req => string, required);
-	// user (req => id or null: scope per authenticated user); lockWait (ms,
-	// default 200); retries (40001/40P01, default 3); required (default true; without a key a
+	// user (req => id or null: scope per authenticated user); lockWaitMs (ms,
+	// default 200; lockWait: its deprecated name); retries (40001/40P01, default 3);
+	// required (default true; without a key a
 	// route with required: false runs unguarded, with no req.db);
-	// headers (names to store, default Content-Type and Location); ttl
-	// (interval text, default the server's idempotency.default_ttl);
+	// headers (names to store, default Content-Type and Location); ttlMs
+	// (ms, default the server's idempotency.default_ttl; ttl: deprecated,
+	// interval text such as '7 days');
 	// request (req => jsonb value to fingerprint; default method, path, body);
 	// store (status => boolean: whether an answer is stored and replayed;
 	// default: not 408, 409, 425, 429 nor 5xx, which roll back so that a
@@ -142,10 +157,14 @@ class Guard {
 		this.pool = opts.pool;
 		this.scope = opts.scope;
 		this.user = opts.user;
-		this.lockWait = Math.max(0, Math.floor(opts.lockWait ?? 200));
+		this.lockWait = Math.floor(msOption(opts, 'lockWaitMs', 'lockWait', 'idempotent') ?? 200);
 		this.retries = opts.retries ?? 3;
 		this.required = opts.required ?? true;
-		this.ttl = opts.ttl ?? null;
+		// ttlMs, or the deprecated ttl (interval text), sent as interval text
+		if (opts.ttlMs != null && opts.ttl != null)
+			throw new TypeError('idempotent: ttlMs and ttl (its deprecated name) given both');
+		const ttlMs = msOption(opts, 'ttlMs', null, 'idempotent');
+		this.ttl = ttlMs !== null ? `${Math.max(1, Math.round(ttlMs))} milliseconds` : opts.ttl ?? null;
 		this.request = opts.request;
 		this.store = opts.store ?? defaultStore;
 		if (typeof this.store !== 'function') throw new TypeError('idempotent: store must be a function');

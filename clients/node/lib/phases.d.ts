@@ -41,10 +41,16 @@ export interface RunPhasesOptions {
 	/** Fingerprinted: the same key with another request is IK001. */
 	request?: Json;
 	/** Milliseconds an attempt holds the key between renewals; default 30000. */
-	lease?: number;
-	/** Milliseconds between renewals; default lease / 3. */
-	renewEvery?: number;
+	leaseMs?: number;
+	/** Milliseconds between renewals; default leaseMs / 3. */
+	renewEveryMs?: number;
 	/** Milliseconds the key lives; default idempotency.default_ttl. */
+	ttlMs?: number | null;
+	/** @deprecated leaseMs's 0.5.0 name (milliseconds too). */
+	lease?: number;
+	/** @deprecated renewEveryMs's 0.5.0 name (milliseconds too). */
+	renewEvery?: number;
+	/** @deprecated ttlMs's 0.5.0 name (milliseconds too). */
 	ttl?: number | null;
 	phases: Phase[];
 	/** The response complete() stores, from the final state. */

@@ -49,25 +49,38 @@ class PhaseError extends Error {
 
 function ms(v) { return `${Math.max(1, Math.round(v))} milliseconds`; }
 
+// a duration option in milliseconds: its unit-carrying name (leaseMs) or its
+// deprecated 0.5.0 name (lease), not both
+function msOption(opts, name, old) {
+	if (opts[name] != null && opts[old] != null)
+		throw new TypeError(`runPhases: ${name} and ${old} (its deprecated name) given both`);
+	const v = opts[name] ?? opts[old];
+	if (v != null && (typeof v !== 'number' || !Number.isFinite(v) || v < 0))
+		throw new TypeError(`runPhases: ${opts[name] != null ? name : old} must be a number of milliseconds >= 0`);
+	return v ?? null;
+}
+
 // runPhases(pool, opts) -> {outcome, response, attempts, resumedFrom}
 //   pool        pg.Pool (required)
 //   key         the idempotency key (required); scope (default '')
 //   request     JSON-able request, fingerprinted (IK001 if reused differently)
-//   lease       ms (default 30000): how long an attempt holds the key
+//   leaseMs     ms (default 30000): how long an attempt holds the key
 //               between renewals; a crashed attempt is taken over after it
-//   renewEvery  ms (default lease / 3)
-//   ttl         ms or null (idempotency.default_ttl)
+//   renewEveryMs  ms (default leaseMs / 3)
+//   ttlMs       ms or null (idempotency.default_ttl)
+//   (lease, renewEvery, ttl: their deprecated 0.5.0 names, ms too)
 //   phases      [{name, run(ctx), external?}], run in order; names unique
 //   response    (state) => JSON-able, stored by complete() and returned
 //   hooks       {afterCommit(name)}: called after each phase's commit
 //               (name '(begin)' after begin, '(complete)' after the last)
 // ctx: {client (null for external phases), state, request, key, scope, attempt,
 //       outcome, deriveKey(step), signal}
-async function runPhases(pool, opts) {
-	const { key, scope = '', request = null, lease = 30000, ttl = null,
-		phases, response, hooks = {} } = opts;
-	const renewEvery = opts.renewEvery || Math.max(50, Math.floor(lease / 3));
+async function runPhases(pool, opts = {}) {
+	const { key, scope = '', request = null, phases, response, hooks = {} } = opts;
 	if (!pool || typeof pool.connect !== 'function') throw new TypeError('runPhases: pool is required');
+	const lease = msOption(opts, 'leaseMs', 'lease') ?? 30000;
+	const ttl = msOption(opts, 'ttlMs', 'ttl');
+	const renewEvery = msOption(opts, 'renewEveryMs', 'renewEvery') || Math.max(50, Math.floor(lease / 3));
 	if (!Array.isArray(phases) || phases.length === 0) throw new TypeError('runPhases: phases must be a non-empty array');
 	if (typeof response !== 'function') throw new TypeError('runPhases: response must be a function');
 	const names = phases.map(p => p.name);

@@ -35,8 +35,10 @@ valid UTF-8 or contains NUL.
 """
 import base64
 import json
+import math
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import (Any, Callable, ContextManager, Dict, Iterable, List, Optional, Protocol,
                     Sequence, Tuple, Union)
@@ -52,6 +54,17 @@ DEFAULT_HEADERS = ("Content-Type", "Location")
 LOCK_WAIT_SQL = "SELECT pg_catalog.set_config('idempotency.lock_wait', %s, true)"
 BEGIN_SQL = ("SELECT outcome, status, response, attempts "
              "FROM idempotency.begin(%s, %s::jsonb, %s, %s::interval)")
+# what run() and Guard send: the request reaches begin() through a
+# transaction-local setting, so that begin()'s statement (which PostgreSQL
+# logs with its ERROR, log_min_error_statement, on every busy or mismatched
+# duplicate) carries no request body under any driver, psycopg2's and
+# Django's client-side interpolation included; set_config() does not fail.
+SETUP_SQL = ("SELECT pg_catalog.set_config('idempotency.lock_wait', %s, true),"
+             " pg_catalog.set_config('pg_idempotency.request', %s, true)")
+BEGIN_SETTING_SQL = (
+    "SELECT outcome, status, response, attempts FROM idempotency.begin(%s,"
+    " NULLIF(pg_catalog.current_setting('pg_idempotency.request'), '')::jsonb,"
+    " %s, %s::interval)")
 COMPLETE_SQL = "SELECT idempotency.complete(%s, %s::jsonb, %s)"
 LOOKUP_SQL = "SELECT retry_after FROM idempotency.lookup(%s, %s)"
 HAS_LOOKUP_SQL = "SELECT pg_catalog.to_regprocedure('idempotency.lookup(text,text)') IS NOT NULL"
@@ -203,28 +216,55 @@ def request_json(method: str, path: str, body: bytes) -> Dict[str, Any]:
     return {"method": method, "path": path, "body": parsed}
 
 
-class Options:
-    """Shared settings.
+def seconds_option(who: str, name: str, value: Optional[float], old: str,
+                   old_value: Any, stacklevel: int = 3) -> Optional[float]:
+    """A duration option in seconds (a number >= 0) under its unit-carrying
+    name, ``None`` when not given.  ``old_value`` is the value of its
+    deprecated name, already converted to seconds (a DeprecationWarning);
+    both at once is a TypeError."""
+    if value is not None and old_value is not None:
+        raise TypeError(f"{who}: {name} and {old} (its deprecated name) given both")
+    if old_value is not None:
+        warnings.warn(f"{who}: {old} is deprecated, use {name} (seconds)", DeprecationWarning,
+                      stacklevel=stacklevel)
+        value = old_value
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or value < 0):
+        raise ValueError(f"{who}: {name} must be a number of seconds >= 0, not {value!r}")
+    return value
 
-    scope         str, or callable(request) -> str: the route's key space
-    user          callable(request) -> id or None: a scope per authenticated user
-    lock_wait_ms  how long begin() waits for a duplicate in flight (200)
-    retries       how often 40001/40P01 run it all again (3)
-    required      a request without the header is 400 (True); False: unguarded
-    headers       more header names to store besides Content-Type, Location
-    ttl           the key's lifetime, interval text ('1 day'), or None (the extension's)
-    store         callable(status) -> bool: whether an answer is stored and
-                  replayed (``default_store``: not 408, 409, 425, 429 nor 5xx,
-                  which roll back so that a resend runs again)
+
+class Options:
+    """Shared settings.  Durations are seconds (int or float), in names that
+    end in ``_seconds``.
+
+    scope              str, or callable(request) -> str: the route's key space
+    user               callable(request) -> id or None: a scope per authenticated user
+    lock_wait_seconds  how long begin() waits for a duplicate in flight (0.2)
+    retries            how often 40001/40P01 run it all again (3)
+    required           a request without the header is 400 (True); False: unguarded
+    headers            more header names to store besides Content-Type, Location
+    ttl_seconds        the key's lifetime, or None (the extension's idempotency.default_ttl)
+    store              callable(status) -> bool: whether an answer is stored and
+                       replayed (``default_store``: not 408, 409, 425, 429 nor 5xx,
+                       which roll back so that a resend runs again)
+
+    Deprecated (0.5.0's names, still accepted): ``lock_wait_ms``
+    (milliseconds) for ``lock_wait_seconds``; ``ttl`` (interval text such as
+    '1 day') for ``ttl_seconds``.
     """
 
     def __init__(self, scope: Union[str, Callable[[Any], str]],
-                 user: Optional[Callable[[Any], Any]] = None, lock_wait_ms: int = 200,
+                 user: Optional[Callable[[Any], Any]] = None, lock_wait_ms: Optional[int] = None,
                  retries: int = 3, required: bool = True, headers: Iterable[str] = (),
-                 ttl: Optional[str] = None, store: Callable[[int], bool] = default_store) -> None:
+                 ttl: Optional[str] = None, store: Callable[[int], bool] = default_store, *,
+                 lock_wait_seconds: Optional[float] = None,
+                 ttl_seconds: Optional[float] = None) -> None:
         self.scope = scope
         self.user = user
-        self.lock_wait = f"{max(0, int(lock_wait_ms))}ms"
+        wait = seconds_option("Options", "lock_wait_seconds", lock_wait_seconds, "lock_wait_ms",
+                              None if lock_wait_ms is None else lock_wait_ms / 1000)
+        self.lock_wait = f"{round(1000 * (0.2 if wait is None else wait))}ms"
         self.retries = retries
         self.required = required
         names = list(DEFAULT_HEADERS)
@@ -232,7 +272,14 @@ class Options:
             if h.lower() not in (n.lower() for n in names):
                 names.append(h)
         self.header_names = names
-        self.ttl = ttl
+        if ttl is not None and ttl_seconds is not None:
+            raise TypeError("Options: ttl_seconds and ttl (its deprecated name) given both")
+        if ttl is not None:
+            warnings.warn("Options: ttl (interval text) is deprecated, use ttl_seconds",
+                          DeprecationWarning, stacklevel=2)
+        secs = seconds_option("Options", "ttl_seconds", ttl_seconds, "ttl", None)
+        # what begin() gets: interval text (microseconds, the interval's precision)
+        self.ttl = ttl if secs is None else f"{secs:.6f} seconds"
         self.store = store
 
     def scope_for(self, request: Any) -> str:
@@ -342,6 +389,11 @@ def begin_params(key: str, request: Any, scope: str, options: Options) -> Tuple[
     return (key, json.dumps(request), scope, options.ttl)
 
 
+def setup_params(request: Any, options: Options) -> Tuple[Any, ...]:
+    """SETUP_SQL's parameters: the lock wait, the request ('' for none)."""
+    return (options.lock_wait, "" if request is None else json.dumps(request))
+
+
 def fresh_answer(got: Captured, options: Options) -> Answer:
     """The Answer of a handler that ran: its status, body and the headers
     that are stored (Content-Type, Location, ``options.headers``), and its
@@ -365,8 +417,8 @@ def run(transactions: Transactions, key: str, scope: str, request: Any, work: Wo
         try:
             with transactions() as tx:
                 nested = tx.nested
-                tx.execute(LOCK_WAIT_SQL, (options.lock_wait,))
-                b = tx.execute(BEGIN_SQL, begin_params(key, request, scope, options))
+                tx.execute(SETUP_SQL, setup_params(request, options))
+                b = tx.execute(BEGIN_SETTING_SQL, (key, scope, options.ttl))
                 if b is None:
                     raise RuntimeError("idempotency.begin() returned no row")
                 if b[0] == "replay":

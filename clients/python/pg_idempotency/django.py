@@ -150,17 +150,20 @@ def _capture(response: Any) -> Captured:
 
 def idempotent(*, scope: Union[str, Callable[[Any], str]], using: str = "default",
                methods: Iterable[str] = UNSAFE_METHODS,
-               user: Optional[Callable[[Any], Any]] = None, lock_wait_ms: int = 200,
+               user: Optional[Callable[[Any], Any]] = None, lock_wait_ms: Optional[int] = None,
                retries: int = 3, required: bool = True, headers: Iterable[str] = (),
                ttl: Optional[str] = None,
-               store: Callable[[int], bool] = default_store) -> Callable[[Any], Any]:
+               store: Callable[[int], bool] = default_store,
+               lock_wait_seconds: Optional[float] = None,
+               ttl_seconds: Optional[float] = None) -> Callable[[Any], Any]:
     """The decorator: on a function view, a view method, or a View class
     (its ``dispatch``).  ``scope``: str or callable(request); ``user``:
     callable(request) -> id (a scope per user, e.g.
     ``lambda r: r.user.pk``); ``using``: the database alias; the rest as
     ``core.Options``."""
     options = Options(scope, user=user, lock_wait_ms=lock_wait_ms, retries=retries,
-                      required=required, headers=headers, ttl=ttl, store=store)
+                      required=required, headers=headers, ttl=ttl, store=store,
+                      lock_wait_seconds=lock_wait_seconds, ttl_seconds=ttl_seconds)
     guarded = frozenset(m.upper() for m in methods)
 
     def guard(view: View) -> View:

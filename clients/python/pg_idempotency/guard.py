@@ -23,9 +23,10 @@ from typing import Any, Awaitable, Callable, Optional
 
 import psycopg
 
-from .core import (BEGIN_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOCK_WAIT_SQL, LOOKUP_SQL, RETRYABLE,
-                   Answer, Captured, Options, Transaction, _backoff, begin_params, decode_response,
-                   encode_response, error_answer, fresh_answer, message_of, problem, run)
+from .core import (BEGIN_SETTING_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOOKUP_SQL, RETRYABLE,
+                   SETUP_SQL, Answer, Captured, Options, Transaction, _backoff, decode_response,
+                   encode_response, error_answer, fresh_answer, message_of, problem, run,
+                   setup_params)
 from .drivers import psycopg_pool_transaction
 
 __all__ = ["AsyncGuard", "Captured", "Guard"]
@@ -76,8 +77,8 @@ class AsyncGuard:
             try:
                 async with self.pool.connection() as conn:
                     async with conn.transaction() as tx:
-                        await conn.execute(LOCK_WAIT_SQL, (self.o.lock_wait,))
-                        cur = await conn.execute(BEGIN_SQL, begin_params(key, request, scope, self.o))
+                        await conn.execute(SETUP_SQL, setup_params(request, self.o))
+                        cur = await conn.execute(BEGIN_SETTING_SQL, (key, scope, self.o.ttl))
                         b = await cur.fetchone()
                         if b is None:
                             raise RuntimeError("idempotency.begin() returned no row")

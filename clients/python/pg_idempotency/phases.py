@@ -42,11 +42,13 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from .core import seconds_option
 
 Json = Union[None, bool, int, float, str, List[Any], Dict[str, Any]]
 State = Dict[str, Json]
@@ -120,21 +122,42 @@ class _Renewer:
                     return
 
 
+def _durations(who: str, lease_seconds: Optional[float], lease: Optional[float],
+               renew_every_seconds: Optional[float], renew_every: Optional[float],
+               ttl_seconds: Optional[float], ttl: Optional[float]
+               ) -> Tuple[float, Optional[float], Optional[float]]:
+    """(lease, renew_every, ttl) in seconds, from the ``_seconds`` names or
+    their deprecated 0.5.0 names."""
+    # a deprecation warning names the caller of run_phases
+    got_lease = seconds_option(who, "lease_seconds", lease_seconds, "lease", lease, 4)
+    return (30.0 if got_lease is None else got_lease,
+            seconds_option(who, "renew_every_seconds", renew_every_seconds, "renew_every",
+                           renew_every, 4),
+            seconds_option(who, "ttl_seconds", ttl_seconds, "ttl", ttl, 4))
+
+
 def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
                response: Callable[[State], Json], *, scope: str = "",
-               request: Json = None, lease: float = 30.0,
-               renew_every: Optional[float] = None, ttl: Optional[float] = None,
-               after_commit: Optional[Callable[[str], None]] = None) -> PhasesResult:
+               request: Json = None, lease_seconds: Optional[float] = None,
+               renew_every_seconds: Optional[float] = None, ttl_seconds: Optional[float] = None,
+               after_commit: Optional[Callable[[str], None]] = None,
+               lease: Optional[float] = None, renew_every: Optional[float] = None,
+               ttl: Optional[float] = None) -> PhasesResult:
     """Run ``phases`` in order under ``key`` (lease mode), resuming after
     the last committed phase on a retry; returns the stored response.
-    ``lease``, ``renew_every`` and ``ttl`` are seconds.  ``after_commit(name)``
-    is called after each commit: "(begin)", a phase's name, "(complete)".
-    IK001/IK002/IK003 propagate as psycopg errors."""
+    ``lease_seconds`` (30), ``renew_every_seconds`` (a third of the lease)
+    and ``ttl_seconds`` (None: idempotency.default_ttl) are seconds;
+    ``lease``, ``renew_every`` and ``ttl`` are their deprecated 0.5.0 names
+    (seconds too).  ``after_commit(name)`` is called after each commit:
+    "(begin)", a phase's name, "(complete)".  IK001/IK002/IK003 propagate as
+    psycopg errors."""
     names = [p.name for p in phases]
     if not phases:
         raise ValueError("run_phases: phases must not be empty")
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ValueError("run_phases: phase names must be unique and not empty")
+    lease, renew_every, ttl = _durations("run_phases", lease_seconds, lease, renew_every_seconds,
+                                         renew_every, ttl_seconds, ttl)
     lease_td = timedelta(seconds=lease)
     hook: Callable[[str], None] = after_commit or (lambda name: None)
 
@@ -260,10 +283,12 @@ async def _renew_async(pool: AsyncConnectionPool, key: str, scope: str, attempt:
 
 async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence[AsyncPhase],
                            response: Callable[[State], Json], *, scope: str = "",
-                           request: Json = None, lease: float = 30.0,
-                           renew_every: Optional[float] = None, ttl: Optional[float] = None,
-                           after_commit: Optional[Callable[[str], Awaitable[None]]] = None
-                           ) -> PhasesResult:
+                           request: Json = None, lease_seconds: Optional[float] = None,
+                           renew_every_seconds: Optional[float] = None,
+                           ttl_seconds: Optional[float] = None,
+                           after_commit: Optional[Callable[[str], Awaitable[None]]] = None,
+                           lease: Optional[float] = None, renew_every: Optional[float] = None,
+                           ttl: Optional[float] = None) -> PhasesResult:
     """``run_phases`` for asyncio: the same steps, phases are coroutines,
     the lease is renewed by a task."""
     names = [p.name for p in phases]
@@ -271,6 +296,8 @@ async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence
         raise ValueError("run_phases_async: phases must not be empty")
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ValueError("run_phases_async: phase names must be unique and not empty")
+    lease, renew_every, ttl = _durations("run_phases_async", lease_seconds, lease,
+                                         renew_every_seconds, renew_every, ttl_seconds, ttl)
     lease_td = timedelta(seconds=lease)
 
     async def hook(name: str) -> None:

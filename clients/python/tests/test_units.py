@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pg_idempotency import core
 from pg_idempotency._core import KeyError400, decode_response, encode_response, parse_key
 from pg_idempotency.core import InvalidKey, MissingKey
 
@@ -91,4 +92,46 @@ check("importing pg_idempotency, its core, drivers and Django integration loads 
       "(a Django app on psycopg2 needs no psycopg 3)", loaded_none)
 if not loaded_none:
     print("# " + (out.stdout + out.stderr)[-400:])
+
+# --- units: durations are seconds, in names that carry the unit -----------------
+import warnings  # noqa: E402
+
+
+def options(**kw):
+    """Options(**kw) -> (lock_wait, ttl, [deprecation warnings]) or the exception's type"""
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            o = core.Options("u", **kw)
+        except (TypeError, ValueError) as e:
+            return type(e)
+    return o.lock_wait, o.ttl, [str(x.message) for x in w if x.category is DeprecationWarning]
+
+
+check("Options defaults: lock wait 200ms, the server's ttl, no warning", options() == ("200ms", None, []))
+check("Options(lock_wait_seconds=0.05, ttl_seconds=86400): 50ms and 86400 seconds, no warning",
+      options(lock_wait_seconds=0.05, ttl_seconds=86400) == ("50ms", "86400.000000 seconds", []))
+check("Options(ttl_seconds=1.5) keeps the fraction", options(ttl_seconds=1.5)[1] == "1.500000 seconds")
+dep = options(lock_wait_ms=50, ttl="1 day")
+check("deprecated lock_wait_ms / ttl (interval text) still work, each with a DeprecationWarning",
+      dep[:2] == ("50ms", "1 day") and len(dep[2]) == 2
+      and "lock_wait_seconds" in dep[2][0] and "ttl_seconds" in dep[2][1])
+check("a new name and its deprecated alias together: TypeError",
+      options(lock_wait_seconds=1, lock_wait_ms=5) is TypeError
+      and options(ttl_seconds=1, ttl="1 day") is TypeError)
+check("a negative, infinite, boolean or text duration: ValueError",
+      all(options(**{k: v}) is ValueError for k in ("lock_wait_seconds", "ttl_seconds")
+          for v in (-1, float("inf"), True, "1 day")))
+
+# --- the README documents every public name ----------------------------------
+import os  # noqa: E402
+import re  # noqa: E402
+
+with open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+undocumented = [n for n in pg_idempotency.__all__ if not re.search(f"`{n}\\b", readme)]
+check(f"clients/python/README.md documents every name of pg_idempotency.__all__ "
+      f"({len(pg_idempotency.__all__)})", not undocumented)
+if undocumented:
+    print(f"# undocumented: {', '.join(undocumented)}")
 sys.exit(1 if failed else 0)

@@ -7,9 +7,12 @@ import express from 'express';
 import fastify from 'fastify';
 import pg from 'pg';
 import {
-	idempotent, idempotentFastify, parseKey, defaultStore, Guard,
+	idempotent, idempotentFastify as rootFastify, parseKey, defaultStore, Guard,
 	type GuardOptions, type IdempotencyInfo, type IdempotentRequest,
 } from 'pg-idempotency';
+// the root types do not import 'fastify' (an optional peer): request.db's
+// type comes with the subpath
+import { idempotentFastify } from 'pg-idempotency/fastify';
 import { idempotent as fromSubpath } from 'pg-idempotency/express';
 import { parseKey as parseFromCore } from 'pg-idempotency/core';
 
@@ -40,6 +43,13 @@ export function typeErrors(): void {
 	idempotent({ pool, scope: 'x', lockWait: '200ms' });
 	// @ts-expect-error store is a function of the status
 	idempotentFastify({ pool, scope: 'x', store: true });
+	// @ts-expect-error the root's idempotentFastify has the same options
+	rootFastify({ pool, scope: 'x', store: true });
+}
+
+// the root's structurally typed hooks fit a Fastify route (never called)
+export function rootHooksFit(): void {
+	fastify().post('/root', rootFastify({ pool, scope: 'root' }), async () => ({ ok: true }));
 }
 
 const parsed = parseKey('"abc"');

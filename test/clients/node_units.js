@@ -1,0 +1,168 @@
+'use strict';
+// test/clients/node_units.js: what a newcomer tripped on in the Node client
+// (issue 29, item 6), against the real database; prints "ok - ..." lines.
+//   - durations in milliseconds under names that carry the unit (lockWaitMs,
+//     ttlMs; runPhases leaseMs, renewEveryMs, ttlMs) and the deprecated
+//     0.5.0 names still working (lockWait, ttl as interval text; lease,
+//     renewEvery, ttl), checked on the key rows the database wrote
+//   - a mismatched resend and a busy duplicate leave no request body in the
+//     server log (SERVER_LOG: the cluster's log file)
+//   - examples/outbox_pattern.js: a guarded handler publishing on req.db, a
+//     relay, a guarded receiver (the event once), and SIGTERM -> exit < 2 s
+//   - every export of index.js is documented in clients/node/README.md
+// DATABASE_HOST/PORT/NAME/USER name the database.
+const fs = require('fs');
+const path = require('path');
+const root = path.join(__dirname, '../..');
+const pg = require(path.join(root, 'clients/node/node_modules/pg'));
+const idem = require(path.join(root, 'clients/node'));
+const { Guard, runPhases } = idem;
+
+let failures = 0;
+function check(what, ok, diag) {
+	if (!ok) failures++;
+	console.log(`${ok ? 'ok' : 'not ok'} - [node units] ${what}`);
+	if (!ok && diag !== undefined) console.log(`# ${JSON.stringify(diag).slice(0, 600)}`);
+}
+function throws(f) { try { f(); return null; } catch (e) { return e; } }
+const run = `${process.pid}-${Date.now()}`;
+
+async function keyRow(pool, key, scope) {
+	const r = await pool.query(`SELECT extract(epoch FROM expires_at - created_at)::float8 AS ttl,
+		extract(epoch FROM locked_until - clock_timestamp())::float8 AS lease, status
+		FROM idempotency.idempotency_key WHERE key = $1 AND scope = $2`, [key, scope]);
+	return r.rows[0];
+}
+
+async function guarded(pool, opts, key, request = { n: 1 }) {
+	const g = new Guard({ pool, ...opts });
+	const s = await g.start(key, opts.scope, request);
+	if (s.state) await g.finish(s.state, 201, () => undefined, Buffer.from('{}'));
+	return s;
+}
+
+async function outboxPattern(pool) {
+	const { spawn } = require('child_process');
+	const app = spawn(process.execPath, [path.join(root, 'clients/node/examples/outbox_pattern.js')],
+		{ stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
+	let out = '';
+	app.stdout.on('data', d => { out += d; });
+	app.stderr.on('data', d => { out += d; });
+	const exited = new Promise(resolve => app.on('exit', (code, signal) => resolve({ code, signal, at: Date.now() })));
+	const port = await new Promise(resolve => {
+		const t = setTimeout(() => resolve(null), 10000);
+		app.stdout.on('data', () => { const m = /listening (\d+)/.exec(out); if (m) { clearTimeout(t); resolve(Number(m[1])); } });
+	});
+	if (!port) { check('examples/outbox_pattern.js starts', false, out); app.kill('SIGKILL'); return; }
+	const key = `order-${run}`;
+	const post = () => fetch(`http://127.0.0.1:${port}/orders`, { method: 'POST',
+		headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify({ amount: '12.50' }) });
+	const a = await post();
+	const b = await post();
+	const id = (await a.json()).id;
+	let events = [];
+	for (let i = 0; i < 100 && events.length === 0; i++) {
+		await new Promise(r => setTimeout(r, 100));
+		events = (await pool.query("SELECT message_id FROM example_order_event WHERE body->>'order' = $1", [String(id)])).rows;
+	}
+	await new Promise(r => setTimeout(r, 300));	// a second delivery would land by now
+	events = (await pool.query("SELECT message_id FROM example_order_event WHERE body->>'order' = $1", [String(id)])).rows;
+	check('outbox pattern: 201, the resend replays, the relay delivers the event once to the guarded receiver',
+		a.status === 201 && b.status === 201 && b.headers.get('idempotent-replayed') === 'true' && events.length === 1,
+		[a.status, b.status, events, out.slice(-300)]);
+	const t0 = Date.now();
+	app.kill('SIGTERM');
+	const timer = new Promise(resolve => setTimeout(() => resolve(null), 5000));
+	const e = await Promise.race([exited, timer]);
+	if (!e) app.kill('SIGKILL');
+	check(`outbox pattern: SIGTERM -> the process exits cleanly within 2 s (${e ? e.at - t0 : '> 5000'} ms)`,
+		e && e.code === 0 && e.at - t0 < 2000, [e, out.slice(-300)]);
+}
+
+async function main() {
+	const pool = new pg.Pool({
+		host: process.env.DATABASE_HOST, port: Number(process.env.DATABASE_PORT),
+		database: process.env.DATABASE_NAME, user: process.env.DATABASE_USER, max: 4,
+	});
+	try {
+		// --- the guard: lockWaitMs, ttlMs; lockWait, ttl deprecated -------------
+		const base = { pool, scope: `units-${run}` };
+		let g = new Guard({ ...base, lockWaitMs: 50, ttlMs: 3600000 });
+		check('Guard({lockWaitMs: 50, ttlMs: 3600000}): 50 ms, an hour', g.lockWait === 50 && g.ttl === '3600000 milliseconds', [g.lockWait, g.ttl]);
+		g = new Guard(base);
+		check('Guard defaults: lock wait 200 ms, the server\'s ttl', g.lockWait === 200 && g.ttl === null);
+		g = new Guard({ ...base, lockWait: 75, ttl: '7 days' });
+		check('deprecated lockWait (ms) and ttl (interval text) still work', g.lockWait === 75 && g.ttl === '7 days');
+		const both = [throws(() => new Guard({ ...base, lockWaitMs: 1, lockWait: 1 })),
+			throws(() => new Guard({ ...base, ttlMs: 1, ttl: '1 day' }))];
+		check('a unit-carrying name and its deprecated alias together: TypeError', both.every(e => e instanceof TypeError), both.map(String));
+		const bad = [throws(() => new Guard({ ...base, lockWaitMs: '200ms' })), throws(() => new Guard({ ...base, ttlMs: -1 })),
+			throws(() => new Guard({ ...base, ttlMs: Infinity }))];
+		check('a duration that is not a number of ms >= 0: TypeError', bad.every(e => e instanceof TypeError), bad.map(String));
+
+		await guarded(pool, { ...base, ttlMs: 3600000 }, `ttlms-${run}`);
+		let row = await keyRow(pool, `ttlms-${run}`, base.scope);
+		check('ttlMs: 3600000 -> the key lives an hour (expires_at - created_at, in the database)',
+			row && Math.abs(row.ttl - 3600) < 1, row);
+		await guarded(pool, { ...base, ttl: '7 days' }, `ttl-${run}`);
+		row = await keyRow(pool, `ttl-${run}`, base.scope);
+		check("deprecated ttl: '7 days' -> the key lives 7 days", row && Math.abs(row.ttl - 7 * 86400) < 1, row);
+
+		// --- runPhases: leaseMs, renewEveryMs, ttlMs; lease, renewEvery, ttl -------
+		const phases = [{ name: 'one', run: () => 1 }];
+		for (const [label, opts] of [['leaseMs: 20000, ttlMs: 7200000', { leaseMs: 20000, ttlMs: 7200000, renewEveryMs: 60000 }],
+			['deprecated lease: 20000, ttl: 7200000', { lease: 20000, ttl: 7200000, renewEvery: 60000 }]]) {
+			const key = `phases-${label.split(':')[0]}-${run}`;
+			let seen = null;
+			const r = await runPhases(pool, { key, scope: base.scope, phases, response: () => ({ ok: true }), ...opts,
+				hooks: { afterCommit: async name => { if (name === '(begin)') seen = await keyRow(pool, key, base.scope); } } });
+			check(`runPhases ${label} (ms): the lease is 20 s, the key lives 2 hours (in the database)`,
+				r.outcome === 'new' && seen && Math.abs(seen.lease - 20) < 2 && Math.abs(seen.ttl - 7200) < 1, seen);
+		}
+		const e = await runPhases(pool, { key: `both-${run}`, phases, response: () => null, leaseMs: 1, lease: 1 }).then(() => null, x => x);
+		check('runPhases: leaseMs and lease together: TypeError, nothing begun',
+			e instanceof TypeError && !(await keyRow(pool, `both-${run}`, '')), String(e));
+
+		// --- no request body in the server log -----------------------------------
+		const log = process.env.SERVER_LOG;
+		const marker = `card-4111-${run}`;
+		const from = log ? fs.statSync(log).size : 0;
+		const scope = `log-${run}`;
+		await guarded(pool, { pool, scope }, `mismatch-${run}`, { card: `${marker}-a` });
+		const mm = await guarded(pool, { pool, scope }, `mismatch-${run}`, { card: `${marker}-b` });
+		const g1 = new Guard({ pool, scope, lockWaitMs: 50 });
+		const held = await g1.start(`busy-${run}`, scope, { card: `${marker}-c` });
+		const busy = await g1.start(`busy-${run}`, scope, { card: `${marker}-c` });
+		await g1.abort(held.state);
+		check('a mismatched resend is 422, a busy duplicate 409',
+			mm.send && mm.send.status === 422 && busy.send && busy.send.status === 409, [mm.send && mm.send.status, busy.send && busy.send.status]);
+		await new Promise(r => setTimeout(r, 300));	// the logger's flush
+		if (!log) { check('SERVER_LOG names the cluster log', false); return; }
+		const text = fs.readFileSync(log, 'utf8').slice(from);
+		const errors = text.split('\n').filter(l => /IK00[12]|STATEMENT/.test(l));
+		check('the server log has the two ERRORs (IK001, IK002) and no request body in them or their statements',
+			/IK001|reused|different request/i.test(text) && errors.length >= 2 && !text.includes(marker), errors.slice(0, 6));
+
+		// --- examples/outbox_pattern.js: guarded handler + publish, relay,
+		// guarded receiver, and a clean shutdown -------------------------------
+		await outboxPattern(pool);
+
+		// --- the README documents every export ------------------------------------
+		const readme = fs.readFileSync(path.join(root, 'clients/node/README.md'), 'utf8');
+		// claim()'s row type (0.5.0 shipped its column as attempt): what the
+		// relay reads and what both READMEs name
+		const cols = (await pool.query(`SELECT array_agg(attname::text ORDER BY attnum) AS c FROM pg_attribute
+			WHERE attrelid = 'idempotency.outbox_claim'::regclass AND attnum > 0`)).rows[0].c;
+		const pyReadme = fs.readFileSync(path.join(root, 'clients/python/README.md'), 'utf8');
+		check("idempotency.outbox_claim's column is attempt, as the message field and both READMEs say",
+			cols.includes('attempt') && !cols.includes('attempts') && /`attempt` \(1 on the first delivery/.test(readme) &&
+			/`attempt` \(1 on the first delivery/.test(pyReadme) && /\battempt: number/.test(
+				fs.readFileSync(path.join(root, 'clients/node/lib/relay.d.ts'), 'utf8')), cols);
+		const missing = Object.keys(idem).filter(n => !new RegExp('`' + n + '\\b').test(readme));
+		check(`clients/node/README.md documents every export of index.js (${Object.keys(idem).length})`, missing.length === 0, missing);
+	} finally {
+		await pool.end();
+	}
+}
+
+main().then(() => process.exit(failures ? 1 : 0), err => { console.log(`not ok - [node units] ${err.stack}`); process.exit(1); });
