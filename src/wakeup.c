@@ -43,9 +43,14 @@
  * before the cursor was read was visible before the claim's snapshot was
  * taken (the count is added after the commit is visible, with a full
  * barrier), and one counted after makes the wait return at once.  Without
- * since, the counts read when the call starts are the baseline.  Counts
- * start at 0 when the server starts and any difference counts, so a cursor
- * from before a restart wakes its relay once.
+ * since, the counts read when the call starts are the baseline.  Any
+ * difference counts, so a cursor from before a restart wakes its relay
+ * once.  An entry's count starts at a value of its key and of the server
+ * start (wake_start()), not at 0, so that a cursor read from another topic
+ * id (a topic dropped and created again under its name) or before a
+ * restart does not compare equal to it: such a relay wakes once, at once,
+ * instead of missing a commit until its timeout.
+ * Cursors are opaque: only their difference from the counts means anything.
  *
  * Lost wake-ups.  A waiter first adds itself to waiters (full barrier),
  * prepares to sleep on cv (on its wait list), then reads the counts.  A
@@ -111,6 +116,7 @@ typedef struct WakeEntry
 
 typedef struct WakeShared
 {
+	uint64		epoch;			/* when the shared memory was made */
 	/* wait_for() of topics with different entries sleeps on multi_cv */
 	pg_atomic_uint32 multi_waiters;
 	ConditionVariable multi_cv;
@@ -166,6 +172,7 @@ wake_shmem_startup(void)
 	wake = ShmemInitStruct("idempotency wake-ups", sizeof(WakeShared), &found);
 	if (!found)
 	{
+		wake->epoch = (uint64) GetCurrentTimestamp();
 		pg_atomic_init_u32(&wake->multi_waiters, 0);
 		ConditionVariableInit(&wake->multi_cv);
 		wake_entry_init(&wake->overflow);
@@ -189,6 +196,15 @@ static inline uint64
 wake_key(Oid dbid, int32 topic_id)
 {
 	return ((uint64) dbid << 32) | (uint32) topic_id;
+}
+
+/* an entry's first count: of key and the server start, 0 to 2^62 - 1 */
+static inline uint64
+wake_start(uint64 key)
+{
+	return hash_bytes_uint32_extended((uint32) key,
+									  hash_bytes_uint32_extended((uint32) (key >> 32),
+																 wake->epoch)) >> 2;
 }
 
 /*
@@ -215,7 +231,19 @@ wake_find(uint64 key, bool create)
 		if (!create)
 			return NULL;
 		k = 0;
-		if (pg_atomic_compare_exchange_u64(&e->key, &k, key) || k == key)
+		if (pg_atomic_compare_exchange_u64(&e->key, &k, key))
+		{
+			/*
+			 * Made here: the count starts at a value of the key and of this
+			 * server start (kept by adding, so no commit counted since the
+			 * key was set is lost), so that a cursor read from another
+			 * topic id (a topic dropped and created again under its name)
+			 * or before a restart differs from it and wakes its relay.
+			 */
+			pg_atomic_fetch_add_u64(&e->count, wake_start(key));
+			return e;
+		}
+		if (k == key)
 			return e;
 		/* another topic took the place first: go on */
 	}
@@ -418,6 +446,19 @@ topic_ids(Datum *names, int n, int32 *ids)
 	SPI_finish();
 }
 
+/*
+ * A wait_for() that ends by an error or by the backend's exit (FATAL:
+ * pg_terminate_backend(), a shutdown) no longer waits.  Without this, a
+ * terminated wait left waiters above 0 for good, and every later commit of
+ * the topic (of any topic, for a multi-topic wait) broadcast on its cv.
+ */
+static void
+wake_waiter_gone(int code pg_attribute_unused(), Datum arg)
+{
+	ConditionVariableCancelSleep();
+	pg_atomic_fetch_sub_u32((pg_atomic_uint32 *) DatumGetPointer(arg), 1);
+}
+
 /* the counts of entries e[0..n-1]; true if one differs from since */
 static bool
 wake_read(WakeEntry **e, int n, const int64 *since, int64 *now)
@@ -558,7 +599,8 @@ idempotency_wait_for(PG_FUNCTION_ARGS)
 	now = palloc0(n * sizeof(int64));
 
 	pg_atomic_fetch_add_u32(waiters, 1);	/* a full barrier */
-	PG_TRY();
+	/* taken back on an error and on a FATAL exit (a terminate) alike */
+	PG_ENSURE_ERROR_CLEANUP(wake_waiter_gone, PointerGetDatum(waiters));
 	{
 		ConditionVariablePrepareToSleep(cv);
 		if (PG_ARGISNULL(2))
@@ -576,11 +618,8 @@ idempotency_wait_for(PG_FUNCTION_ARGS)
 		}
 		ConditionVariableCancelSleep();
 	}
-	PG_FINALLY();
-	{
-		pg_atomic_fetch_sub_u32(waiters, 1);
-	}
-	PG_END_TRY();
+	PG_END_ENSURE_ERROR_CLEANUP(wake_waiter_gone, PointerGetDatum(waiters));
+	pg_atomic_fetch_sub_u32(waiters, 1);
 
 	/* the topics woken and the cursor */
 	woken = palloc(n * sizeof(Datum));
