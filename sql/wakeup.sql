@@ -97,6 +97,17 @@ SELECT wake_base('{wake_n}');
 SELECT idempotency.publish('wake_n', '{}') IS NOT NULL AS p;
 SELECT wake_now('{wake_n}') AS woken_with_notify;
 
+-- a topic dropped and created again under its name (a new id) while a relay
+-- holds a cursor of the old one: a commit after the relay's last claim
+-- still wakes it at once (the counts of two ids never compare equal)
+SELECT idempotency.create_topic('wake_r') > 0 AS r;
+SELECT wake_base('{wake_r}');
+SELECT idempotency.drop_topic('wake_r', force => true);
+SELECT idempotency.create_topic('wake_r') > 0 AS r_again;
+SELECT idempotency.publish('wake_r', '{}') IS NOT NULL AS p;
+SELECT woken FROM wake_cursor AS c, idempotency.wait_for('{wake_r}', '0', c.c);
+SELECT idempotency.drop_topic('wake_r', force => true);
+
 -- ---- the timeout, and a cancel -----------------------------------------------
 SELECT wake_base('{wake_a}');
 SELECT clock_timestamp() AS t0 \gset

@@ -8,15 +8,18 @@
  * Design.  With the library in shared_preload_libraries, shared memory
  * holds WAKE_ENTRIES entries, one per (database, topic id) that somebody
  * has waited on, found by open addressing (WAKE_PROBES places from the
- * key's hash) and never removed (a dropped topic's entry stays until the
- * server restarts; topic ids are not reused), plus one overflow entry that
- * every topic shares whose places are all taken.  An entry is
+ * key's hash, seeded at random when the server starts) and never freed, but
+ * given to another key when a waiter needs a place and nobody pins it
+ * (wake_pin()), plus one overflow entry that every topic shares whose
+ * places are all pinned.  An entry is
  *
- *	  key      (database oid << 32) | topic id, 0 while free (set once, by
- *	           compare-and-swap, by the first waiter of the topic)
- *	  count    how many transactions that published to the topic have
- *	           committed since the server started (a pg_atomic_uint64)
+ *	  key      (database oid << 32) | topic id, 0 while free (set by a
+ *	           waiter, under the spinlock)
+ *	  count    a start of the key (wake_start()) + how many transactions
+ *	           that published to the topic have committed since the entry
+ *	           was made (a pg_atomic_uint64)
  *	  waiters  how many wait_for() calls sleep on cv
+ *	  pins     how many wait_for() calls in progress use the entry
  *	  cv       the ConditionVariable they sleep on
  *
  * A publisher (publish(), release(), redrive() in outbox.c) calls
@@ -43,9 +46,14 @@
  * before the cursor was read was visible before the claim's snapshot was
  * taken (the count is added after the commit is visible, with a full
  * barrier), and one counted after makes the wait return at once.  Without
- * since, the counts read when the call starts are the baseline.  Counts
- * start at 0 when the server starts and any difference counts, so a cursor
- * from before a restart wakes its relay once.
+ * since, the counts read when the call starts are the baseline.  Any
+ * difference counts, so a cursor from before a restart wakes its relay
+ * once.  An entry's count starts at a value of its key and of the server
+ * start (wake_start()), not at 0, so that a cursor read from another topic
+ * id (a topic dropped and created again under its name) or before a
+ * restart does not compare equal to it: such a relay wakes once, at once,
+ * instead of missing a commit until its timeout.
+ * Cursors are opaque: only their difference from the counts means anything.
  *
  * Lost wake-ups.  A waiter first adds itself to waiters (full barrier),
  * prepares to sleep on cv (on its wait list), then reads the counts.  A
@@ -59,14 +67,18 @@
  * Privacy: wait_for() takes only topics the caller may consume (owns, or
  * was granted consume by grant_topic()), else 42501, and an entry belongs
  * to one topic of one database, so a role learns nothing of other topics'
- * commits, except of the topics that share the overflow entry after
- * WAKE_ENTRIES topics have been waited on (wake-ups among them are shared;
- * harmless, since a woken relay only claims).
+ * commits, except of the topics that share the overflow entry: only those
+ * whose 64 places are all pinned by waits in progress (about the whole
+ * table, 4096 topics waited on at once: 41 sessions of 100; the places are
+ * a secret hash, so no fewer pins aim at one topic).  Entries nobody waits
+ * on are taken back, so a role that waited on thousands of topics once
+ * (and dropped them) leaves nothing behind (sql/wakeup_slots.sql).
  *
  * Without preloading there is no shared memory: publishers list nothing
  * and wait_for() raises 55000 with a hint (poll claim() instead).
  *
- * Locking: none on the publisher's path; the cv's spinlock inside
+ * Locking: none on the publisher's path; a waiter takes wake->lock, a
+ * spinlock, to find, make and pin its entries; the cv's spinlock inside
  * ConditionVariableBroadcast() and ConditionVariablePrepareToSleep().  The
  * sleep is ConditionVariableTimedSleep(): a cancel, statement_timeout, a
  * shutdown or the postmaster's death end it (CHECK_FOR_INTERRUPTS,
@@ -89,6 +101,7 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -106,11 +119,15 @@ typedef struct WakeEntry
 	pg_atomic_uint64 key;		/* (dbid << 32) | topic id; 0: free */
 	pg_atomic_uint64 count;		/* commits that published to the topic */
 	pg_atomic_uint32 waiters;	/* wait_for() calls asleep on cv */
+	pg_atomic_uint32 pins;		/* wait_for() calls using the entry */
 	ConditionVariable cv;
 } WakeEntry;
 
 typedef struct WakeShared
 {
+	uint64		epoch;			/* when the shared memory was made */
+	uint64		seed;			/* of the places' hash, random */
+	slock_t		lock;			/* taking and giving up entries */
 	/* wait_for() of topics with different entries sleeps on multi_cv */
 	pg_atomic_uint32 multi_waiters;
 	ConditionVariable multi_cv;
@@ -144,6 +161,7 @@ wake_entry_init(WakeEntry *e)
 	pg_atomic_init_u64(&e->key, 0);
 	pg_atomic_init_u64(&e->count, 0);
 	pg_atomic_init_u32(&e->waiters, 0);
+	pg_atomic_init_u32(&e->pins, 0);
 	ConditionVariableInit(&e->cv);
 }
 
@@ -166,6 +184,10 @@ wake_shmem_startup(void)
 	wake = ShmemInitStruct("idempotency wake-ups", sizeof(WakeShared), &found);
 	if (!found)
 	{
+		wake->epoch = (uint64) GetCurrentTimestamp();
+		if (!pg_strong_random(&wake->seed, sizeof(wake->seed)))
+			wake->seed = wake->epoch;
+		SpinLockInit(&wake->lock);
 		pg_atomic_init_u32(&wake->multi_waiters, 0);
 		ConditionVariableInit(&wake->multi_cv);
 		wake_entry_init(&wake->overflow);
@@ -191,16 +213,33 @@ wake_key(Oid dbid, int32 topic_id)
 	return ((uint64) dbid << 32) | (uint32) topic_id;
 }
 
+/* an entry's first count: of key and the server start, 0 to 2^62 - 1 */
+static inline uint64
+wake_start(uint64 key)
+{
+	return hash_bytes_uint32_extended((uint32) key,
+									  hash_bytes_uint32_extended((uint32) (key >> 32),
+																 wake->epoch)) >> 2;
+}
+
+/* the first place of key's probe sequence: a hash seeded at random */
+static inline uint32
+wake_hash(uint64 key)
+{
+	return (uint32) hash_bytes_uint32_extended((uint32) key, wake->seed ^ (key >> 32));
+}
+
 /*
- * The entry of key: found, or (create) made in the first free place of its
- * probe sequence.  Not found and not created: NULL if a place of the
- * sequence is free (nobody has waited on the topic), else the overflow
- * entry (the sequence is full and stays full: entries are never removed).
+ * A publisher's look-up: the entry of key, NULL if a place of its probe
+ * sequence before it is free (nobody waits on the topic: places are taken
+ * in order and never freed, only given to another key), else the overflow
+ * entry.  No lock: an entry given to another key meanwhile gets a spurious
+ * count, harmless (see wake_pin()).
  */
 static WakeEntry *
-wake_find(uint64 key, bool create)
+wake_find(uint64 key)
 {
-	uint32		h = murmurhash32((uint32) key ^ murmurhash32((uint32) (key >> 32)));
+	uint32		h = wake_hash(key);
 	int			i;
 
 	for (i = 0; i < WAKE_PROBES; i++)
@@ -210,16 +249,77 @@ wake_find(uint64 key, bool create)
 
 		if (k == key)
 			return e;
-		if (k != 0)
-			continue;
-		if (!create)
+		if (k == 0)
 			return NULL;
-		k = 0;
-		if (pg_atomic_compare_exchange_u64(&e->key, &k, key) || k == key)
-			return e;
-		/* another topic took the place first: go on */
 	}
 	return &wake->overflow;
+}
+
+/*
+ * A waiter's: the entry of key, pinned (not given to another key until
+ * wake_unpin()).  Not there: made in the first free place of its probe
+ * sequence, else in the first place nobody pins (taken back from its
+ * topic, whose next waiter makes it another entry), else the overflow entry,
+ * which only a sequence of 64 places all pinned by waits in progress gets
+ * (the places are a random hash of the key: an attacker must pin about the
+ * whole table, 4096 topics in waits at once, 41 sessions).
+ *
+ * A new entry's count starts at a value of the key and of this server start
+ * (kept by adding, so that no commit counted since the key was set is lost),
+ * so that a cursor read from another entry (another topic id, as a topic
+ * dropped and created again under its name has; an entry taken back and
+ * made again; a cursor from before a restart) differs from it: that relay
+ * wakes once, at once, where a commit it has not claimed would otherwise be
+ * missed until its timeout.  A publisher that found the entry before it
+ * changed key counts on the new key: a spurious wake-up.  The old key lost
+ * nothing: nobody waited on it, its commit was visible before the place
+ * changed hands, so before its next waiter's baseline (and a cursor of it
+ * differs from the new entry's count).
+ */
+static WakeEntry *
+wake_pin(uint64 key)
+{
+	uint32		h = wake_hash(key);
+	WakeEntry  *e = NULL;
+	WakeEntry  *unpinned = NULL;
+	int			i;
+
+	SpinLockAcquire(&wake->lock);
+	for (i = 0; i < WAKE_PROBES; i++)
+	{
+		WakeEntry  *p = &wake->entries[(h + i) & (WAKE_ENTRIES - 1)];
+		uint64		k = pg_atomic_read_u64(&p->key);
+
+		if (k == key)
+		{
+			e = p;
+			break;
+		}
+		if (k == 0)
+		{
+			unpinned = p;		/* free: the first place for a new key */
+			break;
+		}
+		if (unpinned == NULL && pg_atomic_read_u32(&p->pins) == 0)
+			unpinned = p;
+	}
+	if (e == NULL && unpinned != NULL)
+	{
+		e = unpinned;
+		pg_atomic_write_u64(&e->key, key);
+		pg_atomic_fetch_add_u64(&e->count, wake_start(key));	/* a full barrier */
+	}
+	if (e != NULL)
+		pg_atomic_fetch_add_u32(&e->pins, 1);
+	SpinLockRelease(&wake->lock);
+	return e != NULL ? e : &wake->overflow;
+}
+
+static void
+wake_unpin(WakeEntry *e)
+{
+	if (e != &wake->overflow)
+		pg_atomic_fetch_sub_u32(&e->pins, 1);
 }
 
 /* ---------------------------------------------------------------------
@@ -242,7 +342,7 @@ wake_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		pg_memory_barrier();
 		for (i = 0; i < ntouched; i++)
 		{
-			WakeEntry  *e = wake_find(wake_key(MyDatabaseId, touched[i].topic_id), false);
+			WakeEntry  *e = wake_find(wake_key(MyDatabaseId, touched[i].topic_id));
 			int			j;
 
 			if (e == NULL)
@@ -418,6 +518,33 @@ topic_ids(Datum *names, int n, int32 *ids)
 	SPI_finish();
 }
 
+/* a wait_for() in progress: its pinned entries, its waiters count */
+typedef struct WakeWait
+{
+	WakeEntry **entries;
+	int			npinned;
+	pg_atomic_uint32 *waiters;	/* NULL until counted */
+} WakeWait;
+
+/*
+ * A wait_for() ends, normally, by an error or by the backend's exit (FATAL:
+ * pg_terminate_backend(), a shutdown): it no longer waits nor pins.  (A
+ * terminated wait left waiters above 0 for good, and every later commit of
+ * the topic, of any topic for a multi-topic wait, broadcast on its cv.)
+ */
+static void
+wake_wait_gone(int code pg_attribute_unused(), Datum arg)
+{
+	WakeWait   *w = (WakeWait *) DatumGetPointer(arg);
+
+	ConditionVariableCancelSleep();
+	if (w->waiters != NULL)
+		pg_atomic_fetch_sub_u32(w->waiters, 1);
+	w->waiters = NULL;
+	while (w->npinned > 0)
+		wake_unpin(w->entries[--w->npinned]);
+}
+
 /* the counts of entries e[0..n-1]; true if one differs from since */
 static bool
 wake_read(WakeEntry **e, int n, const int64 *since, int64 *now)
@@ -463,7 +590,8 @@ idempotency_wait_for(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	ConditionVariable *cv;
 	pg_atomic_uint32 *waiters;
-	bool		single = true;
+	volatile bool single = true;
+	WakeWait   *ww;
 	TupleDesc	desc;
 	Datum		result[2];
 	bool		result_nulls[2] = {false, false};
@@ -533,33 +661,38 @@ idempotency_wait_for(PG_FUNCTION_ARGS)
 				 errdetail("Relays are woken through shared memory, which only a preloaded library has."),
 				 errhint("Add idempotency to shared_preload_libraries and restart the server, or poll idempotency.claim() at an interval instead.")));
 
-	entries = palloc(n * sizeof(WakeEntry *));
-	for (i = 0; i < n; i++)
-	{
-		entries[i] = wake_find(wake_key(MyDatabaseId, ids[i]), true);
-		if (entries[i] != entries[0])
-			single = false;
-	}
-	if (single)
-	{
-		cv = &entries[0]->cv;
-		waiters = &entries[0]->waiters;
-	}
-	else
-	{
-		cv = &wake->multi_cv;
-		waiters = &wake->multi_waiters;
-	}
 	if (wait_event == 0)
 		wait_event = idem_wait_event("IdempotencyWaitFor");
 	deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 													   TimestampTzGetDatum(GetCurrentTimestamp()),
 													   IntervalPGetDatum(timeout)));
 	now = palloc0(n * sizeof(int64));
+	entries = palloc(n * sizeof(WakeEntry *));
+	ww = palloc0(sizeof(WakeWait));
+	ww->entries = entries;
 
-	pg_atomic_fetch_add_u32(waiters, 1);	/* a full barrier */
-	PG_TRY();
+	/* pins and waiters given back on an error and a FATAL exit alike */
+	PG_ENSURE_ERROR_CLEANUP(wake_wait_gone, PointerGetDatum(ww));
 	{
+		for (i = 0; i < n; i++)
+		{
+			entries[i] = wake_pin(wake_key(MyDatabaseId, ids[i]));
+			ww->npinned = i + 1;
+			if (entries[i] != entries[0])
+				single = false;
+		}
+		if (single)
+		{
+			cv = &entries[0]->cv;
+			waiters = &entries[0]->waiters;
+		}
+		else
+		{
+			cv = &wake->multi_cv;
+			waiters = &wake->multi_waiters;
+		}
+		pg_atomic_fetch_add_u32(waiters, 1);	/* a full barrier */
+		ww->waiters = waiters;
 		ConditionVariablePrepareToSleep(cv);
 		if (PG_ARGISNULL(2))
 			(void) wake_read(entries, n, now, since);	/* the baseline */
@@ -576,11 +709,8 @@ idempotency_wait_for(PG_FUNCTION_ARGS)
 		}
 		ConditionVariableCancelSleep();
 	}
-	PG_FINALLY();
-	{
-		pg_atomic_fetch_sub_u32(waiters, 1);
-	}
-	PG_END_TRY();
+	PG_END_ENSURE_ERROR_CLEANUP(wake_wait_gone, PointerGetDatum(ww));
+	wake_wait_gone(0, PointerGetDatum(ww));
 
 	/* the topics woken and the cursor */
 	woken = palloc(n * sizeof(Datum));
