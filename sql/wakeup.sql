@@ -193,3 +193,30 @@ DROP FUNCTION wake_base(text[]);
 DROP FUNCTION wake_now(text[]);
 DROP TABLE wake_cursor;
 DROP ROLE regress_wake_carol;
+
+-- template clones: two databases cloned from one template hold a topic of
+-- the same id; a commit that publishes to it in one wakes no relay of the
+-- other (the entries are per database and topic, not per topic id; the
+-- message ids differ too: sql/identity.sql)
+SELECT current_database() AS regress_db \gset
+CREATE DATABASE regress_wake_tpl;
+\c regress_wake_tpl
+CREATE EXTENSION idempotency;
+SELECT idempotency.create_topic('cloned') > 0 AS cloned;
+\c :regress_db
+CREATE DATABASE regress_wake_a TEMPLATE regress_wake_tpl;
+CREATE DATABASE regress_wake_b TEMPLATE regress_wake_tpl;
+\c regress_wake_b
+SELECT cursor AS b_cursor FROM idempotency.wait_for('{cloned}', '0') \gset
+\c regress_wake_a
+SELECT (SELECT id FROM idempotency.outbox_topic WHERE name = 'cloned') AS a_id \gset
+SELECT idempotency.publish('cloned', '{"in": "a"}') IS NOT NULL AS published_in_a;
+\c regress_wake_b
+SELECT (SELECT id FROM idempotency.outbox_topic WHERE name = 'cloned') = :a_id AS same_topic_id;
+SELECT woken AS b_after_a FROM idempotency.wait_for('{cloned}', '0', :'b_cursor');
+SELECT idempotency.publish('cloned', '{"in": "b"}') IS NOT NULL AS published_in_b;
+SELECT woken AS b_after_b FROM idempotency.wait_for('{cloned}', '0', :'b_cursor');
+\c :regress_db
+DROP DATABASE regress_wake_a;
+DROP DATABASE regress_wake_b;
+DROP DATABASE regress_wake_tpl;
