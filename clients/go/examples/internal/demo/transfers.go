@@ -18,7 +18,8 @@ import (
 // phase, a call to the payment provider at $DOWNSTREAM_URL, a database
 // phase.  Each server registers them with its framework's one line
 // (idempotency.PhasesHandler, ginidempotency.Phases) and writes the answer
-// from their state (TransferBody).
+// from their state (TransferBody).  The idempotency-specific lines in the
+// phases are marked "// idempotency"; the rest is the transfer's own work.
 var TransferPhases = []idempotency.Phase{
 	{Name: "debit", Run: debit},
 	{Name: "charge", External: true, Run: charge},
@@ -45,7 +46,7 @@ func debit(ctx context.Context, p *idempotency.PhaseContext) (any, error) {
 		return nil, err
 	}
 	if t.Decline { // permanent: the insert rolls back, 402 is stored and replayed
-		return nil, idempotency.Refuse(http.StatusPaymentRequired, json.RawMessage(`{"error":"card_declined"}`))
+		return nil, idempotency.Refuse(http.StatusPaymentRequired, json.RawMessage(`{"error":"card_declined"}`)) // idempotency
 	}
 	if t.Sleep > 0 {
 		if _, err := p.Tx.ExecContext(ctx, "SELECT pg_sleep($1)", t.Sleep); err != nil {
@@ -60,7 +61,7 @@ func charge(ctx context.Context, p *idempotency.PhaseContext) (any, error) {
 	if err := p.State.Get("debit", &debited); err != nil {
 		return nil, err
 	}
-	key, err := p.DeriveKey(ctx, "charge") // the provider's Idempotency-Key: the same on every attempt
+	key, err := p.DeriveKey(ctx, "charge") // idempotency: the provider's Idempotency-Key, the same on every attempt
 	if err != nil {
 		return nil, err
 	}
