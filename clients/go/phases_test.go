@@ -317,6 +317,7 @@ type phasesBody struct {
 	Stream      bool   `json:"stream"`
 	Hold        bool   `json:"hold"`
 	PermanentTo bool   `json:"permanent"`
+	Zombie      bool   `json:"zombie"` // debit's first run waits for its context's cancellation
 }
 
 func newPhasesServer(t *testing.T, db *sql.DB, opts ...idempotency.Option) *phasesServer {
@@ -345,6 +346,15 @@ func newPhasesServer(t *testing.T, db *sql.DB, opts ...idempotency.Option) *phas
 			}
 			if name == "debit" && b.PermanentTo {
 				return nil, idempotency.Permanent(errors.New("secret internal reason"))
+			}
+			if name == "debit" && b.Zombie && n == 1 {
+				s.inside <- struct{}{}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(5 * time.Second):
+					return nil, errors.New("not cancelled")
+				}
 			}
 			if name == "debit" && b.Hold {
 				s.inside <- struct{}{}
@@ -516,4 +526,24 @@ func testPhasesHandler(t *testing.T, driver string) {
 			t.Fatalf("%d %s notes %v status %q", a.status, a.body, notes, status)
 		}
 	})
+}
+
+func TestPhasesHandlerTakeover(t *testing.T) {
+	db := open(t, "pgx")
+	defer db.Close()
+	s := newPhasesServer(t, db, idempotency.WithLease(200*time.Millisecond), idempotency.WithRenewEvery(900*time.Millisecond))
+	k := prefix + "ph-http-takeover"
+	done := make(chan resp)
+	go func() { done <- post(t, s.URL, k, `{"amount":"5","zombie":true}`) }()
+	<-s.inside
+	time.Sleep(400 * time.Millisecond) // the first attempt's lease (200 ms) lapses
+	b := post(t, s.URL, k, `{"amount":"5","zombie":true}`)
+	a := <-done // its renewal found the key taken over: its debit was cancelled and rolled back
+	c := post(t, s.URL, k, `{"amount":"5","zombie":true}`)
+	notes, status := stepCounts(t, db, k)
+	ra, _ := strconv.Atoi(a.header.Get("Retry-After"))
+	if b.status != 201 || a.status != 409 || ra < 1 || !replayed(c) || !same(b, c) ||
+		notes["debit"] != 1 || notes["finish"] != 1 || status != "completed" || s.ran(k, "debit") != 2 {
+		t.Fatalf("old %d %s, new %d %s, replay %d; notes %v status %q", a.status, a.body, b.status, b.body, c.status, notes, status)
+	}
 }
