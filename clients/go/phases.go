@@ -116,8 +116,8 @@ type PhaseError struct {
 	// the failure, replayed from then on.
 	Permanent bool
 	// Status and Body are the HTTP answer PhasesHandler stores and sends
-	// for a permanent failure (Refuse); Status 0 is 500 (answered, not
-	// stored as an HTTP answer: RunPhases' {"error": message}).
+	// for a permanent failure (Refuse): default 400 and {"error": message}
+	// (as the Node client's).  RunPhases stores {"error": message}.
 	Status int
 	Body   any
 	Err    error
@@ -138,7 +138,7 @@ func (e *PhaseError) Unwrap() error { return e.Err }
 
 // Permanent marks err as the permanent failure of the request: the key is
 // failed with fail(retryable => false) and {"error": err.Error()} is stored
-// and replayed (PhasesHandler: a 500 problem answer, stored).
+// and replayed (PhasesHandler: 400 with that body, application/json).
 func Permanent(err error) error { return &PhaseError{Permanent: true, Err: err} }
 
 // Refuse is a permanent failure with the HTTP answer PhasesHandler stores

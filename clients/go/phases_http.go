@@ -52,8 +52,8 @@ func (s *streamed) Error() string { return s.why }
 // stored (WithStore; by default 408, 409, 425, 429 and 5xx) is sent, and the
 // key failed retryably: a resend resumes after the last finished phase.  A
 // phase's error answers 500 (not stored; a resend resumes); Refuse(status,
-// body) is a permanent failure stored and replayed (Permanent(err): a 500
-// problem, stored).  A key taken over by a newer attempt answers 409.
+// body) is a permanent failure stored and replayed (Permanent(err): 400
+// {"error": err.Error()}, stored).  A key taken over by a newer attempt answers 409.
 //
 // The options are Middleware's (WithScope, WithScopeFunc, WithUser,
 // WithTTL, WithHeaders, WithStore, WithMaxRequestBytes,
@@ -149,23 +149,29 @@ func (c *config) servePhases(db *sql.DB, phases []Phase, respond Responder, r *h
 	return problem(500, "Internal error", "The request failed; a resend resumes after its last finished phase.")
 }
 
-// refusal: the answer of a permanent phase error
+// refusal: the answer of a permanent phase error: its Status (default 400)
+// and Body (default {"error": message}), as the Node client's
 func refusal(err error) answer {
 	var pe *PhaseError
-	if !errors.As(err, &pe) || pe.Status == 0 {
-		return problem(500, "Request failed", "The request failed permanently; it will not be run again under this Idempotency-Key.")
+	errors.As(err, &pe)
+	status, b := http.StatusBadRequest, any(map[string]string{"error": err.Error()})
+	if pe != nil && pe.Status != 0 {
+		status = pe.Status
+	}
+	if pe != nil && pe.Body != nil {
+		b = pe.Body
 	}
 	var body []byte
-	switch b := pe.Body.(type) {
+	switch v := b.(type) {
 	case json.RawMessage:
-		body = b
+		body = v
 	case []byte:
-		body = b
+		body = v
 	default:
 		var e error
-		if body, e = json.Marshal(b); e != nil {
+		if body, e = json.Marshal(v); e != nil {
 			return problem(500, "Request failed", "The refusal's body is not JSON: "+e.Error())
 		}
 	}
-	return answer{status: pe.Status, header: http.Header{"Content-Type": {"application/json"}}, body: body}
+	return answer{status: status, header: http.Header{"Content-Type": {"application/json"}}, body: body}
 }

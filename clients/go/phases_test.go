@@ -345,7 +345,7 @@ func newPhasesServer(t *testing.T, db *sql.DB, opts ...idempotency.Option) *phas
 				return nil, idempotency.Refuse(402, map[string]string{"error": "card_declined"})
 			}
 			if name == "debit" && b.PermanentTo {
-				return nil, idempotency.Permanent(errors.New("secret internal reason"))
+				return nil, idempotency.Permanent(errors.New("card expired"))
 			}
 			if name == "debit" && b.Zombie && n == 1 {
 				s.inside <- struct{}{}
@@ -482,11 +482,12 @@ func testPhasesHandler(t *testing.T, driver string) {
 		}
 	})
 
-	t.Run("Permanent(err): a 500 problem that does not show the error, stored and replayed", func(t *testing.T) {
+	t.Run("Permanent(err): 400 {\"error\": message}, stored and replayed", func(t *testing.T) {
 		k := P + "permanent"
 		a := post(t, s.URL, k, `{"permanent":true}`)
 		b := post(t, s.URL, k, `{"permanent":true}`)
-		if a.status != 500 || strings.Contains(string(a.body), "secret") || !replayed(b) || !same(a, b) || s.ran(k, "debit") != 1 {
+		if a.status != 400 || string(a.body) != `{"error":"card expired"}` || a.header.Get("Content-Type") != "application/json" ||
+			!replayed(b) || !same(a, b) || s.ran(k, "debit") != 1 {
 			t.Fatalf("a=%d %s b=%d %s", a.status, a.body, b.status, b.body)
 		}
 	})
