@@ -28,6 +28,9 @@ type Error struct {
 
 func (e *Error) Error() string { return "idempotency: " + e.Message + " (" + e.Code + ")" }
 
+// SQLState returns Code (as the drivers' errors do: SQLState(err) reads it).
+func (e *Error) SQLState() string { return e.Code }
+
 // Unwrap returns the driver's error.
 func (e *Error) Unwrap() error { return e.Err }
 

@@ -83,6 +83,8 @@ type config struct {
 	maxResponseBytes int
 	request          func(r *http.Request, body []byte) any
 	txOptions        *sql.TxOptions
+	lease            time.Duration // PhasesHandler
+	renewEvery       time.Duration // PhasesHandler
 	logf             func(format string, args ...any)
 }
 
@@ -279,29 +281,44 @@ func Middleware(db *sql.DB, opts ...Option) func(http.Handler) http.Handler {
 
 func (c *config) serve(db *sql.DB, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	key, err := ParseKey(r.Header.Values("Idempotency-Key"))
-	if err == ErrKeyMissing {
-		if c.optional {
-			next.ServeHTTP(w, r)
-			return
-		}
-		send(w, problem(400, "Idempotency-Key missing", "This request requires an Idempotency-Key header."))
+	if err == ErrKeyMissing && c.optional {
+		next.ServeHTTP(w, r)
 		return
 	}
-	if err != nil {
-		send(w, problem(400, "Invalid Idempotency-Key", err.Error()))
+	_, reqJSON, refused := c.read(r, err)
+	if refused != nil {
+		send(w, *refused)
 		return
 	}
-	var body []byte
+	info := &Info{Key: key, Scope: c.scopeFor(r)}
+	send(w, c.run(db, info, string(reqJSON), func(tx *sql.Tx) (*capture, error) {
+		info.Tx = tx
+		cw := newCapture(c.maxResponseBytes)
+		next.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, info)))
+		return cw, nil
+	}))
+}
+
+// read: the request's body (read, and put back for the handler) and the
+// fingerprinted request, or the answer that refuses the request (a missing
+// or invalid key: keyErr from ParseKey; 413, ...)
+func (c *config) read(r *http.Request, keyErr error) (body, reqJSON []byte, refused *answer) {
+	refuse := func(a answer) ([]byte, []byte, *answer) { return nil, nil, &a }
+	if keyErr == ErrKeyMissing {
+		return refuse(problem(400, "Idempotency-Key missing", "This request requires an Idempotency-Key header."))
+	}
+	if keyErr != nil {
+		return refuse(problem(400, "Invalid Idempotency-Key", keyErr.Error()))
+	}
+	var err error
 	if r.Body != nil && r.Body != http.NoBody {
 		body, err = io.ReadAll(io.LimitReader(r.Body, c.maxRequestBytes+1))
 		if err != nil {
-			send(w, problem(400, "Unreadable request body", err.Error()))
-			return
+			return refuse(problem(400, "Unreadable request body", err.Error()))
 		}
 		if int64(len(body)) > c.maxRequestBytes {
-			send(w, problem(413, "Request body too large",
+			return refuse(problem(413, "Request body too large",
 				fmt.Sprintf("A guarded request body is at most %d bytes.", c.maxRequestBytes)))
-			return
 		}
 		r.Body.Close()
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -312,18 +329,11 @@ func (c *config) serve(db *sql.DB, next http.Handler, w http.ResponseWriter, r *
 	} else {
 		request = RequestJSON(r.Method, r.URL.RequestURI(), body)
 	}
-	reqJSON, err := json.Marshal(request)
+	reqJSON, err = json.Marshal(request)
 	if err != nil {
-		send(w, problem(500, "Internal error", "the fingerprinted request is not JSON: "+err.Error()))
-		return
+		return refuse(problem(500, "Internal error", "the fingerprinted request is not JSON: "+err.Error()))
 	}
-	info := &Info{Key: key, Scope: c.scopeFor(r)}
-	send(w, c.run(db, info, string(reqJSON), func(tx *sql.Tx) (*capture, error) {
-		info.Tx = tx
-		cw := newCapture(c.maxResponseBytes)
-		next.ServeHTTP(cw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, info)))
-		return cw, nil
-	}))
+	return body, reqJSON, nil
 }
 
 // run: the guarded transaction; work runs the handler (a panic in it rolls

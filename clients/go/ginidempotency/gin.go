@@ -13,6 +13,7 @@ package ginidempotency
 
 import (
 	"bufio"
+	"context"
 	"database/sql"
 	"errors"
 	"net"
@@ -107,3 +108,30 @@ func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // CloseNotify (deprecated in net/http): a channel that never fires
 func (w *writer) CloseNotify() <-chan bool { return make(chan bool) }
+
+// Phases is idempotency.PhasesHandler as a gin handler: the phases run
+// under the request's Idempotency-Key in lease mode, and respond writes the
+// answer from their final state on the gin context (c.JSON, c.Data, ...),
+// which is stored with the key and replayed.  opts are idempotency's
+// options (WithScope, WithUser, WithLease, ...).  A phase reaches the
+// request as p.HTTP and its body as p.Body.
+func Phases(db *sql.DB, phases []idempotency.Phase, respond func(c *gin.Context, state idempotency.State), opts ...idempotency.Option) gin.HandlerFunc {
+	if respond == nil {
+		panic("ginidempotency.Phases: respond is nil")
+	}
+	h := idempotency.PhasesHandler(db, phases, func(w http.ResponseWriter, r *http.Request, state idempotency.State) {
+		c := r.Context().Value(ginContext{}).(*gin.Context)
+		orig, origReq := c.Writer, c.Request
+		gw := &writer{ResponseWriter: w, status: http.StatusOK, size: -1}
+		c.Writer, c.Request = gw, r
+		defer func() { c.Writer, c.Request = orig, origReq }()
+		respond(c, state)
+		gw.WriteHeaderNow()
+	}, opts...)
+	return func(c *gin.Context) {
+		h.ServeHTTP(c.Writer, c.Request.WithContext(context.WithValue(c.Request.Context(), ginContext{}, c)))
+		c.Abort()
+	}
+}
+
+type ginContext struct{}

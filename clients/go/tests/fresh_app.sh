@@ -2,9 +2,10 @@
 # clients/go/tests/fresh_app.sh DIR: the module as a user gets it.  Packs
 # clients/go (without its examples and tests) into DIR/idempotency-go.tar.gz,
 # installs it into a fresh GOPATH (DIR/gopath, beside Debian's
-# /usr/share/gocode), builds a new application there offline (chi, gin and
-# Once in one server), runs it against DATABASE_HOST/PORT/NAME/USER and sends
-# a guarded request twice: 201, then its replay.  Prints "fresh app ok".
+# /usr/share/gocode), builds a new application there offline (chi, gin, a
+# phased endpoint and Once in one server), runs it against
+# DATABASE_HOST/PORT/NAME/USER and sends a guarded request twice: 201, then
+# its replay.  Prints "fresh app ok".
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=$1
@@ -68,6 +69,19 @@ func main() {
 		fmt.Fprintf(w, "%s %s", res.Outcome, res.Response)
 	})
 	r.Handle("/gin", g)
+	r.Method("POST", "/phases", idempotency.PhasesHandler(db, []idempotency.Phase{
+		{Name: "order", Run: func(ctx context.Context, p *idempotency.PhaseContext) (any, error) {
+			var id int64
+			err := p.Tx.QueryRowContext(ctx, "INSERT INTO shop_order (idem_key) VALUES ($1) RETURNING id", p.Key).Scan(&id)
+			return id, err
+		}},
+		{Name: "ship", External: true, Run: func(ctx context.Context, p *idempotency.PhaseContext) (any, error) {
+			return p.DeriveKey(ctx, "ship")
+		}},
+	}, func(w http.ResponseWriter, r *http.Request, state idempotency.State) {
+		w.WriteHeader(201)
+		fmt.Fprintf(w, `{"id":%s,"ship":%s"}`, state["order"], state["ship"][:5])
+	}, idempotency.WithScope("phases")))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -94,7 +108,7 @@ done
 [ -n "$port" ] || { cat "$dir/err"; exit 1; }
 key="fresh-$$-$RANDOM"
 fail=0
-for path in chi gin; do
+for path in chi gin phases; do
 	a=$(curl -s -D "$dir/h1" -H "Idempotency-Key: $key" -d '{"n":1}' "http://127.0.0.1:$port/$path")
 	b=$(curl -s -D "$dir/h2" -H "Idempotency-Key: $key" -d '{"n":1}' "http://127.0.0.1:$port/$path")
 	echo "$path: $(head -1 "$dir/h1" | tr -d '\r') $a / $(head -1 "$dir/h2" | tr -d '\r') $b $(grep -i '^Idempotent-Replayed' "$dir/h2" | tr -d '\r')"

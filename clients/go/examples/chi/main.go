@@ -1,4 +1,4 @@
-// Example (and conformance server): POST /payments on chi and pgx v4's
+// Example (and conformance server): POST /payments and POST /transfers (phases) on chi and pgx v4's
 // database/sql driver (stdlib), guarded by package idempotency: chi takes
 // idempotency.Middleware as it is (r.With).  The contract is the one of
 // test/clients/driver.js; database from DATABASE_HOST/PORT/NAME/USER,
@@ -25,7 +25,16 @@ func main() {
 	// a handler's panic: 500 (the guard has rolled back by then)
 	r.Use(middleware.Recoverer)
 	r.With(idempotency.Middleware(db, idempotency.WithScope("payments"), idempotency.WithUser(user))).Post("/payments", payment) // idempotency
+	// phases (demo.TransferPhases: debit, charge, finish), one line
+	r.Method("POST", "/transfers", idempotency.PhasesHandler(db, demo.TransferPhases, transferred, idempotency.WithScope("transfers"), idempotency.WithUser(user), idempotency.WithLease(demo.TransferLease))) // idempotency
 	demo.Serve(r)
+}
+
+// transferred: the answer of POST /transfers from its phases' state (stored, replayed)
+func transferred(w http.ResponseWriter, r *http.Request, state idempotency.State) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	w.Write(demo.TransferBody(state))
 }
 
 func payment(w http.ResponseWriter, r *http.Request) {

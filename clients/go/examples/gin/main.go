@@ -1,4 +1,4 @@
-// Example (and conformance server): POST /payments on gin and lib/pq,
+// Example (and conformance server): POST /payments and POST /transfers (phases) on gin and lib/pq,
 // guarded by package ginidempotency (idempotency's middleware as a
 // gin.HandlerFunc).  The contract is the one of test/clients/driver.js;
 // database from DATABASE_HOST/PORT/NAME/USER, prints "listening <port>".
@@ -26,7 +26,14 @@ func main() {
 	// a handler's panic: 500 (the guard has rolled back by then)
 	r.Use(gin.Recovery())
 	r.POST("/payments", ginidempotency.Middleware(db, idempotency.WithScope("payments"), idempotency.WithUser(user)), payment) // idempotency
+	// phases (demo.TransferPhases: debit, charge, finish), one line
+	r.POST("/transfers", ginidempotency.Phases(db, demo.TransferPhases, transferred, idempotency.WithScope("transfers"), idempotency.WithUser(user), idempotency.WithLease(demo.TransferLease))) // idempotency
 	demo.Serve(r)
+}
+
+// transferred: the answer of POST /transfers from its phases' state (stored, replayed)
+func transferred(c *gin.Context, state idempotency.State) {
+	c.Data(http.StatusCreated, "application/json", demo.TransferBody(state))
 }
 
 func payment(c *gin.Context) {

@@ -1,4 +1,4 @@
-// Example (and conformance server): POST /payments on plain net/http and
+// Example (and conformance server): POST /payments and POST /transfers (phases) on plain net/http and
 // lib/pq, guarded by package idempotency.  The contract is the one of
 // test/clients/driver.js; database from DATABASE_HOST/PORT/NAME/USER,
 // prints "listening <port>".
@@ -19,7 +19,16 @@ func main() {
 	db := demo.OpenDB("postgres") // lib/pq
 	mux := http.NewServeMux()
 	mux.Handle("/payments", postOnly(idempotency.Middleware(db, idempotency.WithScope("payments"), idempotency.WithUser(user))(http.HandlerFunc(payment)))) // idempotency
+	// phases (demo.TransferPhases: debit, charge, finish), one line
+	mux.Handle("/transfers", postOnly(idempotency.PhasesHandler(db, demo.TransferPhases, transferred, idempotency.WithScope("transfers"), idempotency.WithUser(user), idempotency.WithLease(demo.TransferLease)))) // idempotency
 	demo.Serve(mux)
+}
+
+// transferred: the answer of POST /transfers from its phases' state (stored, replayed)
+func transferred(w http.ResponseWriter, r *http.Request, state idempotency.State) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	w.Write(demo.TransferBody(state))
 }
 
 func payment(w http.ResponseWriter, r *http.Request) {
