@@ -1,9 +1,9 @@
 'use strict';
 // pg-idempotency: Idempotency-Key middleware on the idempotency extension.
-const { idempotent } = require('./lib/express');
-const { idempotentFastify } = require('./lib/fastify');
+const { idempotent, idempotentPhases } = require('./lib/express');
+const { idempotentFastify, idempotentPhasesFastify } = require('./lib/fastify');
 const { parseKey, Guard, defaultStore } = require('./lib/core');
 const { runPhases, PhaseError } = require('./lib/phases');
 const { relay, webhook, Relay } = require('./lib/relay');
 
-module.exports = { idempotent, idempotentFastify, parseKey, Guard, defaultStore, runPhases, PhaseError, relay, webhook, Relay };
+module.exports = { idempotent, idempotentFastify, idempotentPhases, idempotentPhasesFastify, parseKey, Guard, defaultStore, runPhases, PhaseError, relay, webhook, Relay };

@@ -15,6 +15,14 @@
 // one "ok - ... # SKIP documented exception: <reason>"; once it passes,
 // "not ok - ...: passes, remove its exception", so the list cannot go stale.
 // The server is killed on every exit path.
+//
+// The fake downstream (a payment provider the /transfers phases call): an
+// HTTP server in this process on 127.0.0.1, passed to the app as
+// DOWNSTREAM_URL.  POST /charge {"amount": x} with an Idempotency-Key ->
+// 200 {"charge_id":"ch_N"}: a new N per new key, the same charge_id for a
+// key seen before; every call is logged ({key, amount, charge_id, openTx:
+// the sessions of the database idle in a transaction while it was
+// answered}), so a scenario can count the calls per key (t.downstream).
 const fs = require('fs');
 const path = require('path');
 const http = require('http');
@@ -40,6 +48,47 @@ let failures = 0;
 let srv = null;	// the running server: {child, port, stderr()}
 let lastStderr = '';
 
+// --- the fake downstream ---------------------------------------------------------
+const downstreamLog = [];	// every call: {key, amount, charge_id, openTx}
+const charges = new Map();	// Idempotency-Key -> charge_id
+const downstream = http.createServer((req, res) => {
+	const chunks = [];
+	req.on('data', c => chunks.push(c));
+	req.on('end', () => {
+		let body = null;
+		try { body = JSON.parse(Buffer.concat(chunks).toString('utf8')); } catch (e) { /* logged as null */ }
+		const key = req.headers['idempotency-key'];
+		if (req.method !== 'POST' || req.url !== '/charge' || typeof key !== 'string' || key === '') {
+			downstreamLog.push({ key: key === undefined ? null : key, amount: body && body.amount, charge_id: null, bad: `${req.method} ${req.url}` });
+			res.writeHead(400, { 'Content-Type': 'application/json' });
+			return res.end('{"error":"POST /charge with an Idempotency-Key"}');
+		}
+		if (!charges.has(key)) charges.set(key, `ch_${charges.size + 1}`);
+		const charge_id = charges.get(key);
+		const entry = { key, amount: body && body.amount, charge_id, openTx: null };
+		downstreamLog.push(entry);
+		// an external phase holds no transaction open while it calls: count the
+		// app's sessions idle in a transaction now (the scenarios that check it
+		// have one request in flight)
+		db.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() " +
+			"AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()").then(r => { entry.openTx = r.rows[0].n; },
+			() => { entry.openTx = -1; }).then(() => {
+			res.writeHead(200, { 'Content-Type': 'application/json' });
+			res.end(JSON.stringify({ charge_id }));
+		});
+	});
+});
+let downstreamUrl = null;
+function startDownstream() {
+	return new Promise((resolve, reject) => {
+		downstream.once('error', reject);
+		downstream.listen(0, '127.0.0.1', () => {
+			downstreamUrl = `http://127.0.0.1:${downstream.address().port}`;
+			resolve();
+		});
+	});
+}
+
 function print(ok, description, diag, directive = '') {
 	if (!ok) failures++;
 	console.log(`${ok ? 'ok' : 'not ok'} - [${label}] ${description}${directive}`);
@@ -47,6 +96,10 @@ function print(ok, description, diag, directive = '') {
 }
 
 // --- the exceptions list: "<app> <mode|*> <scenario> <reason...>" ------------
+// (<scenario> may end in "*": every scenario whose id starts with the rest,
+// e.g. "phases-*" for an app that has no POST /transfers yet)
+const namesScenario = (pattern, id) => pattern === id ||
+	(pattern.endsWith('*') && pattern.length > 1 && id.startsWith(pattern.slice(0, -1)));
 function readExceptions() {
 	const file = path.join(__dirname, 'exceptions');
 	const list = [];
@@ -67,7 +120,7 @@ for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => { killAll(); proc
 function startServer() {
 	return new Promise((resolve, reject) => {
 		const child = spawn(command[0], command.slice(1), {
-			env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'],
+			env: { ...process.env, PORT: '0', DOWNSTREAM_URL: downstreamUrl }, stdio: ['ignore', 'pipe', 'pipe'],
 		});
 		children.add(child);
 		let out = '', err = '';
@@ -93,10 +146,11 @@ const alive = s => s && s.child.exitCode === null && s.child.signalCode === null
 
 // --- HTTP ------------------------------------------------------------------------
 // post(): one request (fresh: on a new connection, not a kept-alive one,
-// which a server may close after its 500); resolves {status, headers, body (Buffer)} or rejects
-function post({ key, body, user, path: p = '/payments', fresh = false }) {
+// which a server may close after its 500; headers: extra request headers);
+// resolves {status, headers, body (Buffer)} or rejects
+function post({ key, body, user, path: p = '/payments', fresh = false, headers: extra = {} }) {
 	const payload = Buffer.from(JSON.stringify(body), 'utf8');
-	const headers = { 'Content-Type': 'application/json', 'Content-Length': payload.length };
+	const headers = { ...extra, 'Content-Type': 'application/json', 'Content-Length': payload.length };
 	if (key !== undefined) headers['Idempotency-Key'] = key;
 	if (user !== undefined) headers['X-User'] = user;
 	return new Promise((resolve, reject) => {
@@ -140,11 +194,27 @@ function context(scenario) {
 		key: name => `${runId}-${scenario.id}-${name}`,
 		post, postRetry, query, waitFor,
 		rows: key => count('SELECT count(*) FROM payment WHERE idem_key = $1', [key]),
+		// the /transfers phases' rows of a key: {debit: n, finish: n, other: n}
+		steps: async key => {
+			const n = { debit: 0, finish: 0, other: 0 };
+			for (const r of (await db.query('SELECT step, count(*)::int AS n FROM transfer_step WHERE idem_key = $1 GROUP BY 1', [key])).rows)
+				n[r.step in n && r.step !== 'other' ? r.step : 'other'] += r.n;
+			return n;
+		},
+		// the fake downstream: t.downstream.mark() -> a position in its log;
+		// t.downstream.since(mark) -> the calls after it [{key, amount, charge_id}]
+		downstream: {
+			url: () => downstreamUrl,
+			mark: () => downstreamLog.length,
+			since: m => downstreamLog.slice(m),
+		},
 		keyRows: key => count('SELECT count(*) FROM idempotency.idempotency_key WHERE key = $1', [key]),
 		// a positive signal that a request is inside its transaction: its pg_sleep
 		sleeping: () => count("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' " +
 			"AND query LIKE '%pg\\_sleep%' AND pid <> pg_backend_pid() AND datname = current_database()"),
 		kill: async () => { await stopServer(srv); },
+		// the server process exited by itself within ms (an X-Crash)
+		exited: (ms = 5000) => waitFor(async () => !alive(srv), ms),
 		start: async () => { srv = await startServer(); },
 		stderr: () => srv.stderr(),
 	};
@@ -190,13 +260,14 @@ async function main() {
 	const exceptions = readExceptions();
 	const ids = new Set(scenarios.map(s => s.id));
 	for (const e of exceptions) {
-		if (!ids.has(e.scenario))
+		if (![...ids].some(id => namesScenario(e.scenario, id)))
 			print(false, `test/conformance/exceptions:${e.line} names no scenario: ${e.scenario}`);
 	}
+	await startDownstream();
 	srv = await startServer();
 	for (const s of scenarios) {
 		if (s.only && !s.only.includes(app)) continue;
-		const exception = exceptions.find(e => e.app === app && (e.mode === '*' || e.mode === mode) && e.scenario === s.id);
+		const exception = exceptions.find(e => e.app === app && (e.mode === '*' || e.mode === mode) && namesScenario(e.scenario, s.id));
 		await runScenario(s, exception);
 	}
 	await stopServer(srv);
@@ -212,6 +283,7 @@ main().then(async () => {
 	clearTimeout(deadline);
 	if (failures) console.log(`# server stderr: ${lastStderr.slice(-3000).replace(/\n/g, '\n# ')}`);
 	await db.end();
+	downstream.close();
 	process.exit(failures ? 1 : 0);
 }, err => {
 	print(false, `run completed (${err && err.stack ? err.stack.split('\n').slice(0, 3).join(' | ') : err})`);

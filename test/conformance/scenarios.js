@@ -20,8 +20,13 @@
 // Retry-After (capped at 100 ms), counting conflicts and 409s without a
 // Retry-After; t.key(name): a key unique to this run and scenario;
 // t.rows(key), t.keyRows(key), t.sleeping(), t.waitFor(cond), t.query(sql,
-// params); t.kill() / t.start(): the server process; t.stderr(): what the
+// params); t.kill() / t.start(): the server process; t.exited(ms): it exited
+// by itself; t.stderr(): what the
 // server has written to stderr since it started; t.bouncer: the PgBouncer run.
+// For POST /transfers (the phases, test/conformance/README.md): t.steps(key)
+// -> {debit, finish, other}: its transfer_step rows; t.downstream.mark() /
+// .since(mark): the calls the fake downstream received [{key, amount,
+// charge_id, openTx (sessions idle in a transaction during the call)}]; t.post({..., headers: {'X-Crash': 'charge'}}).
 
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 const same = (a, b) => a.status === b.status && a.body.equals(b.body) &&
@@ -30,6 +35,45 @@ const replayed = r => r.headers['idempotent-replayed'] === 'true';
 const show = r => r && (r instanceof Error ? String(r) : { status: r.status, headers: r.headers, body: r.body && r.body.toString() });
 const paid = /^\{"status":"paid","id":(\d+),"amount":"([0-9.]+)","note":"café ✓"\}$/;
 const json = /^application\/json\b/;
+const done = amount => new RegExp(`^\\{"status":"done","charge_id":"(ch_\\d+)","amount":"${amount.replace('.', '\\.')}"\\}$`);
+const transfer = (t, key, body, extra = {}) => t.post({ key, body, path: '/transfers', ...extra });
+// the Idempotency-Key the charge phase must send downstream: derive_key(key,
+// 'charge', scope) of the key's one stored row (its scope is the app's)
+async function chargeKey(t, key) {
+	const r = (await t.query('SELECT idempotency.derive_key(key, \'charge\', scope) AS k FROM idempotency.idempotency_key ' +
+		'WHERE key = $1', [key])).rows;
+	return r.length === 1 ? r[0].k : `(${r.length} stored rows for the key)`;
+}
+// a crash in phase `where` (X-Crash), the server restarted, the request
+// resent until the crashed attempt's 2 s lease lapsed (409s meanwhile)
+async function crashed(t, check, where) {
+	await t.waitFor(async () => await t.sleeping() === 0);
+	const k = t.key(`crash-${where}`);
+	const m = t.downstream.mark();
+	const lost = await transfer(t, k, { amount: '21.00' }, { headers: { 'X-Crash': where }, fresh: true }).then(x => x, e => e);
+	const died = await t.exited();
+	const before = await t.steps(k);
+	await t.kill();
+	await t.start();
+	const r = await t.postRetry({ key: k, body: { amount: '21.00' }, path: '/transfers' }, 200);
+	const r2 = await transfer(t, k, { amount: '21.00' });
+	const calls = t.downstream.since(m);
+	const want = await chargeKey(t, k);
+	const id = done('21.00').exec(r.body.toString('utf8'));
+	const steps = await t.steps(k);
+	const wantCalls = where === 'charge' ? 2 : 1;
+	check(`a crash in "${where}" (the process exited: no answer), restarted, resent: 201 with the contract's body ` +
+		`after ${r.conflicts} 409s, then a byte-identical replay`,
+		lost instanceof Error && died && r.status === 201 && !replayed(r) && json.test(r.headers['content-type'] || '') &&
+		id !== null && replayed(r2) && same(r, r2), [show(lost), died, show(r), show(r2)]);
+	check(`after the crash in "${where}": one 'debit' and one 'finish' row (before the restart: ` +
+		`debit ${before.debit}, finish ${before.finish})`,
+		before.debit === 1 && before.finish === 0 && steps.debit === 1 && steps.finish === 1 && steps.other === 0, [before, steps]);
+	check(`after the crash in "${where}": ${wantCalls} downstream call(s), all with the one derived key ` +
+		'derive_key(key, \'charge\', scope), and the answer carries its charge_id',
+		calls.length === wantCalls && calls.every(c => c.key === want && c.charge_id === calls[0].charge_id && c.amount === '21.00') &&
+		id !== null && id[1] === calls[0].charge_id, [calls, want, id && id[1]]);
+}
 
 module.exports = [
 	// --- the key header --------------------------------------------------------
@@ -316,6 +360,106 @@ module.exports = [
 			const badRows = plan.filter(p => (counts.get(p.key) || 0) !== (p.kind === 'decline' ? 0 : 1));
 			check('mixed workload: one business row per successful key, none per declined one',
 				badRows.length === 0, badRows.slice(0, 5).map(p => [p.key, p.kind, counts.get(p.key)]));
+		},
+	},
+
+	// --- phases: POST /transfers (debit, charge downstream, finish) ----------------------------------
+	{
+		id: 'phases-first', title: 'a phased request runs its phases once: 201, one debit, one charge downstream, one finish, stored',
+		async run(t, check) {
+			const k = t.key('pfirst');
+			const m = t.downstream.mark();
+			const r = await transfer(t, k, { amount: '12.50' });
+			const id = done('12.50').exec(r.body.toString('utf8'));
+			const calls = t.downstream.since(m);
+			check('201, application/json, body exactly {"status":"done","charge_id":"<the downstream\'s>","amount":"12.50"}',
+				r.status === 201 && !replayed(r) && json.test(r.headers['content-type'] || '') && id !== null &&
+				calls.length === 1 && id[1] === calls[0].charge_id, [show(r), calls]);
+			const steps = await t.steps(k);
+			check('one \'debit\' and one \'finish\' row for the key', steps.debit === 1 && steps.finish === 1 && steps.other === 0, steps);
+			const want = await chargeKey(t, k);
+			check('one downstream call, its Idempotency-Key derive_key(key, \'charge\', scope), its body the amount, ' +
+				'and no transaction held open while it ran (an external phase)',
+				calls.length === 1 && calls[0].key === want && calls[0].amount === '12.50' && calls[0].openTx === 0, [calls, want]);
+			const stored = (await t.query('SELECT status, (response->>\'status\')::int AS s FROM idempotency.idempotency_key ' +
+				'WHERE key = $1', [k])).rows;
+			check('the key is stored once, completed, with status 201',
+				stored.length === 1 && stored[0].status === 'completed' && stored[0].s === 201, stored);
+		},
+	},
+	{
+		id: 'phases-replay', title: 'a phased request resent: the stored answer byte for byte, no phase runs again',
+		async run(t, check) {
+			const k = t.key('preplay');
+			const m = t.downstream.mark();
+			const a = await transfer(t, k, { amount: '13.50' });
+			const b = await transfer(t, k, { amount: '13.50' });
+			const c = await transfer(t, k, { amount: '13.50' }, { fresh: true });
+			const steps = await t.steps(k);
+			const calls = t.downstream.since(m);
+			check('resent twice: status, body, Content-Type byte-identical, Idempotent-Replayed: true; ' +
+				'still one debit, one finish, one downstream call',
+				a.status === 201 && done('13.50').test(a.body.toString('utf8')) && !replayed(a) && replayed(b) && replayed(c) &&
+				same(a, b) && same(a, c) && steps.debit === 1 && steps.finish === 1 && calls.length === 1,
+				[show(a), show(b), show(c), steps, calls.length]);
+		},
+	},
+	{
+		id: 'phases-crash-charge', title: 'the process dies after the downstream answered, before the charge checkpoint: ' +
+			'the resend calls downstream again with the same key and finishes once',
+		async run(t, check) { await crashed(t, check, 'charge'); },
+	},
+	{
+		id: 'phases-crash-finish', title: 'the process dies at the start of the last phase: the resend resumes there, ' +
+			'downstream is not called again',
+		async run(t, check) { await crashed(t, check, 'finish'); },
+	},
+	{
+		id: 'phases-mismatch', title: 'a phased request\'s key with a different body is refused (422), nothing runs',
+		async run(t, check) {
+			const k = t.key('pmismatch');
+			const m = t.downstream.mark();
+			const a = await transfer(t, k, { amount: '14.50' });
+			const r = await transfer(t, k, { amount: '14.51' });
+			const again = await transfer(t, k, { amount: '14.50' });
+			const steps = await t.steps(k);
+			check('same key, different body -> 422, no phase ran (one debit, one finish, one downstream call); ' +
+				'the first answer still replays',
+				a.status === 201 && r.status === 422 && !replayed(r) && steps.debit === 1 && steps.finish === 1 &&
+				t.downstream.since(m).length === 1 && replayed(again) && same(a, again), [show(a), show(r), show(again), steps]);
+		},
+	},
+	{
+		id: 'phases-busy', title: 'a duplicate while a phase holds the key: 409 with Retry-After, then the replay',
+		async run(t, check) {
+			await t.waitFor(async () => await t.sleeping() === 0);
+			const k = t.key('pbusy');
+			const first = transfer(t, k, { amount: '15.50', sleep: 1.5 });
+			const inFlight = await t.waitFor(async () => await t.sleeping() > 0);
+			const r = await transfer(t, k, { amount: '15.50', sleep: 1.5 });
+			check('duplicate while the debit phase sleeps -> 409 with Retry-After',
+				inFlight && r.status === 409 && !replayed(r) && /^[1-9][0-9]*$/.test(r.headers['retry-after'] || ''), show(r));
+			const f = await first;
+			const again = await transfer(t, k, { amount: '15.50', sleep: 1.5 });
+			const steps = await t.steps(k);
+			check('after it finished: the duplicate replays the first answer; one debit, one finish',
+				f.status === 201 && replayed(again) && same(f, again) && steps.debit === 1 && steps.finish === 1,
+				[show(f), show(again), steps]);
+		},
+	},
+	{
+		id: 'phases-decline', title: 'a permanent phase error (decline) is a stored 402, replayed; nothing of the phase committed',
+		async run(t, check) {
+			const k = t.key('pdecline');
+			const m = t.downstream.mark();
+			const a = await transfer(t, k, { amount: '16.50', decline: true });
+			const b = await transfer(t, k, { amount: '16.50', decline: true });
+			const steps = await t.steps(k);
+			check('402 {"error":"card_declined"}, stored; the resend replays it byte for byte; no transfer_step row, ' +
+				'no downstream call',
+				a.status === 402 && !replayed(a) && a.body.toString('utf8') === '{"error":"card_declined"}' &&
+				json.test(a.headers['content-type'] || '') && replayed(b) && same(a, b) && await t.keyRows(k) === 1 &&
+				steps.debit + steps.finish + steps.other === 0 && t.downstream.since(m).length === 0, [show(a), show(b), steps]);
 		},
 	},
 

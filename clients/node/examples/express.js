@@ -11,7 +11,7 @@
 const { Readable } = require('stream');
 const express = require('express');
 const pg = require('pg');
-const { idempotent } = require('..');
+const { idempotent, idempotentPhases, PhaseError } = require('..');
 
 const pool = new pg.Pool({
 	host: process.env.DATABASE_HOST, port: Number(process.env.DATABASE_PORT),
@@ -43,6 +43,37 @@ app.post('/payments', idempotent({ pool, scope: 'payments', user: req => req.get
 	res.status(201).location(`/payments/${p.id}`).type('application/json')
 		.send(`{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`);
 });
+
+// POST /transfers: a request that calls another system, as phases under one
+// key (lease 2 s, renewed every 600 ms): debit (a transaction), charge (the
+// downstream, DOWNSTREAM_URL, outside any transaction, with a key derived
+// from ours), finish.  X-Crash: charge / finish exits the process there.
+const crash = (req, where) => { if (req.get('x-crash') === where) process.exit(1); };
+app.post('/transfers', idempotentPhases({
+	pool, scope: 'transfers', user: req => req.get('x-user'), leaseMs: 2000, renewEveryMs: 600,
+	phases: [
+		{ name: 'debit', run: async ({ client, key, req }) => {
+			if (req.body.decline) throw new PhaseError('card declined', { permanent: true, status: 402, body: { error: 'card_declined' } });
+			await client.query("INSERT INTO transfer_step (idem_key, step) VALUES ($1, 'debit')", [key]);
+			if (req.body.sleep) await client.query('SELECT pg_sleep($1)', [req.body.sleep]);
+			return { debited: req.body.amount };
+		} },
+		{ name: 'charge', external: true, run: async ({ deriveKey, req }) => {
+			const r = await fetch(`${process.env.DOWNSTREAM_URL}/charge`, { method: 'POST',
+				headers: { 'Content-Type': 'application/json', 'Idempotency-Key': await deriveKey('charge') },
+				body: JSON.stringify({ amount: req.body.amount }) });
+			if (!r.ok) throw new Error(`downstream answered ${r.status}`);
+			const charge = await r.json();
+			crash(req, 'charge');
+			return charge;
+		} },
+		{ name: 'finish', run: async ({ client, key, req }) => {
+			crash(req, 'finish');
+			await client.query("INSERT INTO transfer_step (idem_key, step) VALUES ($1, 'finish')", [key]);
+		} },
+	],
+	response: (state, req) => ({ status: 201, body: { status: 'done', charge_id: state.charge.charge_id, amount: req.body.amount } }),
+}));
 
 const server = app.listen(Number(process.env.PORT || 0), '127.0.0.1', () =>
 	console.log(`listening ${server.address().port}`));

@@ -21,6 +21,7 @@
 
 const crypto = require('crypto');
 const { Guard, parseKey, problem, toBuffer } = require('./core');
+const { PhasedEndpoint } = require('./phased');
 
 const NOT_STORABLE = problem(500, 'Response not storable',
 	'A streamed response cannot be stored for replay; send the whole body with res.send() or res.end().');
@@ -128,4 +129,27 @@ function capture(res, guard, state) {
 	};
 }
 
-module.exports = { idempotent };
+// idempotentPhases(opts) -> an Express handler (the endpoint itself) that
+// runs opts.phases under the request's Idempotency-Key (lib/phased.js has
+// the HTTP rules; runPhases the phases):
+//
+//   app.post('/transfers', idempotentPhases({ pool, scope: 'transfers', phases, response }))
+//
+// The body is fingerprinted as the guard's is (req.body, or the raw body's
+// SHA-256 when no body parser ran).  An error it cannot map goes to next().
+function idempotentPhases(opts) {
+	const endpoint = new PhasedEndpoint(opts, 'idempotentPhases');
+	return function idempotentPhasesHandler(req, res, next) {
+		const distinct = req.headersDistinct ? req.headersDistinct['idempotency-key'] : req.headers['idempotency-key'];
+		const body = req.body === undefined && hasBody(req) && !req.readableEnded
+			? readRaw(req).then(raw => {
+				req.rawBody = raw;
+				return { sha256: crypto.createHash('sha256').update(raw).digest('hex') };
+			})
+			: Promise.resolve(req.body);
+		body.then(b => endpoint.handle(req, distinct, req.method, req.originalUrl || req.url, b))
+			.then(answer => send(res, answer, answer.replayed === true), next);
+	};
+}
+
+module.exports = { idempotent, idempotentPhases };

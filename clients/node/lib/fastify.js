@@ -10,6 +10,7 @@
 // rolls back.
 
 const { Guard, parseKey, problem } = require('./core');
+const { PhasedEndpoint } = require('./phased');
 
 const STATE = Symbol('idempotency');
 
@@ -62,4 +63,19 @@ function swap(reply, { status, headers, body }) {
 	return body;
 }
 
-module.exports = { idempotentFastify };
+// idempotentPhasesFastify(opts) -> a Fastify route handler that runs
+// opts.phases under the request's Idempotency-Key (lib/phased.js has the
+// HTTP rules; runPhases the phases):
+//
+//   app.post('/transfers', idempotentPhasesFastify({ pool, scope: 'transfers', phases, response }))
+function idempotentPhasesFastify(opts) {
+	const endpoint = new PhasedEndpoint(opts, 'idempotentPhasesFastify');
+	return async function idempotentPhasesHandler(request, reply) {
+		const a = await endpoint.handle(request, request.raw.headersDistinct
+			? request.raw.headersDistinct['idempotency-key'] : request.headers['idempotency-key'],
+		request.method, request.url, request.body);
+		return answer(reply, a, a.replayed === true);
+	};
+}
+
+module.exports = { idempotentFastify, idempotentPhasesFastify };

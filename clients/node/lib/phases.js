@@ -39,11 +39,16 @@ const FAIL_SQL = 'SELECT idempotency.fail($1, $2::jsonb, $3, $4, $5)';
 const RENEW_SQL = 'SELECT idempotency.renew($1, $2::interval, $3, $4)';
 const DERIVE_SQL = 'SELECT idempotency.derive_key($1, $2, $3) AS k';
 
+// PhaseError(message, {permanent, cause, status, body}): status and body are
+// the HTTP answer the framework integrations (lib/phased.js) store and
+// replay for a permanent error (default 400, {"error": message})
 class PhaseError extends Error {
-	constructor(message, { permanent = false, cause } = {}) {
+	constructor(message, { permanent = false, cause, status, body } = {}) {
 		super(message, cause ? { cause } : undefined);
 		this.name = 'PhaseError';
 		this.permanent = permanent;
+		if (status !== undefined) this.status = status;
+		if (body !== undefined) this.body = body;
 	}
 }
 
@@ -73,6 +78,9 @@ function msOption(opts, name, old) {
 //   response    (state) => JSON-able, stored by complete() and returned
 //   hooks       {afterCommit(name)}: called after each phase's commit
 //               (name '(begin)' after begin, '(complete)' after the last)
+//   failure     (err, permanent) => JSON-able: what fail() stores for a phase
+//               that threw (default {error: err.message}; the framework
+//               integrations store their HTTP answer)
 // ctx: {client (null for external phases), state, request, key, scope, attempt,
 //       outcome, deriveKey(step), signal}
 async function runPhases(pool, opts = {}) {
@@ -87,6 +95,8 @@ async function runPhases(pool, opts = {}) {
 	if (names.some(n => typeof n !== 'string' || n === '') || new Set(names).size !== names.length)
 		throw new TypeError('runPhases: phase names must be unique non-empty strings');
 	const afterCommit = hooks.afterCommit || (async () => {});
+	const failure = opts.failure || (err => ({ error: String(err.message || err) }));
+	if (typeof failure !== 'function') throw new TypeError('runPhases: failure must be a function');
 
 	const b = (await pool.query(BEGIN_SQL, [key, request === null ? null : JSON.stringify(request),
 		scope, ttl === null ? null : ms(ttl), ms(lease)])).rows[0];
@@ -167,8 +177,9 @@ async function runPhases(pool, opts = {}) {
 		// taken over (IK004): the new attempt owns the key; store nothing
 		if (err && err.code !== 'IK004' && !abort.signal.aborted) {
 			const permanent = err instanceof PhaseError && err.permanent;
-			await pool.query(FAIL_SQL, [key, JSON.stringify({ error: String(err.message || err) }),
-				scope, !permanent, attempt]).catch(() => {});
+			let stored;
+			try { stored = failure(err, permanent); } catch (e) { stored = { error: String(err.message || err) }; }
+			await pool.query(FAIL_SQL, [key, JSON.stringify(stored), scope, !permanent, attempt]).catch(() => {});
 		}
 		throw err;
 	} finally {

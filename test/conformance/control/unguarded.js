@@ -6,6 +6,8 @@
 // socket (PGHOST) whatever DATABASE_HOST says.  test/conformance/run drives
 // it through every scenario and requires each scenario to fail against it:
 // a scenario this app passes could not catch the bug it is there for.
+// Its POST /transfers is the phased endpoint of the contract without phases
+// or a key (below).
 const path = require('path');
 const { Readable } = require('stream');
 const node = path.join(__dirname, '../../../clients/node/node_modules/');
@@ -33,5 +35,24 @@ app.post('/payments', async (req, res) => {
 	res.status(201).location(`/payments/${p.id}`).type('application/json')
 		.send(`{"status":"paid","id":${p.id},"amount":${JSON.stringify(String(amount))},"note":"caf\u00e9 \u2713"}`);
 });
+// POST /transfers without phases or a key: debit, charge (the request's own
+// key sent downstream, not a derived one), finish, each committing on its
+// own; X-Crash exits as the contract says
+app.post('/transfers', async (req, res) => {
+	const key = String(req.get('idempotency-key'));
+	const { amount, sleep, decline } = req.body;
+	if (decline) return res.status(402).json({ error: 'card_declined' });
+	await pool.query("INSERT INTO transfer_step (idem_key, step) VALUES ($1, 'debit')", [key]);
+	if (sleep) await pool.query('SELECT pg_sleep($1)', [sleep]);
+	const r = await fetch(`${process.env.DOWNSTREAM_URL}/charge`, {
+		method: 'POST', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key }, body: JSON.stringify({ amount }),
+	});
+	const charge = await r.json();
+	if (req.get('x-crash') === 'charge' || req.get('x-crash') === 'finish') process.exit(1);
+	await pool.query("INSERT INTO transfer_step (idem_key, step) VALUES ($1, 'finish')", [key]);
+	res.status(201).type('application/json')
+		.send(`{"status":"done","charge_id":${JSON.stringify(charge.charge_id)},"amount":${JSON.stringify(String(amount))}}`);
+});
+
 const server = app.listen(Number(process.env.PORT || 0), '127.0.0.1', () =>
 	console.log(`listening ${server.address().port}`));
