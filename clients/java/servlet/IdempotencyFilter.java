@@ -262,7 +262,7 @@ public class IdempotencyFilter implements Filter {
 			return;
 		}
 		if (key == null) {
-			if (options.required)
+			if (options.required || options.lease != null)	// a phased route always needs its key
 				send(res, Idempotency.problem(400, "Idempotency-Key missing",
 					"This request requires an Idempotency-Key header."));
 			else
