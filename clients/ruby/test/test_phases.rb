@@ -268,9 +268,9 @@ class PhasedTest < Minitest::Test
 
   def test_busy_409_with_retry_after
     k = TestDB.fresh_key("phased-busy")
-    t = Thread.new { post(k, { amount: "1.00", sleep: 1 }) }
-    sleep 0.4
-    r = post(k, { amount: "1.00", sleep: 1 })
+    t = Thread.new { post(k, { amount: "1.00", sleep: 2 }) }
+    sleep 1.3 # past the first lease (1 s): only its renewals hold the key
+    r = post(k, { amount: "1.00", sleep: 2 })
     assert_equal 409, r.status
     assert_match(/\A[1-9][0-9]*\z/, r["Retry-After"])
     assert_equal 201, t.value.status

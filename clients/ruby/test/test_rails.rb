@@ -283,9 +283,9 @@ class RailsTest < Minitest::Test
 
   def test_phased_busy_409_and_missing_key_400
     k = TestDB.fresh_key("rails-phased-busy")
-    t = Thread.new { post(k, { amount: "1.00", sleep: 1 }, path: "/transfers") }
-    sleep 0.4
-    r = post(k, { amount: "1.00", sleep: 1 }, path: "/transfers")
+    t = Thread.new { post(k, { amount: "1.00", sleep: 2 }, path: "/transfers") }
+    sleep 1.3 # past the first lease (1 s): only its renewals (on a connection of the model's pool) hold the key
+    r = post(k, { amount: "1.00", sleep: 2 }, path: "/transfers")
     assert_equal "409", r.code
     assert_match(/\A[1-9][0-9]*\z/, r["Retry-After"])
     assert_equal "201", t.value.code
