@@ -208,6 +208,7 @@ class PhasedApp < Sinatra::Base
     phased scope: "rack-transfers", user: ->(req) { req.get_header("HTTP_X_USER") }, lease_seconds: 1 do |ph|
       ph.phase("debit") do |ctx|
         raise PgIdempotency::PhaseError.new("card_declined", permanent: true, status: 402) if p["decline"]
+        raise PgIdempotency::PhaseError.new("refused", permanent: true) if p["refuse"]
 
         ctx.connection.exec_params("INSERT INTO transfer_step (idem_key, step) VALUES ($1, 'debit')", [ctx.key])
         ctx.connection.exec_params("SELECT pg_sleep($1)", [p["sleep"]]) if p["sleep"]
@@ -284,6 +285,14 @@ class PhasedTest < Minitest::Test
     r2 = post(k, { amount: "1.00", decline: true })
     assert_equal [402, r1.body, "true"], [r2.status, r2.body, r2["Idempotent-Replayed"]]
     assert_equal ["", "failed"], [Steps.steps(k), Steps.status(k)]
+  end
+
+  def test_permanent_error_default_400
+    k = TestDB.fresh_key("phased-refuse")
+    r1 = post(k, { amount: "1.00", refuse: true })
+    assert_equal [400, '{"error":"refused"}', "application/json"], [r1.status, r1.body, r1["Content-Type"]]
+    r2 = post(k, { amount: "1.00", refuse: true })
+    assert_equal [400, r1.body, "true"], [r2.status, r2.body, r2["Idempotent-Replayed"]]
   end
 
   def test_error_500_not_stored_resend_resumes

@@ -141,6 +141,7 @@ public class FilterCheck {
 			}
 			IdempotencyFilter.phases(req).phase("debit", ctx -> {
 				if (Boolean.TRUE.equals(p.get("decline"))) throw Phases.PhaseError.permanent("card_declined", 402);
+				if (Boolean.TRUE.equals(p.get("refuse"))) throw Phases.PhaseError.permanent("refused");
 				step(ctx, "debit");
 				if (p.get("sleep") != null) try (PreparedStatement ps = ctx.connection().prepareStatement("SELECT pg_sleep(?)")) {
 					ps.setDouble(1, ((Number) p.get("sleep")).doubleValue());
@@ -409,6 +410,12 @@ public class FilterCheck {
 			&& "{\"error\":\"card_declined\"}".equals(new String(a.body(), StandardCharsets.UTF_8))
 			&& "application/json".equals(h(a, "Content-Type")) && same(a, b) && "true".equals(h(b, "Idempotent-Replayed"))
 			&& "".equals(steps(db, k)) && "failed".equals(keyStatus(db, k)), show(a) + " | " + show(b));
+		String kr = p + "ph-refuse";
+		HttpResponse<byte[]> ra1 = transfer("{\"amount\":\"1.00\",\"refuse\":true}", kr);
+		HttpResponse<byte[]> ra2 = transfer("{\"amount\":\"1.00\",\"refuse\":true}", kr);
+		check("phased: PhaseError.permanent(message) is answered 400 {\"error\":message} by default, stored and replayed",
+			ra1.statusCode() == 400 && "{\"error\":\"refused\"}".equals(new String(ra1.body(), StandardCharsets.UTF_8))
+			&& same(ra1, ra2) && "true".equals(h(ra2, "Idempotent-Replayed")), show(ra1) + " | " + show(ra2));
 		String kx = p + "ph-boom";
 		HttpResponse<byte[]> c = transfer("{\"amount\":\"1.00\",\"boom\":true}", kx);
 		HttpResponse<byte[]> d = transfer("{\"amount\":\"1.00\",\"boom\":true}", kx);

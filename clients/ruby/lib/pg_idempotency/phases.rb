@@ -43,12 +43,12 @@ module PgIdempotency
   # A phase's failure.  permanent: true ends the request for good: the key is
   # failed with retryable => false and its answer replayed from then on.
   # Under the HTTP integration (phased) a permanent error is answered with
-  # `status` (default 422), `headers` (default Content-Type
+  # `status` (default 400, as the Node and Python clients), `headers` (default Content-Type
   # application/json) and `body` (default {"error":"<message>"}), stored.
   class PhaseError < StandardError
     attr_reader :permanent, :status, :headers, :body
 
-    def initialize(message = "phase failed", permanent: false, status: 422, headers: nil, body: nil)
+    def initialize(message = "phase failed", permanent: false, status: 400, headers: nil, body: nil)
       super(message)
       @permanent = permanent
       @status = Integer(status)

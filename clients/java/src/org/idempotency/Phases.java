@@ -70,7 +70,7 @@ public final class Phases {
 	private static final String DERIVE_SQL = "SELECT idempotency.derive_key(?, ?, ?)";
 
 	/** A phase's failure.  A permanent one ends the request for good: the key is failed with
-	 *  retryable => false and its answer (under serve: `answer`, by default 422
+	 *  retryable => false and its answer (under serve: `answer`, by default 400
 	 *  {"error": message}) is stored and replayed. */
 	public static class PhaseError extends RuntimeException {
 		private static final long serialVersionUID = 1L;
@@ -86,11 +86,11 @@ public final class Phases {
 		public PhaseError(String message, Throwable cause, boolean permanent, Idempotency.Response answer) {
 			super(message, cause);
 			this.permanent = permanent;
-			this.answer = answer != null ? answer : errorAnswer(422, message);
+			this.answer = answer != null ? answer : errorAnswer(400, message);
 		}
 
-		/** A permanent failure answered 422 {"error": message}. */
-		public static PhaseError permanent(String message) { return permanent(message, 422); }
+		/** A permanent failure answered 400 {"error": message} (the Node and Python clients' default). */
+		public static PhaseError permanent(String message) { return permanent(message, 400); }
 
 		/** A permanent failure answered `status` {"error": message} (application/json). */
 		public static PhaseError permanent(String message, int status) {
