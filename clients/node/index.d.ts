@@ -9,10 +9,12 @@
 // TypeScript installs anyway.
 import type { PoolClient } from 'pg';
 import type { GuardOptions, IdempotencyInfo } from './lib/core';
+import type { PhasedOptions } from './lib/phased';
 export { Guard, defaultStore, parseKey } from './lib/core';
 export type { GuardOptions, IdempotencyInfo, Outcome, Answer, StoredResponse, ParsedKey, GuardState, StartResult } from './lib/core';
 export * from './lib/express';
 export * from './lib/phases';
+export * from './lib/phased';
 export * from './lib/relay';
 
 declare module 'fastify' {
@@ -32,3 +34,6 @@ export interface IdempotentHooks {
 
 /** Hooks guarding one Fastify route by the Idempotency-Key header. */
 export function idempotentFastify<Req = any>(opts: GuardOptions<Req>): IdempotentHooks;
+
+/** A Fastify route handler running opts.phases under the request's Idempotency-Key (typed by Fastify in 'pg-idempotency/fastify'). */
+export function idempotentPhasesFastify<Req = any>(opts: PhasedOptions<Req>): (request: any, reply: any) => Promise<unknown>;

@@ -4,6 +4,11 @@
  * Database from DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind
  * PgBouncer in transaction mode (prepareThreshold=0).  A small fixed pool of
  * connections; prints "listening <port>".
+ *
+ * POST /transfers: the phased-endpoint contract (test/conformance/README.md)
+ * with Phases.serve on a DataSource (pgjdbc's PGSimpleDataSource): debit (a
+ * row), charge (DOWNSTREAM_URL, a derived key, no transaction open), finish
+ * (a row); X-Crash: charge / finish halts the process there.
  */
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
@@ -13,16 +18,25 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.Collections;
 import java.util.Map;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.Executors;
 import org.idempotency.Idempotency;
 import org.idempotency.Idempotency.Response;
+import org.idempotency.Json;
+import org.idempotency.Phases;
+import org.postgresql.ds.PGSimpleDataSource;
 
 public class PaymentServer {
 	static final BlockingQueue<Connection> pool = new ArrayBlockingQueue<>(10);
 	static String url;
+	static final PGSimpleDataSource dataSource = new PGSimpleDataSource();
+	static final java.net.http.HttpClient http = java.net.http.HttpClient.newBuilder()
+		.version(java.net.http.HttpClient.Version.HTTP_1_1).build();
 	static final java.util.Set<String> throttled = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
 	public static void main(String[] args) throws Exception {
@@ -31,10 +45,12 @@ public class PaymentServer {
 			+ env.get("DATABASE_NAME") + "?user=" + env.get("DATABASE_USER")
 			+ ("1".equals(env.get("IDEMPOTENCY_BOUNCER")) ? "&prepareThreshold=0" : "");
 		for (int i = 0; i < 10; i++) pool.add(DriverManager.getConnection(url));
+		dataSource.setURL(url);
 		HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1",
 			Integer.parseInt(env.getOrDefault("PORT", "0"))), 128);
 		server.setExecutor(Executors.newFixedThreadPool(64));
 		server.createContext("/payments", PaymentServer::payments);
+		server.createContext("/transfers", PaymentServer::transfers);
 		server.start();
 		System.out.println("listening " + server.getAddress().getPort());
 		System.out.flush();
@@ -65,14 +81,90 @@ public class PaymentServer {
 					pool.add(conn);
 				}
 			}
-			for (Map.Entry<String, String> h : r.headers.entrySet()) ex.getResponseHeaders().set(h.getKey(), h.getValue());
-			if (r.replayed) ex.getResponseHeaders().set("Idempotent-Replayed", "true");
-			ex.sendResponseHeaders(r.status, r.body.length == 0 ? -1 : r.body.length);
-			try (OutputStream out = ex.getResponseBody()) { out.write(r.body); }
+			send(ex, r);
 		} catch (Exception e) {
 			e.printStackTrace();
 		} finally {
 			ex.close();
+		}
+	}
+
+	static void send(HttpExchange ex, Response r) throws java.io.IOException {
+		for (Map.Entry<String, String> h : r.headers.entrySet()) ex.getResponseHeaders().set(h.getKey(), h.getValue());
+		if (r.replayed) ex.getResponseHeaders().set("Idempotent-Replayed", "true");
+		ex.sendResponseHeaders(r.status, r.body.length == 0 ? -1 : r.body.length);
+		try (OutputStream out = ex.getResponseBody()) { out.write(r.body); }
+	}
+
+	static void transfers(HttpExchange ex) {
+		try {
+			byte[] raw = ex.getRequestBody().readAllBytes();
+			Response r;
+			String key = null;
+			try {
+				key = Idempotency.parseKey(ex.getRequestHeaders().get("Idempotency-Key"));
+				r = key == null ? Idempotency.problem(400, "Idempotency-Key missing",
+					"This request requires an Idempotency-Key header.") : null;
+			} catch (IllegalArgumentException e) {
+				r = Idempotency.problem(400, "Invalid Idempotency-Key", e.getMessage());
+			}
+			if (r == null) {
+				String user = ex.getRequestHeaders().getFirst("X-User");
+				Phases.Options o = new Phases.Options().key(key).scope(user == null ? "transfers" : "transfers|user:" + user)
+					.request(Idempotency.requestJson("POST", ex.getRequestURI().toString(), raw))
+					.lease(Duration.ofSeconds(2)).renewEvery(Duration.ofMillis(600));
+				try {
+					r = Phases.serve(dataSource, o, new Phases.Http(), transfer(ex, raw));
+				} catch (Exception e) {
+					r = Idempotency.problem(500, "Internal error", String.valueOf(e.getMessage()));
+				}
+			}
+			send(ex, r);
+		} catch (Exception e) {
+			e.printStackTrace();
+		} finally {
+			ex.close();
+		}
+	}
+
+	// the phased endpoint's phases
+	static Phases.Plan transfer(HttpExchange ex, byte[] raw) {
+		Map<?, ?> body = (Map<?, ?>) Json.parse(new String(raw, java.nio.charset.StandardCharsets.UTF_8));
+		String amount = (String) body.get("amount");
+		String crash = ex.getRequestHeaders().getFirst("X-Crash");
+		return new Phases.Plan().phase("debit", ctx -> {
+			if (Boolean.TRUE.equals(body.get("decline"))) throw Phases.PhaseError.permanent("card_declined", 402);
+			step(ctx, "debit");
+			if (body.get("sleep") instanceof Number)
+				try (PreparedStatement ps = ctx.connection().prepareStatement("SELECT pg_sleep(?)")) {
+					ps.setDouble(1, ((Number) body.get("sleep")).doubleValue());
+					ps.executeQuery().close();
+				}
+			return Collections.singletonMap("debited", amount);
+		}).external("charge", ctx -> {
+			java.net.http.HttpResponse<String> d = http.send(java.net.http.HttpRequest.newBuilder(
+				java.net.URI.create(System.getenv("DOWNSTREAM_URL") + "/charge"))
+				.header("Content-Type", "application/json").header("Idempotency-Key", ctx.deriveKey("charge"))
+				.POST(java.net.http.HttpRequest.BodyPublishers.ofString("{\"amount\":" + Idempotency.json(amount) + "}"))
+				.build(), java.net.http.HttpResponse.BodyHandlers.ofString());
+			if (d.statusCode() != 200) throw new java.io.IOException("downstream answered " + d.statusCode());
+			if ("charge".equals(crash)) Runtime.getRuntime().halt(1);
+			return Json.parse(d.body());
+		}).phase("finish", ctx -> {
+			if ("finish".equals(crash)) Runtime.getRuntime().halt(1);
+			step(ctx, "finish");
+			return true;
+		}).respond(state -> Response.of(201, "application/json", "{\"status\":\"done\",\"charge_id\":"
+			+ Idempotency.json((String) ((Map<?, ?>) state.get("charge")).get("charge_id")) + ",\"amount\":"
+			+ Idempotency.json(amount) + "}"));
+	}
+
+	static void step(Phases.Context ctx, String step) throws SQLException {
+		try (PreparedStatement ps = ctx.connection().prepareStatement(
+				"INSERT INTO transfer_step (idem_key, step) VALUES (?, ?)")) {
+			ps.setString(1, ctx.key());
+			ps.setString(2, step);
+			ps.executeUpdate();
 		}
 	}
 

@@ -22,6 +22,16 @@
  * back and not stored).  A response that cannot be stored (flushBuffer,
  * startAsync, setWriteListener or more than maxResponseBytes) rolls back and
  * is answered 500 "Response not storable".
+ *
+ * A phased route (Options.phased(lease), init-param phased=true): the
+ * filter opens no transaction; the handler declares the route's phases on
+ * IdempotencyFilter.phases(request) (phase, external, respond) and returns;
+ * the filter then runs them under the key in lease mode on the same
+ * DataSource (Phases.serve: each database phase in its own transaction
+ * ending in checkpoint(), the last completing the key) and answers with the
+ * same HTTP rules: 400, 409 + Retry-After, 422, the replay byte for byte
+ * with Idempotent-Replayed, 5xx and 429 not stored, a permanent PhaseError
+ * stored.
  */
 package org.idempotency.servlet.${flavor};
 
@@ -40,6 +50,7 @@ import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Enumeration;
@@ -70,12 +81,15 @@ import ${servlet}.http.HttpServletResponse;
 import ${servlet}.http.HttpServletResponseWrapper;
 import org.idempotency.Idempotency;
 import org.idempotency.Idempotency.Response;
+import org.idempotency.Phases;
 
 public class IdempotencyFilter implements Filter {
 	/** Request attributes set for the handler of a guarded request. */
 	public static final String CONNECTION = "org.idempotency.connection";
 	public static final String KEY = "org.idempotency.key";
 	public static final String SCOPE = "org.idempotency.scope";
+	/** The Phases.Plan a phased route's handler declares its phases on. */
+	public static final String PLAN = "org.idempotency.phases";
 
 	/** Settings; every default is the JDBC helper's (Idempotency.Options). */
 	public static final class Options {
@@ -99,6 +113,12 @@ public class IdempotencyFilter implements Filter {
 		public int maxRequestBytes = 1 << 20;
 		/** A larger response is not storable: rolled back, 500. */
 		public int maxResponseBytes = 1 << 20;
+		/** Non-null: the route is phased (its handler declares phases on
+		 *  IdempotencyFilter.phases(request)), each attempt holding the key this long between
+		 *  renewals; a crashed attempt is taken over after it.  null: one transaction. */
+		public Duration lease = null;
+		/** How often a phased route's lease is renewed while a phase runs; null: lease / 3. */
+		public Duration renewEvery = null;
 
 		public Options scope(String s) { scope = r -> s; return this; }
 		public Options scope(Function<HttpServletRequest, String> f) { scope = f; return this; }
@@ -112,6 +132,16 @@ public class IdempotencyFilter implements Filter {
 		public Options store(IntPredicate p) { store = p; return this; }
 		public Options maxRequestBytes(int n) { maxRequestBytes = n; return this; }
 		public Options maxResponseBytes(int n) { maxResponseBytes = n; return this; }
+		/** The route is phased, with the default lease (30 seconds). */
+		public Options phased() { return phased(Duration.ofSeconds(30)); }
+		/** The route is phased, each attempt holding the key for `lease` between renewals. */
+		public Options phased(Duration lease) {
+			if (lease == null || lease.isNegative() || lease.isZero())
+				throw new IllegalArgumentException("IdempotencyFilter: lease must be a positive Duration");
+			this.lease = lease;
+			return this;
+		}
+		public Options renewEvery(Duration d) { renewEvery = d; return this; }
 	}
 
 	private DataSource dataSource;
@@ -135,6 +165,17 @@ public class IdempotencyFilter implements Filter {
 			throw new IllegalStateException("IdempotencyFilter.connection: this request is not guarded"
 				+ " (the filter is not mapped to it, its method is not guarded, or it had no key and required=false)");
 		return (Connection) c;
+	}
+
+	/** A phased route's plan: declare the phases (in order) and the answer on it,
+	 *  phases(req).phase("debit", ctx -> ...).external("charge", ctx -> ...).respond(state -> ...);
+	 *  the filter runs them once the handler returned. */
+	public static Phases.Plan phases(ServletRequest request) {
+		Object p = request.getAttribute(PLAN);
+		if (!(p instanceof Phases.Plan))
+			throw new IllegalStateException("IdempotencyFilter.phases: this request is not on a phased route"
+				+ " (Options.phased(lease) or init-param phased=true), or its method is not guarded");
+		return (Phases.Plan) p;
 	}
 
 	/** The request's Idempotency-Key (parsed), or null when it is not guarded. */
@@ -179,7 +220,22 @@ public class IdempotencyFilter implements Filter {
 			if (headers != null) for (String h : headers.split("\\s*,\\s*")) if (!h.isEmpty()) o.header(h);
 			o.maxRequestBytes(Integer.parseInt(param(config, "maxRequestBytes", "1048576")));
 			o.maxResponseBytes(Integer.parseInt(param(config, "maxResponseBytes", "1048576")));
+			if (Boolean.parseBoolean(param(config, "phased", "false"))) {
+				o.phased(duration(param(config, "lease", "PT30S")));
+				String every = config.getInitParameter("renewEvery");
+				if (every != null) o.renewEvery(duration(every.strip()));
+			}
 			options = o;
+		}
+	}
+
+	/** An ISO-8601 duration (PT2S, PT0.7S) or a number of seconds. */
+	private static Duration duration(String v) throws ServletException {
+		try {
+			return v.matches("[0-9]+(\\.[0-9]+)?") ? Duration.ofMillis(Math.round(Double.parseDouble(v) * 1000))
+				: Duration.parse(v);
+		} catch (RuntimeException e) {
+			throw new ServletException("IdempotencyFilter: " + v + " is not a duration (PT2S, or seconds)", e);
 		}
 	}
 
@@ -206,7 +262,7 @@ public class IdempotencyFilter implements Filter {
 			return;
 		}
 		if (key == null) {
-			if (options.required)
+			if (options.required || options.lease != null)	// a phased route always needs its key
 				send(res, Idempotency.problem(400, "Idempotency-Key missing",
 					"This request requires an Idempotency-Key header."));
 			else
@@ -232,6 +288,10 @@ public class IdempotencyFilter implements Filter {
 			req.getRequestURI() + (query == null ? "" : "?" + query), body);
 		Capture cap = new Capture(res, options.maxResponseBytes, options.headers);
 		Cached cached = new Cached(req, body, cap);
+		if (options.lease != null) {
+			phased(cached, cap, res, chain, key, scope, fingerprint);
+			return;
+		}
 		Response r;
 		try (Connection conn = dataSource.getConnection()) {
 			cached.setAttribute(CONNECTION, owned(conn));
@@ -262,6 +322,44 @@ public class IdempotencyFilter implements Filter {
 			res.reset();
 			send(res, r);
 		}
+	}
+
+	/** A phased route: the handler declares the phases (writing nothing), then they run. */
+	private void phased(Cached cached, Capture cap, HttpServletResponse res, FilterChain chain, String key,
+			String scope, String fingerprint) throws IOException, ServletException {
+		Phases.Plan plan = new Phases.Plan();
+		cached.setAttribute(PLAN, plan);
+		cached.setAttribute(KEY, key);
+		cached.setAttribute(SCOPE, scope);
+		cap.restart();
+		cached.restart();
+		try {
+			chain.doFilter(cached, cap);
+		} finally {
+			cached.removeAttribute(PLAN);
+		}
+		if (plan.isEmpty()) {	// the handler answered itself (say, 400 for a bad body): sent, not stored
+			cap.finish();
+			cap.send();
+			return;
+		}
+		Phases.Options o = new Phases.Options().key(key).scope(scope).request(fingerprint).lease(options.lease)
+			.renewEvery(options.renewEvery).ttlInterval(options.ttl);
+		Phases.Http h = new Phases.Http();
+		h.store = options.store;
+		h.headers = new ArrayList<>(options.headers);
+		h.retries = options.retries;
+		h.maxResponseBytes = options.maxResponseBytes;
+		Response r;
+		try {
+			r = Phases.serve(dataSource, o, h, plan);
+		} catch (IOException | ServletException | RuntimeException e) {
+			throw e;
+		} catch (Exception e) {
+			throw new ServletException(e);
+		}
+		res.reset();
+		send(res, r);
 	}
 
 	/** Writes an answer that did not come from this request's handler (a replay, a refusal). */

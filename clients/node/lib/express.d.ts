@@ -4,6 +4,7 @@
 import type { PoolClient } from 'pg';
 import type { Request, RequestHandler } from 'express';
 import type { GuardOptions, IdempotencyInfo } from './core';
+import type { PhasedOptions } from './phased';
 
 declare global {
 	namespace Express {
@@ -23,3 +24,6 @@ export type IdempotentRequest = Request & { db: PoolClient; idempotency: Idempot
 
 /** Express middleware guarding the routes after it by the Idempotency-Key header. */
 export function idempotent(opts: GuardOptions<Request>): RequestHandler;
+
+/** An Express handler (the endpoint itself) running opts.phases under the request's Idempotency-Key. */
+export function idempotentPhases(opts: PhasedOptions<Request>): RequestHandler;

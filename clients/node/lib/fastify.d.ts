@@ -1,8 +1,9 @@
 // fastify.d.ts: types of lib/fastify.js, and request.db /
 // request.idempotency on Fastify's request (module augmentation).
 import type { PoolClient } from 'pg';
-import type { FastifyRequest, preHandlerAsyncHookHandler, onSendHookHandler } from 'fastify';
+import type { FastifyRequest, FastifyReply, preHandlerAsyncHookHandler, onSendHookHandler } from 'fastify';
 import type { GuardOptions, IdempotencyInfo } from './core';
+import type { PhasedOptions } from './phased';
 
 declare module 'fastify' {
 	interface FastifyRequest {
@@ -21,3 +22,7 @@ export interface IdempotentHooks {
 
 /** Hooks guarding one route by the Idempotency-Key header. */
 export function idempotentFastify(opts: GuardOptions<FastifyRequest>): IdempotentHooks;
+
+/** A Fastify route handler running opts.phases under the request's Idempotency-Key. */
+export function idempotentPhasesFastify<Req extends FastifyRequest = FastifyRequest>(
+	opts: PhasedOptions<Req>): (request: Req, reply: FastifyReply) => Promise<unknown>;

@@ -55,6 +55,8 @@ export interface RunPhasesOptions {
 	phases: Phase[];
 	/** The response complete() stores, from the final state. */
 	response(state: PhaseState): Json;
+	/** What fail() stores for a phase that threw; default {error: err.message}. */
+	failure?(err: unknown, permanent: boolean): Json;
 	hooks?: {
 		/** After each commit: '(begin)', a phase's name, '(complete)'. */
 		afterCommit?(name: string): Promise<void> | void;
@@ -72,9 +74,17 @@ export interface RunPhasesResult {
 }
 
 export class PhaseError extends Error {
-	constructor(message: string, options?: { permanent?: boolean; cause?: unknown });
+	constructor(message: string, options?: {
+		permanent?: boolean; cause?: unknown;
+		/** The HTTP status idempotentPhases stores for a permanent error; default 400. */
+		status?: number;
+		/** Its body (JSON); default {"error": message}. */
+		body?: Json;
+	});
 	/** true: fail(retryable => false), the failure is replayed from then on. */
 	permanent: boolean;
+	status?: number;
+	body?: Json;
 }
 
 export function runPhases(pool: Pool, opts: RunPhasesOptions): Promise<RunPhasesResult>;

@@ -9,4 +9,6 @@ require_relative "pg_idempotency/core"
 require_relative "pg_idempotency/guard"
 require_relative "pg_idempotency/pg"
 require_relative "pg_idempotency/rack"
+require_relative "pg_idempotency/phases"
+require_relative "pg_idempotency/phased"
 require_relative "pg_idempotency/rails" if defined?(::ActionController) || defined?(::Rails::Railtie)

@@ -71,8 +71,49 @@ class PaymentsController < ActionController::API
   end
 end
 
+class TransferStep < ActiveRecord::Base
+  self.table_name = "transfer_step"
+end
+
+# phases on ActiveRecord: each database phase in ActiveRecord's transaction
+class TransfersController < ActionController::API
+  def create
+    p = JSON.parse(request.raw_post)
+    phased scope: "rails-transfers", lease_seconds: 1 do |ph|
+      ph.phase("debit") do |ctx|
+        raise PgIdempotency::PhaseError.new("card_declined", permanent: true, status: 402) if p["decline"]
+
+        TransferStep.create!(idem_key: ctx.key, step: "debit")
+        TransferStep.connection.exec_query("SELECT pg_sleep($1)", "sleep", [p["sleep"]]) if p["sleep"]
+        { "same_connection" => ctx.connection.equal?(TransferStep.connection) }
+      end
+      ph.external("charge") { |ctx| { "charge_id" => ctx.derive_key("charge"), "connection" => ctx.connection.inspect } }
+      ph.phase("finish") do |ctx|
+        TransferStep.create!(idem_key: ctx.key, step: "finish")
+        raise "boom" if p["boom"]
+
+        ctx.outcome
+      end
+      ph.respond do |state|
+        [201, { "Content-Type" => "application/json", "Location" => "/transfers/#{ctx_id(state)}" },
+         JSON.generate(state)]
+      end
+    end
+  end
+
+  private
+
+  def ctx_id(state)
+    state["charge"]["charge_id"]
+  end
+end
+
 TestRailsApp.initialize!
+ActiveRecord::Base.connection.execute(
+  "CREATE TABLE IF NOT EXISTS transfer_step (id bigserial PRIMARY KEY, idem_key text NOT NULL, step text NOT NULL)"
+)
 TestRailsApp.routes.draw do
+  post "/transfers", to: "transfers#create"
   post "/payments", to: "payments#create"
   post "/streamed", to: "payments#streamed"
   post "/nested", to: "payments#nested"
@@ -201,5 +242,63 @@ class RailsTest < Minitest::Test
     end
     assert_equal 200, status
     assert_equal [0, 0], [TestDB.payments(k), TestDB.keys(k)]
+  end
+
+  def steps(key)
+    TestDB.value("SELECT string_agg(step, ',' ORDER BY id) FROM transfer_step WHERE idem_key = $1", [key]).to_s
+  end
+
+  def test_phased_model_writes_commit_per_phase_then_replay
+    k = TestDB.fresh_key("rails-phased")
+    r1 = post(k, { amount: "1.00" }, path: "/transfers")
+    assert_equal "201", r1.code
+    derived = TestDB.value("SELECT idempotency.derive_key($1, 'charge', 'rails-transfers')", [k])
+    assert_equal({ "debit" => { "same_connection" => true }, "charge" => { "charge_id" => derived, "connection" => "nil" },
+                   "finish" => "new" }, JSON.parse(r1.body))
+    assert_equal ["application/json", "/transfers/#{derived}", nil],
+                 [r1["Content-Type"], r1["Location"], r1["Idempotent-Replayed"]]
+    r2 = post(k, { amount: "1.00" }, path: "/transfers")
+    assert_equal ["201", r1.body, r1["Content-Type"], r1["Location"], "true"],
+                 [r2.code, r2.body, r2["Content-Type"], r2["Location"], r2["Idempotent-Replayed"]]
+    assert_equal "debit,finish", steps(k)
+    assert_equal "422", post(k, { amount: "2.00" }, path: "/transfers").code
+  end
+
+  def test_phased_error_rolls_back_its_phase_and_the_resend_resumes
+    k = TestDB.fresh_key("rails-phased-boom")
+    assert_equal "500", post(k, { amount: "1.00", boom: true }, path: "/transfers").code
+    assert_equal "debit", steps(k) # finish's model write rolled back with its phase
+    assert_equal "500", post(k, { amount: "1.00", boom: true }, path: "/transfers").code
+    assert_equal ["debit", "failed"], [steps(k), TestDB.value("SELECT status FROM idempotency.idempotency_key WHERE key = $1", [k])]
+  end
+
+  def test_phased_decline_402_stored_and_replayed
+    k = TestDB.fresh_key("rails-phased-decline")
+    r1 = post(k, { amount: "1.00", decline: true }, path: "/transfers")
+    assert_equal ["402", '{"error":"card_declined"}', "application/json"], [r1.code, r1.body, r1["Content-Type"]]
+    r2 = post(k, { amount: "1.00", decline: true }, path: "/transfers")
+    assert_equal ["402", r1.body, "true"], [r2.code, r2.body, r2["Idempotent-Replayed"]]
+    assert_equal "", steps(k)
+  end
+
+  def test_phased_busy_409_and_missing_key_400
+    k = TestDB.fresh_key("rails-phased-busy")
+    t = Thread.new { post(k, { amount: "1.00", sleep: 2 }, path: "/transfers") }
+    sleep 1.3 # past the first lease (1 s): only its renewals (on a connection of the model's pool) hold the key
+    r = post(k, { amount: "1.00", sleep: 2 }, path: "/transfers")
+    assert_equal "409", r.code
+    assert_match(/\A[1-9][0-9]*\z/, r["Retry-After"])
+    assert_equal "201", t.value.code
+    assert_equal "400", post(nil, { amount: "1.00" }, path: "/transfers").code
+  end
+
+  def test_run_phases_on_active_record_refused_inside_a_transaction
+    ActiveRecord::Base.transaction do
+      e = assert_raises(ArgumentError) do
+        PgIdempotency.run_phases(ActiveRecord::Base, key: "k", phases: [PgIdempotency::Phase.new("a") { 1 }],
+                                                     response: ->(s) { s })
+      end
+      assert_match(/open transaction/, e.message)
+    end
   end
 end

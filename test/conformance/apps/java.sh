@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test/conformance/apps/java.sh: the raw JDBC helper (clients/java, Idempotency.run)
+# test/conformance/apps/java.sh: the raw JDBC helper (clients/java, Idempotency.run;
+# Phases.serve for POST /transfers)
 # behind a hand-written endpoint on com.sun.net.httpserver
 # (clients/java/examples/PaymentServer.java), the contract of
 # test/conformance/README.md.  Compiled with javac against Debian's pgjdbc into

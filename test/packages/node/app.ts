@@ -4,15 +4,16 @@
 // by an Idempotency-Key (Express) and, on a second port, the same route with
 // Fastify; prints "listening <express port> <fastify port>".
 import express from 'express';
-import fastify from 'fastify';
+import fastify, { type FastifyRequest } from 'fastify';
 import pg from 'pg';
 import {
 	idempotent, idempotentFastify as rootFastify, parseKey, defaultStore, Guard,
-	type GuardOptions, type IdempotencyInfo, type IdempotentRequest,
+	idempotentPhases, idempotentPhasesFastify as rootPhasesFastify, PhaseError,
+	type GuardOptions, type IdempotencyInfo, type IdempotentRequest, type PhasedOptions,
 } from 'pg-idempotency';
 // the root types do not import 'fastify' (an optional peer): request.db's
 // type comes with the subpath
-import { idempotentFastify } from 'pg-idempotency/fastify';
+import { idempotentFastify, idempotentPhasesFastify } from 'pg-idempotency/fastify';
 import { idempotent as fromSubpath } from 'pg-idempotency/express';
 import { parseKey as parseFromCore } from 'pg-idempotency/core';
 
@@ -45,7 +46,37 @@ export function typeErrors(): void {
 	idempotentFastify({ pool, scope: 'x', store: true });
 	// @ts-expect-error the root's idempotentFastify has the same options
 	rootFastify({ pool, scope: 'x', store: true });
+	// @ts-expect-error phases are required
+	idempotentPhases({ pool, scope: 'x', response: () => ({ status: 201 }) });
+	// @ts-expect-error leaseMs is a number of milliseconds
+	idempotentPhases({ pool, scope: 'x', leaseMs: '2s', phases: [], response: () => ({ status: 201 }) });
+	// @ts-expect-error response returns {status, body?, headers?}
+	idempotentPhasesFastify({ pool, scope: 'x', phases: [], response: () => 'done' });
+	// @ts-expect-error a phase's result is JSON
+	rootPhasesFastify({ pool, scope: 'x', phases: [{ name: 'a', run: () => new Date() }], response: () => ({ status: 201 }) });
 }
+
+// phases behind one line, every option typed: the request is Express's
+const phased: PhasedOptions<express.Request> = {
+	pool,
+	scope: req => `phased:${req.path}`,
+	user: req => req.get('x-user') ?? null,
+	request: req => ({ body: req.body as unknown }),
+	store: status => defaultStore(status),
+	leaseMs: 2000,
+	renewEveryMs: 600,
+	ttlMs: 86400000,
+	phases: [
+		{ name: 'reserve', run: async ({ client, key, req }) => {
+			if (!client) throw new Error('a database phase has a client');
+			if (req.body.decline) throw new PhaseError('declined', { permanent: true, status: 402, body: { error: 'declined' } });
+			const { rows } = await client.query<{ n: number }>('SELECT 1 AS n');
+			return { n: rows[0].n, key };
+		} },
+		{ name: 'call', external: true, run: async ({ client, deriveKey }) => ({ none: client === null, derived: await deriveKey('call') }) },
+	],
+	response: (state, req) => ({ status: 201, body: { reserved: state.reserve, called: state.call, amount: String(req.body.amount) } }),
+};
 
 // the root's structurally typed hooks fit a Fastify route (never called)
 export function rootHooksFit(): void {
@@ -79,7 +110,14 @@ app.post('/narrow', idempotent({ pool, scope: 'narrow' }), async (req, res) => {
 	res.json({ n: rows[0].n, key: r.idempotency.key });
 });
 
+app.post('/phased', idempotentPhases(phased));
+
 const f = fastify();
+f.post('/phased', idempotentPhasesFastify<FastifyRequest<{ Body: { amount: string } }>>({
+	pool, scope: 'fastify-phased', leaseMs: 2000,
+	phases: [{ name: 'only', run: async ({ client, req }) => ({ amount: req.body.amount, db: client !== null }) }],
+	response: state => ({ status: 201, body: state.only, headers: { 'Cache-Control': 'no-store' } }),
+}));
 f.post<{ Body: { amount: string } }>('/payments', idempotentFastify({ pool, scope: 'fastify-payments' }), async (request, reply) => {
 	const db = request.db;
 	const info = request.idempotency;

@@ -48,6 +48,13 @@ async function main() {
 				b.status === 201 && b.headers.get('idempotent-replayed') === 'true' && b.text === a.text, b);
 			const { rows } = await db.query('SELECT count(*)::int AS n FROM payment WHERE idem_key = $1', [key]);
 			check(`${name}: one payment row for two requests`, rows[0].n === 1, rows);
+			const pk = `pack-phased-${name}-${process.pid}`;
+			const p1 = await post(port, '/phased', pk, { amount: '3.00' });
+			const p2 = await post(port, '/phased', pk, { amount: '3.00' });
+			const p3 = await post(port, '/phased', pk, { amount: '3.01' });
+			check(`${name}: a phased endpoint (idempotentPhases${name === 'fastify' ? 'Fastify' : ''}): 201, the replay, 422 for another body`,
+				p1.status === 201 && /"3\.00"/.test(p1.text) && p2.status === 201 && p2.text === p1.text &&
+				p2.headers.get('idempotent-replayed') === 'true' && p3.status === 422, [p1, p2, p3]);
 			const c = await post(port, '/payments', null, { amount: '1' });
 			check(`${name}: a request without a key is refused (400 problem+json)`,
 				c.status === 400 && /problem\+json/.test(c.headers.get('content-type') || ''), c);

@@ -4,7 +4,7 @@
 // root types must not import an optional framework (issue 29).
 import express from 'express';
 import pg from 'pg';
-import { idempotent, runPhases, PhaseError, relay, webhook, type IdempotentRequest } from 'pg-idempotency';
+import { idempotent, idempotentPhases, runPhases, PhaseError, relay, webhook, type IdempotentRequest } from 'pg-idempotency';
 
 const pool = new pg.Pool();
 const app = express();
@@ -15,4 +15,9 @@ app.post('/payments', idempotent({ pool, scope: 'payments', user: req => req.get
 		[idempotency.key, req.body.amount]);
 	res.status(201).json({ id: rows[0].id });
 });
+app.post('/transfers', idempotentPhases({
+	pool, scope: 'transfers', leaseMs: 2000,
+	phases: [{ name: 'debit', run: async ({ client, req }) => { await client?.query('SELECT 1'); return { amount: String(req.body.amount) }; } }],
+	response: state => ({ status: 201, body: { done: state.debit } }),
+}));
 void runPhases; void PhaseError; void relay; void webhook;

@@ -4,7 +4,7 @@
 // skipLibCheck must compile it.
 import fastify from 'fastify';
 import pg from 'pg';
-import { idempotentFastify } from 'pg-idempotency/fastify';
+import { idempotentFastify, idempotentPhasesFastify } from 'pg-idempotency/fastify';
 
 const pool = new pg.Pool();
 const f = fastify();
@@ -15,3 +15,8 @@ f.post<{ Body: { amount: string } }>('/payments', idempotentFastify({ pool, scop
 	reply.code(201);
 	return { id: rows[0].id };
 });
+f.post('/transfers', idempotentPhasesFastify({
+	pool, scope: 'transfers', leaseMs: 2000,
+	phases: [{ name: 'debit', run: async ({ client }) => { await client?.query('SELECT 1'); return { ok: true }; } }],
+	response: state => ({ status: 201, body: { done: state.debit } }),
+}));

@@ -3,7 +3,7 @@
 # example app, offline, from Debian's packages, and prints its classpath.
 #   - the jar, by the Maven build (mvn -o, Debian's Maven repository) from a
 #     copy of clients/java: both IdempotencyFilters and the JDBC helper;
-#   - PaymentServlet with JettyMain (javax: Debian's Jetty 9.4,
+#   - PaymentServlet and TransferServlet with JettyMain (javax: Debian's Jetty 9.4,
 #     libjetty9-java) or, turned into jakarta.servlet by a sed over the
 #     package names, with TomcatMain (jakarta: Debian's embedded Tomcat 10.1,
 #     libtomcat10-embed-java, libjakarta-annotation-api-java); HikariCP
@@ -33,15 +33,17 @@ if [ "$(cat "$out/stamp" 2>/dev/null)" != "$stamp" ]; then
 	cp -R "$java/pom.xml" "$java/debian-settings.xml" "$java/src" "$java/servlet" "$out/mvn/"
 	(cd "$out/mvn" && mvn -B -q -o -Daether.offline.protocols=file -s debian-settings.xml \
 		-Dstyle.color=never -DskipTests -Dmaven.source.skip=true $(bash "$java/maven-versions.sh") package) >&2
-	if [ "$flavor" = javax ]; then
-		cp "$java/servlet/example/PaymentServlet.java" "$out/src/"
-	else
-		sed -e 's/javax\.servlet/jakarta.servlet/g' -e 's/servlet\.javax/servlet.jakarta/g' \
-			"$java/servlet/example/PaymentServlet.java" >"$out/src/PaymentServlet.java"
-	fi
+	for servlet in PaymentServlet TransferServlet; do
+		if [ "$flavor" = javax ]; then
+			cp "$java/servlet/example/$servlet.java" "$out/src/"
+		else
+			sed -e 's/javax\.servlet/jakarta.servlet/g' -e 's/servlet\.javax/servlet.jakarta/g' \
+				"$java/servlet/example/$servlet.java" >"$out/src/$servlet.java"
+		fi
+	done
 	cp "$java/servlet/example/$main.java" "$out/src/"
 	javac -Xlint:all -Werror -d "$out/classes" -cp "$out/mvn/build/idempotency-jdbc-0.5.0.jar:$deps" \
-		"$out/src/PaymentServlet.java" "$out/src/$main.java" >&2
+		"$out/src/PaymentServlet.java" "$out/src/TransferServlet.java" "$out/src/$main.java" >&2
 	echo "$stamp" >"$out/stamp"
 fi
 echo "$out/classes:$out/mvn/build/idempotency-jdbc-0.5.0.jar:$deps"

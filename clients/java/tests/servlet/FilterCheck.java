@@ -33,6 +33,9 @@ import org.eclipse.jetty.server.ServerConnector;
 import org.eclipse.jetty.servlet.FilterHolder;
 import org.eclipse.jetty.servlet.ServletContextHandler;
 import org.eclipse.jetty.servlet.ServletHolder;
+import org.idempotency.Idempotency;
+import org.idempotency.Json;
+import org.idempotency.Phases;
 import org.idempotency.servlet.javax.IdempotencyFilter;
 import org.postgresql.ds.PGSimpleDataSource;
 
@@ -123,12 +126,61 @@ public class FilterCheck {
 		}
 	}
 
+	/** A phased route (/ph/transfers): debit (a row), charge (external: the derived key),
+	 *  finish (a row); body {"decline": true}, {"boom": true}, {"status": n}, {"sleep": s}. */
+	public static class Transfers extends HttpServlet {
+		private static final long serialVersionUID = 1L;
+
+		@Override
+		protected void doPost(HttpServletRequest req, HttpServletResponse res) throws IOException {
+			Map<?, ?> p = (Map<?, ?>) Json.parse(new String(req.getInputStream().readAllBytes(), StandardCharsets.UTF_8));
+			if (p.containsKey("bad")) {	// answered by the handler, no phases: sent, not stored
+				res.setStatus(400);
+				res.getOutputStream().write("bad".getBytes(StandardCharsets.UTF_8));
+				return;
+			}
+			IdempotencyFilter.phases(req).phase("debit", ctx -> {
+				if (Boolean.TRUE.equals(p.get("decline"))) throw Phases.PhaseError.permanent("card_declined", 402);
+				if (Boolean.TRUE.equals(p.get("refuse"))) throw Phases.PhaseError.permanent("refused");
+				step(ctx, "debit");
+				if (p.get("sleep") != null) try (PreparedStatement ps = ctx.connection().prepareStatement("SELECT pg_sleep(?)")) {
+					ps.setDouble(1, ((Number) p.get("sleep")).doubleValue());
+					ps.executeQuery().close();
+				}
+				return Map.of("debited", p.get("amount"));
+			}).external("charge", ctx -> Map.of("charge_id", ctx.deriveKey("charge"), "outside", ctx.connection() == null))
+			.phase("finish", ctx -> {
+				step(ctx, "finish");
+				if (Boolean.TRUE.equals(p.get("boom"))) throw new IllegalStateException("boom");
+				return ctx.outcome();
+			}).respond(state -> p.get("status") != null
+				? Idempotency.Response.of(((Number) p.get("status")).intValue(), "text/plain", "status " + p.get("status"))
+				: Idempotency.Response.of(201, "application/json", Json.write(state)).header("Location", "/transfers/1"));
+		}
+
+		static void step(Phases.Context ctx, String step) throws SQLException {
+			try (PreparedStatement ps = ctx.connection().prepareStatement(
+					"INSERT INTO transfer_step (idem_key, step) VALUES (?, ?)")) {
+				ps.setString(1, ctx.key());
+				ps.setString(2, step);
+				ps.executeUpdate();
+			}
+		}
+	}
+
 	static void start() throws Exception {
 		PGSimpleDataSource ds = new PGSimpleDataSource();
 		ds.setURL(url());
 		server = new Server(new InetSocketAddress("127.0.0.1", 0));
 		ServletContextHandler ctx = new ServletContextHandler();
 		ctx.addServlet(new ServletHolder(new Modes()), "/t/*");
+		ctx.addServlet(new ServletHolder(new Transfers()), "/ph/transfers");
+		ctx.addFilter(new FilterHolder(new IdempotencyFilter(ds, new IdempotencyFilter.Options().scope("check-ph")
+			.phased(java.time.Duration.ofSeconds(1)))), "/ph/transfers", EnumSet.of(DispatcherType.REQUEST));
+		try (Connection c = ds.getConnection(); java.sql.Statement st = c.createStatement()) {
+			st.execute("CREATE TABLE IF NOT EXISTS transfer_step (id bigserial PRIMARY KEY, idem_key text NOT NULL,"
+				+ " step text NOT NULL)");
+		}
 		ctx.addFilter(new FilterHolder(new IdempotencyFilter(ds, new IdempotencyFilter.Options().scope("check")
 			.lockWaitMillis(0))), "/t/*", EnumSet.of(DispatcherType.REQUEST));
 		server.setHandler(ctx);
@@ -291,6 +343,111 @@ public class FilterCheck {
 		}
 	}
 
+	static String steps(Connection c, String key) throws Exception {
+		try (PreparedStatement ps = c.prepareStatement(
+				"SELECT coalesce(string_agg(step, ',' ORDER BY id), '') FROM transfer_step WHERE idem_key = ?")) {
+			ps.setString(1, key);
+			try (ResultSet rs = ps.executeQuery()) { rs.next(); return rs.getString(1); }
+		}
+	}
+
+	static String keyStatus(Connection c, String key) throws Exception {
+		try (PreparedStatement ps = c.prepareStatement("SELECT status FROM idempotency.idempotency_key WHERE key = ?")) {
+			ps.setString(1, key);
+			try (ResultSet rs = ps.executeQuery()) { return rs.next() ? rs.getString(1) : null; }
+		}
+	}
+
+	static HttpResponse<byte[]> transfer(String body, String... keys) throws Exception {
+		HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/ph/transfers"))
+			.POST(HttpRequest.BodyPublishers.ofString(body)).header("Content-Type", "application/json");
+		for (String k : keys) b.header("Idempotency-Key", k);
+		return http.send(b.build(), HttpResponse.BodyHandlers.ofByteArray());
+	}
+
+	/** a phased route: phases committed one by one, the answer stored and replayed, 422, 400 */
+	static void phased(Connection db, String p) throws Exception {
+		String k = p + "ph";
+		HttpResponse<byte[]> a = transfer("{\"amount\": \"12.50\"}", k);
+		String derived;
+		try (PreparedStatement ps = db.prepareStatement("SELECT idempotency.derive_key(?, 'charge', 'check-ph')")) {
+			ps.setString(1, k);
+			try (ResultSet rs = ps.executeQuery()) { rs.next(); derived = rs.getString(1); }
+		}
+		String want = "{\"debit\":{\"debited\":\"12.50\"},\"charge\":{\"charge_id\":\"" + derived
+			+ "\",\"outside\":true},\"finish\":\"new\"}";
+		check("phased: 201 with the phases' state (an external phase has no connection), a row per database phase,"
+			+ " the key completed", a.statusCode() == 201 && h(a, "Idempotent-Replayed") == null
+			&& Json.parse(want).equals(Json.parse(new String(a.body(), StandardCharsets.UTF_8)))
+			&& "debit,finish".equals(steps(db, k))
+			&& "completed".equals(keyStatus(db, k)), show(a) + " want " + want);
+		HttpResponse<byte[]> b = transfer("{\"amount\":\"12.50\"}", "\"" + k + "\"");
+		check("phased replay: byte-identical status, body, Content-Type, Location, Idempotent-Replayed: true, no phase ran",
+			same(a, b) && "true".equals(h(b, "Idempotent-Replayed")) && "debit,finish".equals(steps(db, k)), show(b));
+		HttpResponse<byte[]> c = transfer("{\"amount\":\"13.00\"}", k);
+		check("phased, same key with another body: 422 problem+json", c.statusCode() == 422
+			&& h(c, "Content-Type").startsWith("application/problem+json"), show(c));
+		HttpResponse<byte[]> d = transfer("{\"amount\":\"1.00\"}");
+		HttpResponse<byte[]> e = transfer("{\"amount\":\"1.00\"}", "\"" + p + "open");
+		HttpResponse<byte[]> f = transfer("{\"amount\":\"1.00\"}", p + "y".repeat(300));
+		check("phased: missing, malformed and too long keys: 400, nothing written", d.statusCode() == 400
+			&& e.statusCode() == 400 && f.statusCode() == 400 && "".equals(steps(db, p + "y".repeat(300))),
+			show(d) + " | " + show(e) + " | " + show(f));
+		String kb = p + "ph-bad";
+		HttpResponse<byte[]> g = transfer("{\"bad\":true}", kb);
+		check("phased: a handler that answers without declaring phases is sent, not stored",
+			g.statusCode() == 400 && "bad".equals(new String(g.body(), StandardCharsets.UTF_8)) && keys(db, kb) == 0,
+			show(g));
+	}
+
+	/** a phased route's errors: permanent (stored), others (not stored, resumed), 5xx/429, busy */
+	static void phasedErrors(Connection db, String p) throws Exception {
+		String k = p + "ph-decline";
+		HttpResponse<byte[]> a = transfer("{\"amount\":\"1.00\",\"decline\":true}", k);
+		HttpResponse<byte[]> b = transfer("{\"amount\":\"1.00\",\"decline\":true}", k);
+		check("phased: a permanent PhaseError is answered 402 {\"error\":\"card_declined\"}, stored (failed) and replayed,"
+			+ " nothing of its phase written", a.statusCode() == 402
+			&& "{\"error\":\"card_declined\"}".equals(new String(a.body(), StandardCharsets.UTF_8))
+			&& "application/json".equals(h(a, "Content-Type")) && same(a, b) && "true".equals(h(b, "Idempotent-Replayed"))
+			&& "".equals(steps(db, k)) && "failed".equals(keyStatus(db, k)), show(a) + " | " + show(b));
+		String kr = p + "ph-refuse";
+		HttpResponse<byte[]> ra1 = transfer("{\"amount\":\"1.00\",\"refuse\":true}", kr);
+		HttpResponse<byte[]> ra2 = transfer("{\"amount\":\"1.00\",\"refuse\":true}", kr);
+		check("phased: PhaseError.permanent(message) is answered 400 {\"error\":message} by default, stored and replayed",
+			ra1.statusCode() == 400 && "{\"error\":\"refused\"}".equals(new String(ra1.body(), StandardCharsets.UTF_8))
+			&& same(ra1, ra2) && "true".equals(h(ra2, "Idempotent-Replayed")), show(ra1) + " | " + show(ra2));
+		String kx = p + "ph-boom";
+		HttpResponse<byte[]> c = transfer("{\"amount\":\"1.00\",\"boom\":true}", kx);
+		HttpResponse<byte[]> d = transfer("{\"amount\":\"1.00\",\"boom\":true}", kx);
+		check("phased: an exception in the last phase: 500, its phase rolled back, not stored; the resend resumes"
+			+ " after the last checkpoint (debit not run again)", c.statusCode() == 500 && d.statusCode() == 500
+			&& "debit".equals(steps(db, kx)) && "failed".equals(keyStatus(db, kx)), show(c) + " | " + show(d));
+		for (int status : new int[] { 503, 429 }) {
+			String ks = p + "ph-" + status;
+			HttpResponse<byte[]> r = transfer("{\"amount\":\"1.00\",\"status\":" + status + "}", ks);
+			check("phased: respond answers " + status + ": sent, not stored (the last phase rolled back, the key failed"
+				+ " retryably)", r.statusCode() == status && h(r, "Idempotent-Replayed") == null
+				&& "debit".equals(steps(db, ks)) && "failed".equals(keyStatus(db, ks)), show(r));
+		}
+		String k4 = p + "ph-404";
+		HttpResponse<byte[]> e = transfer("{\"amount\":\"1.00\",\"status\":404}", k4);
+		HttpResponse<byte[]> f = transfer("{\"amount\":\"1.00\",\"status\":404}", k4);
+		check("phased: respond answers 404: stored and replayed", e.statusCode() == 404 && same(e, f)
+			&& "true".equals(h(f, "Idempotent-Replayed")), show(e) + " | " + show(f));
+		String kb = p + "ph-busy";
+		java.util.concurrent.CompletableFuture<HttpResponse<byte[]>> first = java.util.concurrent.CompletableFuture
+			.supplyAsync(() -> {
+				try { return transfer("{\"amount\":\"1.00\",\"sleep\":2}", kb); } catch (Exception x) { throw new RuntimeException(x); }
+			});
+		Thread.sleep(1300);	// past the first lease (1 s): only its renewals keep the key
+		HttpResponse<byte[]> g = transfer("{\"amount\":\"1.00\",\"sleep\":2}", kb);
+		HttpResponse<byte[]> h1 = first.get();
+		String ra = h(g, "Retry-After");
+		check("phased: a duplicate while a phase runs (the lease renewed past its 1 s): 409 with Retry-After;"
+			+ " the first 201", g.statusCode() == 409 && ra != null && ra.matches("[1-9][0-9]*") && h1.statusCode() == 201
+			&& "debit,finish".equals(steps(db, kb)), show(g) + " | " + show(h1));
+	}
+
 	public static void main(String[] args) throws Exception {
 		String p = prefix();
 		start();
@@ -301,6 +458,8 @@ public class FilterCheck {
 			form(db, p);
 			rollbackRules(db, p);
 			streaming(db, p);
+			phased(db, p);
+			phasedErrors(db, p);
 		} finally {
 			stop();
 		}

@@ -79,4 +79,16 @@ class FilterCheckTest {
 		FilterCheck.streaming(db, p);
 		passed();
 	}
+
+	@Test
+	void phasedRoute() throws Exception {
+		FilterCheck.phased(db, p);
+		passed();
+	}
+
+	@Test
+	void phasedRouteErrors() throws Exception {
+		FilterCheck.phasedErrors(db, p);
+		passed();
+	}
 }

@@ -19,10 +19,18 @@
 # to rescue_from / Rails' 500 page (not stored).  The action's
 # #idempotency is the PgIdempotency::Context.  Under PgBouncer in transaction
 # mode set prepared_statements: false in database.yml.
+#
+# Phases (lease mode, resumable): in the action,
+#   phased scope: "transfers", lease_seconds: 2 do |p|
+#     p.phase("debit") { |ctx| Transfer.create!(...) }   # its own transaction
+#     p.external("charge") { |ctx| ... }                 # no transaction open
+#     p.respond { |state| [201, { "Content-Type" => "application/json" }, body] }
+#   end
 require "active_support"
 require_relative "core"
 require_relative "guard"
 require_relative "active_record"
+require_relative "phased"
 
 module PgIdempotency
   module Rails
@@ -50,6 +58,17 @@ module PgIdempotency
       # the guarded request's PgIdempotency::Context (nil when unguarded)
       def idempotency
         @_idempotency
+      end
+
+      # phased(scope:, model: ActiveRecord::Base, **options) { |p| ... }: the
+      # action's phases under its Idempotency-Key in lease mode, each
+      # database phase in model.transaction on ActiveRecord's connection
+      # (its model writes commit with its checkpoint), answered with the
+      # guard's HTTP rules (PgIdempotency::PhasedRoute); p.respond returns
+      # [status, headers, body], which is rendered
+      def phased(model: nil, **options, &block)
+        route = PhasedRoute.new(model || ::ActiveRecord::Base, **options)
+        idempotency_render(route.call(request, &block))
       end
 
       private

@@ -8,6 +8,13 @@
 #   post "/payments" do
 #     idempotency.connection.exec_params(...)           # the guarded transaction
 #   end
+#   post "/transfers" do                                 # phases (lease mode)
+#     phased scope: "transfers", lease_seconds: 2 do |p|
+#       p.phase("debit") { |ctx| ... }                   # ctx.connection: its transaction
+#       p.external("charge") { |ctx| ... }               # ctx.derive_key("charge")
+#       p.respond { |state| [201, { ... }, body] }
+#     end
+#   end
 #
 # `idempotent PATH, **options` is `use PgIdempotency::Rack, path: PATH, ...`
 # with PATH a Sinatra pattern ("/orders/:id/pay") and the app's
@@ -15,6 +22,7 @@
 require "sinatra/base"
 require_relative "rack"
 require_relative "pg"
+require_relative "phased"
 
 module PgIdempotency
   module Sinatra
@@ -22,6 +30,22 @@ module PgIdempotency
       # the guarded request's PgIdempotency::Context (nil when unguarded)
       def idempotency
         env["idempotency"]
+      end
+
+      # phased(scope:, **options) { |p| p.phase(...); p.external(...);
+      # p.respond { |state| [status, headers, body] } } -> the Rack answer:
+      # the route's phases under its Idempotency-Key in lease mode, on the
+      # app's idempotency_pool (or pool:), with the guard's HTTP rules
+      # (PgIdempotency::PhasedRoute)
+      def phased(pool: nil, **options, &block)
+        pool ||= settings.idempotency_pool
+        raise ArgumentError, "phased: set :idempotency_pool first, or pass pool:" unless pool
+
+        answer = PgIdempotency::PhasedRoute.new(pool, **options).call(request, &block)
+        headers = answer.headers.dup
+        headers["Idempotent-Replayed"] = "true" if answer.replayed
+        headers["Content-Length"] = answer.body.bytesize.to_s
+        [answer.status, headers, [answer.body]]
       end
     end
 

@@ -224,7 +224,7 @@ public final class Idempotency {
 	}
 
 	/** The body as text when it is valid UTF-8 without NUL, else null. */
-	private static String utf8(byte[] body) {
+	static String utf8(byte[] body) {
 		try {
 			String s = StandardCharsets.UTF_8.newDecoder()
 				.onMalformedInput(CodingErrorAction.REPORT).onUnmappableCharacter(CodingErrorAction.REPORT)
@@ -235,7 +235,7 @@ public final class Idempotency {
 		}
 	}
 
-	private static String retryAfter(Connection conn, String key, String scope) {
+	static String retryAfter(Connection conn, String key, String scope) {
 		try {
 			String url = conn.getMetaData().getURL();
 			Boolean has = HAS_LOOKUP.get(url);
