@@ -333,6 +333,7 @@ typedef enum IdemRoute
 } IdemRoute;
 
 extern bool idem_route_key(const KeyId *id);
+extern bool idem_route_arrived(void);
 extern bool idem_route_table(IdemTable t, const char *value, int len);
 extern Datum idem_route_exec(IdemRoute via, Datum value, const char *fn,
 							 int nargs, const Oid *argtypes, const Datum *args,

@@ -50,6 +50,7 @@
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/regproc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -97,6 +98,20 @@ idem_route_table(IdemTable t, const char *value, int len)
 	v.key_len = len;
 	v.scope = "";
 	return idem_local_shard(idem_table_relid(t), &v, &shard_relid) == 0;
+}
+
+/*
+ * Is this backend running a task a Citus node sent it (a carried call
+ * among them)?  Citus names its connections "citus_internal gpid=..."
+ * (CITUS_APPLICATION_NAME_PREFIX).  Only a hint: a client may call itself
+ * that too.
+ */
+bool
+idem_route_arrived(void)
+{
+	const char *name = GetConfigOption("application_name", true, false);
+
+	return name != NULL && strncmp(name, "citus_internal gpid=", 20) == 0;
 }
 
 /*
