@@ -16,6 +16,7 @@ OBJS = \
 	src/keytable.o \
 	src/keyfast.o \
 	src/keycitus.o \
+	src/keyroute.o \
 	src/keyread.o \
 	src/keywrite.o \
 	src/shard.o \

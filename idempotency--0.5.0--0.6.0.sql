@@ -271,14 +271,14 @@ BEGIN
         EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
                                   ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
                                   t OPERATOR(pg_catalog.||) '_own_rows', t);
-        -- the write policy the coordinator's shells got (below)
-        CONTINUE WHEN NOT shell;
-        EXECUTE pg_catalog.format(
-            'CREATE POLICY %I ON idempotency.%I FOR ALL'
-            ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))'
-            ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
-            t OPERATOR(pg_catalog.||) '_own_rows_write', t);
     END LOOP;
+    -- a worker's own copies of the route tables (src/keyroute.c): a call
+    -- made there deletes nothing from them as the caller (a worker added
+    -- later got them from the install script, with no grant)
+    IF NOT pg_catalog.citus_is_coordinator() THEN
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        GRANT SELECT, DELETE ON idempotency.key_route, idempotency.token_route TO PUBLIC;
+    END IF;
 END
 $conv$
 $do$;
@@ -300,7 +300,11 @@ $do$;
                        -- derive_key()'s secret (issue 19): one for every node,
                        -- the coordinator's, so a retry through any node derives
                        -- the same downstream keys
-                       (5, 'idempotency.derive_secret', NULL, NULL))
+                       (5, 'idempotency.derive_secret', NULL, NULL),
+                       -- the routes of a call to its shard's node
+                       -- (src/keyroute.c): keys and seen messages, tokens
+                       (6, 'idempotency.key_route', 'k', 'idempotency.idempotency_key'),
+                       (7, 'idempotency.token_route', 't', 'idempotency.token'))
                AS v(n, tab, col, colocate)
          ORDER BY v.n
     LOOP
@@ -346,24 +350,30 @@ $do$;
         PERFORM pg_catalog.create_distributed_function(t.fn, 'key',
                                                        colocate_with => 'idempotency.idempotency_key');
     END LOOP;
-    -- On Citus a transaction's writes to a group of co-located shards go
-    -- through one connection per role, and the caller's own work writes
-    -- there too: so the functions write keys, tokens and messages as the
-    -- caller (src/runas.c), and each role may write only its own rows.
+    -- No role but the owner writes the key, token and seen-message tables,
+    -- on Citus as on a single server (issue 25): a function writes a row
+    -- on the node of its shard, as the owner, and a call whose shard is on
+    -- another node is carried there through a query on the caller's
+    -- connection that deletes nothing from a route table (src/keyroute.c):
+    -- PUBLIC may DELETE from those, which are always empty.  0.5.0's
+    -- distribute() granted PUBLIC the writes under own-row policies (the
+    -- functions wrote as the caller), which let a role rewrite its own
+    -- keys (and a BYPASSRLS role every role's) with plain SQL: removed here
+    -- again (the update from 0.5.0 removes them too), on every node
+    -- (Citus carries a table's GRANT, REVOKE and policies to its shells
+    -- and shards).
     FOR t IN SELECT v.tab FROM (VALUES ('idempotency_key'), ('token'), ('seen_message')) AS v(tab)
     LOOP
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_policy AS p
-                        WHERE p.polrelid OPERATOR(pg_catalog.=)
-                              ('idempotency.' OPERATOR(pg_catalog.||) t.tab)::pg_catalog.regclass
-                          AND p.polname OPERATOR(pg_catalog.=) (t.tab OPERATOR(pg_catalog.||) '_own_rows_write')) THEN
-            EXECUTE pg_catalog.format(
-                'CREATE POLICY %I ON idempotency.%I FOR ALL'
-                ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))'
-                ' WITH CHECK (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
-                t.tab OPERATOR(pg_catalog.||) '_own_rows_write', t.tab);
+        IF EXISTS (SELECT FROM pg_catalog.pg_policy AS p
+                    WHERE p.polrelid OPERATOR(pg_catalog.=)
+                          ('idempotency.' OPERATOR(pg_catalog.||) t.tab)::pg_catalog.regclass
+                      AND p.polname OPERATOR(pg_catalog.=) (t.tab OPERATOR(pg_catalog.||) '_own_rows_write')) THEN
+            EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I',
+                                      t.tab OPERATOR(pg_catalog.||) '_own_rows_write', t.tab);
         END IF;
-        EXECUTE pg_catalog.format('GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency.%I TO PUBLIC', t.tab);
+        EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON idempotency.%I FROM PUBLIC', t.tab);
     END LOOP;
+    GRANT SELECT, DELETE ON idempotency.key_route, idempotency.token_route TO PUBLIC;
 END
 $$;
 
@@ -415,3 +425,34 @@ CREATE OR REPLACE FUNCTION idempotency.create_topic(
 RETURNS pg_catalog.int4
 AS 'MODULE_PATHNAME', 'idempotency_create_topic'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- == no direct writes on Citus (issue 25, deliverable 3) ==
+-- The routes of a call to the node of its shard (src/keyroute.c; see the
+-- install script), and 0.5.0's distribute() grants gone: INSERT, UPDATE,
+-- DELETE on the key, token and seen-message tables to PUBLIC under
+-- own-row write policies, which let a role rewrite its own keys with plain
+-- SQL (fencing bypassed) and a BYPASSRLS role every role's.  From one DO
+-- block, as the key table's DDL above (each statement goes to the shards
+-- and workers with its own text).  distribute(), which a Citus cluster
+-- runs after this update, distributes the route tables.
+CREATE TABLE idempotency.key_route (k pg_catalog.text COLLATE "C" NOT NULL);
+COMMENT ON TABLE idempotency.key_route IS
+'Citus: always empty; routes a key''s or message id''s call to the node of its shard (distribute())';
+CREATE TABLE idempotency.token_route (t pg_catalog.uuid NOT NULL);
+COMMENT ON TABLE idempotency.token_route IS
+'Citus: always empty; routes a token''s call to the node of its shard (distribute())';
+REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;
+DO $$
+DECLARE
+    t pg_catalog.text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message'] LOOP
+        IF EXISTS (SELECT FROM pg_catalog.pg_policy AS p
+                    WHERE p.polrelid OPERATOR(pg_catalog.=) ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass
+                      AND p.polname OPERATOR(pg_catalog.=) (t OPERATOR(pg_catalog.||) '_own_rows_write')) THEN
+            EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I', t OPERATOR(pg_catalog.||) '_own_rows_write', t);
+        END IF;
+        EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON idempotency.%I FROM PUBLIC', t);
+    END LOOP;
+END
+$$;

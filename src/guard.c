@@ -37,8 +37,10 @@
  * uncommitted in_progress row (INSERT ... ON CONFLICT DO NOTHING; a claim
  * from any node waits for it on the shard's primary key), or, when a row
  * is there, locks that row (SELECT ... FOR UPDATE) and decides on it.  So
- * a first-time request costs a claim, the work and an UPDATE, each routed
- * to the key's shard; complete() updates the claimed row.  The key lock is
+ * a first-time request costs a claim, the work and an UPDATE on the key's
+ * shard; complete() updates the claimed row.  When the shard is on another
+ * node, begin(), complete() and fail() call themselves there (keyroute.c),
+ * where they take the shard path as the extension's owner.  The key lock is
  * still taken first: duplicates through the same node queue on it, with
  * idempotency.lock_wait, as without Citus.
  *
@@ -468,7 +470,11 @@ idempotency_begin(PG_FUNCTION_ARGS)
 	TimestampTz expires_at = idem_expiry(fcinfo, 3, GetCurrentTransactionStartTimestamp());
 	GuardBegin	res;
 	static const char *const outcomes[] = {"new", "retry", "replay"};
+	static SPIPlanPtr route = NULL;
 
+	/* Citus: the key's shard on another node: the call runs there */
+	if (idem_route_key(&id))
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 	idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
 					 expires_at, PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
 					 &res);
@@ -619,7 +625,11 @@ Datum
 idempotency_complete(PG_FUNCTION_ARGS)
 {
 	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+	static SPIPlanPtr route = NULL;
 
+	/* Citus: the key's shard on another node: the call runs there */
+	if (idem_route_key(&id))
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 	/* a 0.1.0 SQL definition does not pass attempt (PG_NARGS) */
 	idem_guard_finish(&id, HELD_COMPLETED,
 					  PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1), false,
@@ -635,12 +645,16 @@ Datum
 idempotency_fail(PG_FUNCTION_ARGS)
 {
 	KeyId		id;
+	static SPIPlanPtr route = NULL;
 
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("retryable must not be null")));
 	id = idem_keyid(fcinfo, 0, 2, "idempotency key");
+	/* Citus: the key's shard on another node: the call runs there */
+	if (idem_route_key(&id))
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 	idem_guard_finish(&id, HELD_FAILED,
 					  PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
 					  PG_GETARG_BOOL(3),

@@ -14,7 +14,7 @@
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
- *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyfast.c keytable.c shard.c
+ *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyroute.c keyfast.c keytable.c shard.c
  *	  floor ground:   keyid.c stats.c wakeup.c fingerprint.c runas.c cache.c
  *
  *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
@@ -41,6 +41,8 @@
  *	  keyread.c         reading rows of idempotency_key  (the key store:
  *	  keywrite.c        writing them                       keystore.h)
  *	  keycitus.c        their statements on Citus: route and shard
+ *	  keyroute.c        Citus: a call carried to its shard's node; a
+ *	                    statement on a shard of this node as the owner
  *	  keyfast.c         the fast path: primary key probe, executor insert
  *	  keytable.c        the key table: which, its shape, its path
  *	  shard.c           Citus: the key's shard, when it is on this node
@@ -320,6 +322,30 @@ extern bool idem_citus_table(Oid relid);
 extern int64 idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid);
 extern void idem_shard_inval(Oid relid);
 extern bool idem_table_distributed(IdemTable t);
+extern Oid	idem_table_relid(IdemTable t);
+
+/* keyroute.c: Citus: a call carried to the node of its shard (issue 25) */
+typedef enum IdemRoute
+{
+	IDEM_ROUTE_KEYS,			/* idempotency.key_route: keys, seen messages */
+	IDEM_ROUTE_TOKENS,			/* idempotency.token_route: tokens */
+	IDEM_NROUTES
+} IdemRoute;
+
+extern bool idem_route_key(const KeyId *id);
+extern bool idem_route_arrived(void);
+extern bool idem_route_table(IdemTable t, const char *value, int len);
+extern Datum idem_route_exec(IdemRoute via, Datum value, const char *fn,
+							 int nargs, const Oid *argtypes, const Datum *args,
+							 const bool *argnulls, Oid rettype,
+							 SPIPlanPtr *cache, bool *isnull);
+extern Datum idem_route_call(FunctionCallInfo fcinfo, IdemRoute via,
+							 Datum value, SPIPlanPtr *cache);
+extern bool idem_shard_exec(IdemTable t, const char *value, int len,
+							const char *shell, const char *sql, int nargs,
+							Oid *argtypes, Datum *values, const char *nulls,
+							int expect_rc, uint64 *processed);
+extern bool idem_keystore_delete_citus(const KeyId *id);
 extern bool idem_keystore_distributed(const KeyId *id);
 extern bool idem_keystore_claim(const HeldKey *h);
 extern void idem_keystore_lock(const KeyId *id, StoredKey *out,

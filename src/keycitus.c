@@ -22,10 +22,13 @@
  * as plain prepared statements without Citus's planner, as the table's
  * owner: one set of plans per shard, whose texts name the shard.
  *
- * Through Citus's route a statement runs as the caller (runas.c:
- * idem_run_as), whom distribute() grants these writes under row-level
- * security.  The statements name the recovery point columns only when the
- * table has them (the _RP variants).
+ * A call whose key's shard is on another node is carried there whole
+ * (keyroute.c) and takes this shard path there: no role but the owner
+ * writes the table (issue 25).  Through Citus's route a statement runs as
+ * the caller (runas.c: idem_run_as), which only reads succeed at (the
+ * caller may SELECT its rows; a write there would be refused, 42501).  The
+ * statements name the recovery point columns only when the table has them
+ * (the _RP variants).
  *
  * Locking: the shard's metadata lock while its plans run (shard.c); row
  * locks on the shard.
@@ -99,11 +102,16 @@ static const char *const sql_checkpoint_citus =
 "   SET recovery_point = $4, recovery_state = $5, updated_at = $6"
 KEY_WHERE_CITUS;
 
+/* Citus: forget() (ops.c), on the key's shard */
+static const char *const sql_delete_citus =
+"DELETE FROM idempotency.idempotency_key AS k"
+KEY_WHERE_CITUS;
+
 /* the statements by CitusStmt */
 static const char *const citus_sql[SS_N] = {
 	sql_claim, sql_select_citus, sql_select_citus_rp, sql_select_lock,
 	sql_select_lock_rp, sql_upsert_citus, sql_upsert_citus_rp,
-	sql_checkpoint_citus
+	sql_checkpoint_citus, sql_delete_citus
 };
 
 /*

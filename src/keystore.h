@@ -83,7 +83,7 @@ extern void idem_store_insert(Relation rel, Datum *values, const char *nulls);
 typedef enum CitusStmt
 {
 	SS_CLAIM, SS_SELECT, SS_SELECT_RP, SS_LOCK, SS_LOCK_RP, SS_UPSERT,
-	SS_UPSERT_RP, SS_CHECKPOINT, SS_N
+	SS_UPSERT_RP, SS_CHECKPOINT, SS_DELETE, SS_N
 } CitusStmt;
 
 typedef struct ShardPlans ShardPlans;

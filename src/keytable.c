@@ -228,6 +228,14 @@ idem_table_distributed(IdemTable t)
 	return table_citus[t];
 }
 
+/* the table t (InvalidOid when absent); after idem_table_distributed(t) */
+Oid
+idem_table_relid(IdemTable t)
+{
+	(void) idem_table_distributed(t);
+	return table_relid[t];
+}
+
 /*
  * Find the table, check that it can hold keys, and choose the path (see
  * the file comment).  Cached until the table changes.

@@ -281,3 +281,37 @@ idem_keystore_claim(const HeldKey *h)
 	error_context_stack = errcb.previous;
 	return inserted;
 }
+
+/*
+ * Citus: forget() (ops.c): delete key id's row, which the caller has locked
+ * (idem_keystore_lock()), on its shard (on this node: the call was carried
+ * here, keyroute.c), as the extension's owner.  Returns true when a row was
+ * deleted.
+ */
+bool
+idem_keystore_delete_citus(const KeyId *id)
+{
+	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
+	Datum		values[3];
+	bool		deleted;
+	ShardPlans *sp;
+	ErrorContextCallback errcb;
+	StoreErrorArg arg = {id, "forgetting"};
+
+	idem_store_check_writable(id);
+	errcb.callback = idem_store_error_context;
+	errcb.arg = &arg;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	idem_store_key_values(id, values);
+	/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
+	values[0] = idem_owner_ref(id->owner);
+	idem_store_resolve();
+	sp = idem_store_shard(id);
+	SPI_connect();
+	deleted = idem_store_citus_run(sp, SS_DELETE, 3, argtypes, values, NULL,
+								   SPI_OK_DELETE) > 0;
+	SPI_finish();
+	error_context_stack = errcb.previous;
+	return deleted;
+}

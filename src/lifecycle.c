@@ -66,6 +66,12 @@
  *
  * All statements run as the tables' owner (runas.c) with the
  * caller's role as a parameter, schema-qualified, prepared once and kept.
+ * On Citus (issue 25) they run on the row's shard table, on the node that
+ * holds it, as the owner (keyroute.c: idem_shard_exec, planned afresh:
+ * the text names the shard); a call whose token or message id lives on
+ * another node calls itself there (idem_route_call).  issue_token() draws
+ * tokens until one falls on a shard of this node; a node with none (the
+ * coordinator) carries the call to the node of the last one drawn.
  *
  *-------------------------------------------------------------------------
  */
@@ -369,7 +375,6 @@ idempotency_purge(PG_FUNCTION_ARGS)
  */
 static SPIPlanPtr plan_issue = NULL;
 static SPIPlanPtr plan_consume = NULL;
-static SPIPlanPtr plan_consume_citus = NULL;
 
 #define CONSUME_SQL(owner_eq) \
 	"DELETE FROM idempotency.token AS t" \
@@ -390,6 +395,9 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	Oid			argtypes[5] = {UUIDOID, REGROLEOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[5];
 	Datum		token = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	static SPIPlanPtr route = NULL;
+	bool		stored;
+	uint64		n = 0;
 
 	/*
 	 * The token is made here and passed in, not read back from RETURNING:
@@ -403,16 +411,56 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = TimestampTzGetDatum(expires_at);
 
-	SPI_connect();
-	if (idem_run_as(!idem_table_distributed(IDEM_TABLE_TOKEN), &plan_issue,
-						  "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
-						  " VALUES ($1, $2, $3, $4, $5)",
-						  5, argtypes, values, NULL, SPI_OK_INSERT) != 1)
+	if (idem_table_distributed(IDEM_TABLE_TOKEN))
+	{
+		/*
+		 * Citus: a token whose shard is on this node, stored there as the
+		 * extension's owner; after 16 draws (a node with none of them: the
+		 * coordinator) the call is carried to the node of the last one
+		 * drawn, which draws its own (keyroute.c).  Each draw lands on a
+		 * given node's shards with the share of the shards it holds; the
+		 * node a call was carried to holds one, so it draws until it finds
+		 * one (carrying it on would be a nested distributed query, which
+		 * Citus refuses): 4096 draws miss a node holding 1 of 100 shards
+		 * with probability 1e-18.
+		 */
+		int			draws = idem_route_arrived() ? 4096 : 16;
+
+		argtypes[1] = REGROLEOID;
+		values[1] = idem_owner_ref(GetUserId());
+		stored = false;
+		for (int i = 0; i < draws && !stored; i++)
+		{
+			char	   *s;
+
+			if (i > 0)
+				token = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+			values[0] = token;
+			s = DatumGetCString(DirectFunctionCall1(uuid_out, token));
+			SPI_connect();
+			stored = idem_shard_exec(IDEM_TABLE_TOKEN, s, strlen(s), "idempotency.token",
+									 "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
+									 " VALUES ($1, $2, $3, $4, $5)",
+									 5, argtypes, values, NULL, SPI_OK_INSERT, &n);
+			SPI_finish();
+		}
+		if (!stored)
+			return idem_route_call(fcinfo, IDEM_ROUTE_TOKENS, token, &route);
+	}
+	else
+	{
+		SPI_connect();
+		n = idem_run_as_owner(&plan_issue,
+							  "INSERT INTO idempotency.token (token, owner, scope, created_at, expires_at)"
+							  " VALUES ($1, $2, $3, $4, $5)",
+							  5, argtypes, values, NULL, SPI_OK_INSERT);
+		SPI_finish();
+	}
+	if (n != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
 				 errmsg("the token was not stored in table idempotency.token"),
 				 errdetail("A trigger on the table skipped the row.")));
-	SPI_finish();
 	PG_RETURN_DATUM(token);
 }
 
@@ -426,9 +474,16 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	Oid			argtypes[4] = {UUIDOID, REGROLEOID, TEXTOID, TIMESTAMPTZOID};
 	Datum		values[4];
 	bool		consumed;
+	static SPIPlanPtr route = NULL;
+	char	   *s;
+	uint64		n = 0;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_BOOL(false);	/* an unknown token */
+	/* Citus: the token's shard on another node: the call runs there */
+	s = DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(0)));
+	if (idem_route_table(IDEM_TABLE_TOKEN, s, strlen(s)))
+		return idem_route_call(fcinfo, IDEM_ROUTE_TOKENS, PG_GETARG_DATUM(0), &route);
 
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = ObjectIdGetDatum(GetUserId());
@@ -441,8 +496,11 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 		/* Citus: the owner as a roleref (role oids differ between nodes; idempotency.h) */
 		argtypes[1] = REGROLEOID;
 		values[1] = idem_owner_ref(GetUserId());
-		consumed = idem_run_as(false, &plan_consume_citus, CONSUME_SQL(IDEM_OWNER_EQ_CITUS),
-							   4, argtypes, values, NULL, SPI_OK_DELETE) > 0;
+		if (!idem_shard_exec(IDEM_TABLE_TOKEN, s, strlen(s), "idempotency.token",
+							 CONSUME_SQL(IDEM_OWNER_EQ_CITUS), 4, argtypes, values,
+							 NULL, SPI_OK_DELETE, &n))
+			elog(ERROR, "idempotency: the shard of token %s left this node", s);
+		consumed = n > 0;
 	}
 	else
 		consumed = idem_run_as_owner(&plan_consume, CONSUME_SQL(IDEM_OWNER_EQ),
@@ -457,7 +515,12 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
  */
 static SPIPlanPtr plan_seen_insert = NULL;
 static SPIPlanPtr plan_seen_rearm = NULL;
-static SPIPlanPtr plan_seen_rearm_citus = NULL;
+
+#define SEEN_INSERT_SQL \
+	"INSERT INTO idempotency.seen_message AS m" \
+	"  (owner, scope, message_id, first_seen_at, expires_at)" \
+	" VALUES ($1, $2, $3, $4, $5)" \
+	" ON CONFLICT (owner, scope, message_id) DO NOTHING"
 
 /*
  * On Citus, the re-arm is an upsert, which names the owner only as a value
@@ -490,7 +553,11 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	Oid			argtypes[5] = {REGROLEOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[5];
 	bool		first;
+	static SPIPlanPtr route = NULL;
 
+	/* Citus: the message id's shard on another node: the call runs there */
+	if (idem_route_table(IDEM_TABLE_SEEN, id.key, id.key_len))
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(1), &route);
 	values[0] = ObjectIdGetDatum(id.owner);
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
 	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
@@ -498,18 +565,34 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	values[4] = TimestampTzGetDatum(idem_expiry(fcinfo, 2, now));
 
 	SPI_connect();
-	first = idem_run_as(!idem_table_distributed(IDEM_TABLE_SEEN), &plan_seen_insert,
-						 "INSERT INTO idempotency.seen_message AS m"
-						 "  (owner, scope, message_id, first_seen_at, expires_at)"
-						 " VALUES ($1, $2, $3, $4, $5)"
-						 " ON CONFLICT (owner, scope, message_id) DO NOTHING",
-						 5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
-	if (!first && idem_table_distributed(IDEM_TABLE_SEEN))
-		first = idem_run_as(false, &plan_seen_rearm_citus, REARM_SQL_CITUS,
+	if (idem_table_distributed(IDEM_TABLE_SEEN))
+	{
+		/*
+		 * Citus: on the shard, here, as the extension's owner; the owner
+		 * as a roleref (role oids differ between nodes; idempotency.h).
+		 * Seen before: an upsert that re-arms it only if expired.
+		 */
+		uint64		n = 0;
+
+		if (!idem_shard_exec(IDEM_TABLE_SEEN, id.key, id.key_len, "idempotency.seen_message",
+							 SEEN_INSERT_SQL, 5, argtypes, values, NULL, SPI_OK_INSERT, &n))
+			elog(ERROR, "idempotency: the shard of %s left this node", idem_describe_key(&id));
+		first = n > 0;
+		if (!first)
+		{
+			(void) idem_shard_exec(IDEM_TABLE_SEEN, id.key, id.key_len, "idempotency.seen_message",
+								   REARM_SQL_CITUS, 5, argtypes, values, NULL, SPI_OK_INSERT, &n);
+			first = n > 0;
+		}
+	}
+	else
+	{
+		first = idem_run_as_owner(&plan_seen_insert, SEEN_INSERT_SQL,
 								  5, argtypes, values, NULL, SPI_OK_INSERT) > 0;
-	else if (!first)			/* seen before: first again only if expired */
-		first = idem_run_as_owner(&plan_seen_rearm, REARM_SQL(IDEM_OWNER_EQ),
-								  5, argtypes, values, NULL, SPI_OK_UPDATE) > 0;
+		if (!first)				/* seen before: first again only if expired */
+			first = idem_run_as_owner(&plan_seen_rearm, REARM_SQL(IDEM_OWNER_EQ),
+									  5, argtypes, values, NULL, SPI_OK_UPDATE) > 0;
+	}
 	SPI_finish();
 	PG_RETURN_BOOL(first);
 }

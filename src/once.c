@@ -60,6 +60,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -463,6 +464,52 @@ result_response(SPITupleTable *tt, uint64 nrows)
 }
 
 /*
+ * Citus, the key's shard on another node (keyroute.c): the guard's two
+ * steps run there, as the SQL functions begin(key, request) and
+ * complete(key, response), each carried to that node in the caller's
+ * transaction; the work runs here, between them.
+ */
+static void
+route_begin(FunctionCallInfo fcinfo, GuardBegin *g)
+{
+	static SPIPlanPtr route = NULL;
+	Oid			types[2] = {TEXTOID, JSONBOID};
+	Datum		args[2] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1)};
+	bool		nulls[2] = {false, PG_ARGISNULL(1)};
+	bool		isnull;
+	HeapTupleHeader row;
+	Datum		d;
+	char	   *outcome;
+
+	d = idem_route_exec(IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), "idempotency.begin",
+						2, types, args, nulls,
+						RECORDOID, &route, &isnull);
+	if (isnull)
+		elog(ERROR, "idempotency.begin() returned null");
+	row = DatumGetHeapTupleHeader(d);
+	d = GetAttributeByNum(row, 1, &isnull);
+	outcome = isnull ? "" : TextDatumGetCString(d);
+	memset(g, 0, sizeof(GuardBegin));
+	g->outcome = strcmp(outcome, "replay") == 0 ? GUARD_REPLAY :
+		strcmp(outcome, "retry") == 0 ? GUARD_RETRY : GUARD_NEW;
+	d = GetAttributeByNum(row, 3, &isnull);
+	g->response = isnull ? NULL : DatumGetJsonbP(d);
+}
+
+static void
+route_complete(FunctionCallInfo fcinfo, Jsonb *response)
+{
+	static SPIPlanPtr route = NULL;
+	Oid			types[2] = {TEXTOID, JSONBOID};
+	Datum		args[2] = {PG_GETARG_DATUM(0), response ? JsonbPGetDatum(response) : (Datum) 0};
+	bool		nulls[2] = {false, response == NULL};
+	bool		isnull;
+
+	(void) idem_route_exec(IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), "idempotency.complete",
+						   2, types, args, nulls, VOIDOID, &route, &isnull);
+}
+
+/*
  * The common part of both once() forms: arguments 0..2 are key, request
  * and sql; the work's nargs arguments are in values/nulls/types.
  */
@@ -479,6 +526,7 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	TimestampTz expires_at;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 	OncePlan   *volatile running;
+	bool		routed;
 
 	id = keyid_of(fcinfo, -1);
 	if (PG_ARGISNULL(2))
@@ -495,12 +543,16 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	 * CHECK in an argument's input function, or from the work itself) must
 	 * not evict or free it.
 	 */
+	routed = idem_route_key(&id);
 	running->busy++;
 	PG_TRY();
 	{
 		expires_at = idem_expiry_of(NULL, GetCurrentTransactionStartTimestamp());
-		idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
-						 expires_at, NULL, &g);
+		if (routed)
+			route_begin(fcinfo, &g);
+		else
+			idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
+							 expires_at, NULL, &g);
 
 		if (g.outcome == GUARD_REPLAY)
 			response = g.response;
@@ -546,7 +598,9 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	}
 	PG_END_TRY();
 
-	if (g.outcome != GUARD_REPLAY)
+	if (g.outcome != GUARD_REPLAY && routed)
+		route_complete(fcinfo, response);
+	else if (g.outcome != GUARD_REPLAY)
 		idem_guard_finish(&id, HELD_COMPLETED, response, false, false, 0);
 
 	result[0] = CStringGetTextDatum(outcome_names[g.outcome]);

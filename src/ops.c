@@ -45,7 +45,6 @@
 #include "idempotency.h"
 
 static SPIPlanPtr plan_forget = NULL;
-static SPIPlanPtr plan_forget_citus = NULL;
 
 #define FORGET_SQL(owner_eq) \
 	"DELETE FROM idempotency.idempotency_key AS k" \
@@ -83,8 +82,12 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
 	Datum		values[3];
 	bool		deleted;
+	static SPIPlanPtr route = NULL;
 
 	check_writable(&id, "forget");
+	/* Citus: the key's shard on another node: the call runs there */
+	if (idem_route_key(&id))
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 	held = idem_held_lookup(&id);
 	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 	{
@@ -132,19 +135,15 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	values[0] = ObjectIdGetDatum(id.owner);
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
 	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
-	SPI_connect();
 	if (idem_keystore_distributed(&id))
-	{
-		/* the owner as a roleref (role oids differ between nodes; idempotency.h) */
-		argtypes[0] = REGROLEOID;
-		values[0] = idem_owner_ref(id.owner);
-		deleted = idem_run_as(false, &plan_forget_citus, FORGET_SQL(IDEM_OWNER_EQ_CITUS),
-									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
-	}
+		deleted = idem_keystore_delete_citus(&id);	/* on its shard, here */
 	else
+	{
+		SPI_connect();
 		deleted = idem_run_as_owner(&plan_forget, FORGET_SQL(IDEM_OWNER_EQ),
 									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
-	SPI_finish();
+		SPI_finish();
+	}
 
 	if (deleted)
 	{
@@ -172,6 +171,7 @@ idempotency_renew(PG_FUNCTION_ARGS)
 	TimestampTz clock = GetCurrentTimestamp();
 	TimestampTz lease_end;
 	HeldKey		h;
+	static SPIPlanPtr route = NULL;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -190,6 +190,9 @@ idempotency_renew(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease must be positive")));
 	check_writable(&id, "renew");
+	/* Citus: the key's shard on another node: the call runs there */
+	if (idem_route_key(&id))
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 
 	idem_guard_lease_holder(&id, PG_GETARG_INT32(2), &h);	/* IK004 */
 	h.state = HELD_LEASED;

@@ -220,6 +220,7 @@ idempotency_checkpoint(PG_FUNCTION_ARGS)
 	int32		attempt;
 	HeldKey    *held;
 	HeldKey		h;
+	static SPIPlanPtr route = NULL;
 
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
@@ -228,6 +229,9 @@ idempotency_checkpoint(PG_FUNCTION_ARGS)
 				 errhint("Pass the attempts value that begin() returned.")));
 	attempt = PG_GETARG_INT32(3);
 	require_recovery("idempotency.checkpoint()");
+	/* Citus: the key's shard on another node: the call runs there */
+	if (idem_route_key(&id))
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 
 	held = idem_held_lookup(&id);
 	if (held && held->state == HELD_BEGUN)

@@ -24,13 +24,14 @@
  * idempotency.idempotency_key, whose relcache invalidation (or a reset of
  * them all, or a change of pg_namespace) forgets the cached owner.
  *
- * Citus (issue 17): on a distributed table some statements run as the
- * caller instead (idem_run_as): Citus sends a transaction's writes to one
- * group of co-located shards through one connection per role, and the
- * caller's own work writes there too.  idempotency.distribute() grants the
- * caller those writes under row-level security confining it to its own
- * rows.  idem_run_as_owner_once() plans a statement afresh with its values,
- * for Citus statements that have no generic plan.
+ * Citus (issue 17): on a distributed table the reads through Citus's
+ * route run as the caller (idem_run_as): Citus sends a transaction's
+ * statements on one group of co-located shards through one connection per
+ * role, and the caller's own work uses it too.  No role but the owner
+ * writes the tables there either (issue 25): the writes run on the row's
+ * shard, as the owner, on the node that holds it (keyroute.c).
+ * idem_run_as_owner_once() plans a statement afresh with its values, for
+ * Citus statements that have no generic plan.
  *
  * Statements are prepared once per backend (SPI_prepare_cursor with a
  * generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr; every name
@@ -199,10 +200,11 @@ idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
 
 /*
  * idem_run_as_owner(), or with as_owner false the same statement as the
- * caller: on Citus, where a transaction's writes to a group of co-located
- * shards must go through one connection, which is per role (the caller's
- * own work writes there too).  distribute() grants the caller what it
- * needs, under row-level security that confines it to its own rows.
+ * caller: on Citus, a statement through Citus's route (a transaction's
+ * statements on a group of co-located shards go through one connection,
+ * which is per role, and the caller's own work uses it too).  Only reads:
+ * the caller may SELECT its own rows; the writes run on the row's shard
+ * as the owner (keyroute.c).
  */
 uint64
 idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql, int nargs,

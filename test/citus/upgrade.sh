@@ -99,6 +99,25 @@ SQL
 # (state_machine keeps regrole: 0.5.0 did not convert it)
 check "upgrade: 0.5.0's distribute(); owner columns of role names (text) on every node" \
 	"|1|1|3 text text regrole text " "$(echo "$out" | tr '\n' '|')$(owner_types)"
+# 0.5.0's write grants to PUBLIC (on the shells of every node and on the
+# shards), under own-row write policies: "writes policies" per node
+write_grants() {
+	local node
+	for node in c w1 w2; do
+		psql -qAtX -d upd -p "$(citus_port "$node")" -c "SET citus.override_table_visibility = off" -c "
+		SELECT count(*) FILTER (WHERE has_table_privilege('upa', c.oid, 'INSERT') OR has_table_privilege('upa', c.oid, 'UPDATE')
+		                           OR has_table_privilege('upa', c.oid, 'DELETE'))
+		       || ' ' || (SELECT count(*) FROM pg_policy AS p JOIN pg_class AS pc ON pc.oid = p.polrelid
+		                   WHERE p.polname LIKE '%_own_rows_write' AND pc.relnamespace = 'idempotency'::regnamespace)
+		  FROM pg_class AS c
+		 WHERE c.relnamespace = 'idempotency'::regnamespace AND c.relkind = 'r'
+		   AND c.relname ~ '^(idempotency_key|token|seen_message)(_[0-9]+)?$'" 2>&1
+	done | tr '\n' ' '
+}
+u_grants=$(write_grants)
+case $u_grants in "0 0 "*) ;; *) u_grants_ok=1 ;; esac
+check "upgrade: 0.5.0's distribute() granted PUBLIC writes on the key, token and seen-message tables, shards too (tables policies per node: $u_grants)" \
+	"1" "${u_grants_ok:-0}"
 out=$(qdv w1 "SELECT outcome FROM idempotency.once('u-done', '{}', '$upd_pay', 'u-done', 'w1')")
 check "upgrade: the new library on 0.5.0's distributed tables (before the update) refuses text owners: 55000" \
 	"ERROR:  55000: table idempotency.idempotency_key is distributed by Citus, but its owner column is of type text" "$out"
@@ -107,6 +126,8 @@ check "upgrade: the new library on 0.5.0's distributed tables (before the update
 out=$(qd c "ALTER EXTENSION idempotency UPDATE TO '0.6.0'")
 vers=$(for node in c w1 w2; do qd "$node" "SELECT extversion FROM pg_extension WHERE extname = 'idempotency'"; done | tr '\n' ' ')
 check "upgrade: ALTER EXTENSION idempotency UPDATE on the coordinator: 0.6.0 on every node" "0.6.0 0.6.0 0.6.0 " "$out$vers"
+check "... it revoked 0.5.0's write grants and dropped its write policies on every node, shards too (tables policies per node)" \
+	"0 0 0 0 0 0 " "$(write_grants)"
 out=$(qd c "SELECT count(*) FILTER (WHERE derive_seed IS NOT NULL AND get_byte(derive_seed, 0) = 0) || ' of ' || count(*)
               FROM idempotency.idempotency_key")
 check "upgrade: every stored key has a version 0 seed (the shards too)" "3 of 3" "$out"
@@ -127,6 +148,11 @@ check "... and wrote nothing (no key, the token still there, one message id, one
 
 out=$(qd c "SELECT idempotency.distribute()")
 check "upgrade: distribute() once: roleref owners on every node" "3 idempotency.roleref idempotency.roleref idempotency.roleref idempotency.roleref " "$out$(owner_types)"
+out=$( (qdv w1 "UPDATE idempotency.idempotency_key SET status = 'completed' WHERE key = 'u-held'"
+	qdv w2 "DELETE FROM idempotency.token"
+	qdv c "INSERT INTO idempotency.seen_message (owner, scope, message_id, first_seen_at, expires_at) VALUES ('upa', 'orders', 'um-9', now(), now() + interval '1 day')") |
+	cut -c1-14 | sort | uniq -c | sed 's/^ *//' | tr '\n' ' ')
+check "... and upa's plain UPDATE (w1), DELETE (w2), INSERT (c) of its own rows: 42501" "3 ERROR:  42501: " "$out$(write_grants | tr -d '0 ')"
 out=$(qd c "SELECT count(*) FROM idempotency.idempotency_key WHERE owner::text <> 'upa'")
 check "... every key row still names upa" "0" "$out"
 # the rows the tables had on c before 0.5.0 distributed them: Citus copied
