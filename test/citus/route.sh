@@ -1,0 +1,124 @@
+# test/citus/route.sh — sourced by test/citus/run (its cluster, roles app
+# and bypass, its ok / not_ok / check / q / qa): attacks on a call carried
+# to the node of its key's shard (src/keyroute.c, issue 25 deliverable 3),
+# each a check that failed before its fix.
+#
+#   - LOCK TABLE of the route tables: the grant that lets a role carry a
+#     call (a write on an always-empty table) must not let it hold up every
+#     other role's carried calls: 42501 on the shells of every node, and a
+#     carried call of another role goes through meanwhile;
+#   - the caller's session settings: a call carried from the coordinator to
+#     a worker must act on the caller's idempotency.default_ttl (how long a
+#     key guards against a retry) and idempotency.lock_wait, as the same
+#     call on the key's own node does.
+
+# rv node role sql: the first line of the verbose answer (its SQLSTATE)
+rv() { psql -qAtX -U "$2" -p "$(citus_port "$1")" -c '\set VERBOSITY verbose' -c "$3" 2>&1 | head -n 1; }
+# the node (w1 or w2) of key k's shard
+rt_node() {
+	case $(q c "SELECT p.nodeport FROM pg_dist_shard_placement AS p
+	             WHERE p.shardid = get_shard_id_for_distribution_column('idempotency.idempotency_key', '$1')") in
+	"$PORT_W1") echo w1 ;; "$PORT_W2") echo w2 ;; *) echo none ;;
+	esac
+}
+# rt_key prefix node: a key starting with prefix whose shard is on node
+rt_key() {
+	local i
+	for i in $(seq 1 64); do
+		[ "$(rt_node "$1-$i")" = "$2" ] && { echo "$1-$i"; return; }
+	done
+}
+q c "CREATE ROLE rt_other LOGIN" >/dev/null
+
+# --- LOCK TABLE of the route tables -------------------------------------
+# Before: distribute() granted PUBLIC DELETE on key_route and token_route,
+# and a DELETE grant allows LOCK TABLE in every mode: app locked key_route
+# on the coordinator and every role's begin() through any node waited on it.
+out=""
+for role in app bypass; do
+	for node in c w1; do
+		for tab in key_route token_route; do
+			for mode in "ROW EXCLUSIVE" "SHARE" "ACCESS EXCLUSIVE"; do
+				out="$out$(rv "$node" "$role" "BEGIN; LOCK TABLE idempotency.$tab IN $mode MODE; COMMIT" | cut -c1-14)|"
+			done
+		done
+	done
+done
+check "app and bypass on c and w1: LOCK TABLE of key_route and token_route (ROW EXCLUSIVE, SHARE, ACCESS EXCLUSIVE): 42501 each" \
+	"$(printf 'ERROR:  42501:|%.0s' $(seq 1 24))" "$out"
+
+# app tries to hold key_route and token_route locked for 4 s; rt_other's
+# begin()/complete() and issue_token() through the coordinator (carried to
+# the workers) meanwhile, each bounded by a 2 s lock_timeout
+rt_k=$(rt_key rt-lock w1)
+psql -qAtX -U app -p "$PORT_C" -c "BEGIN; LOCK TABLE idempotency.key_route, idempotency.token_route IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT" \
+	>"$OUT/rt-lock.out" 2>&1 &
+rt_pid=$!
+sleep 1
+out=$(psql -qAtX -v ON_ERROR_STOP=1 -U rt_other -p "$PORT_C" 2>&1 <<SQL | cut -c1-40 | tr '\n' ' '
+\set VERBOSITY verbose
+SET lock_timeout = '2s';
+BEGIN;
+SELECT outcome FROM idempotency.begin('$rt_k', '{}');
+SELECT idempotency.complete('$rt_k', '{"ok": true}');
+COMMIT;
+SELECT idempotency.issue_token('rt') IS NOT NULL;
+SQL
+)
+wait "$rt_pid"
+check "... while app tries to hold them, rt_other's begin()/complete() and issue_token() through c go through (no 55P03)" \
+	"new  t " "$out"
+out=$(psql -qAtX -U rt_other -p "$(citus_port w1)" -c "SELECT status FROM idempotency.lookup('$rt_k')" 2>&1)
+out="$out $(q c "SELECT count(*) FROM idempotency.key_route") $(q c "SELECT count(*) FROM idempotency.token_route")"
+check "... the key is completed on its node; the route tables are still empty" "completed 0 0" "$out"
+# the grant that carries a call writes nothing: INSERT refused, UPDATE and
+# DELETE of an always-empty table touch no row
+out=""
+for role in app bypass; do
+	out="$out$(rv c "$role" "INSERT INTO idempotency.key_route VALUES ('x')" | cut -c1-14)|"
+	out="$out$(rv w1 "$role" "INSERT INTO idempotency.token_route VALUES (gen_random_uuid())" | cut -c1-14)|"
+	out="$out$(rv c "$role" "TRUNCATE idempotency.key_route" | cut -c1-14)|"
+done
+out="$out $(q c "SELECT count(*) FROM idempotency.key_route") $(q c "SELECT count(*) FROM idempotency.token_route")"
+check "app and bypass: INSERT into and TRUNCATE of the route tables 42501; nothing was written" \
+	"$(printf 'ERROR:  42501:|%.0s' $(seq 1 6)) 0 0" "$out"
+
+# --- the caller's settings travel with a carried call ---------------------
+# Before: the call ran on the worker under the worker's settings: a role
+# that SET idempotency.default_ttl = 3600 got keys and message ids that
+# lived the server's default (a day) when carried, 3600 s on their own
+# node; and a SET idempotency.lock_wait was not honoured (the call waited
+# the server's 20 s instead of answering IK002).
+rt_t1=$(rt_key rt-ttl-a w1)
+rt_t2=$(rt_key rt-ttl-b w1)
+rt_m=$(rt_key rt-ttl-m w2)
+out=$(psql -qAtX -v ON_ERROR_STOP=1 -U app -p "$PORT_C" 2>&1 <<SQL | tr '\n' ' '
+SET idempotency.default_ttl = 3600;
+BEGIN;
+SELECT outcome FROM idempotency.begin('$rt_t1', '{}');
+SELECT idempotency.complete('$rt_t1', '{}');
+COMMIT;
+SELECT outcome FROM idempotency.once('$rt_t2', '{}', 'SELECT 1');
+SELECT idempotency.first_seen('rt', '$rt_m');
+SQL
+)
+out="$out$(q c "SELECT string_agg(round(extract(epoch FROM expires_at - created_at))::text, ' ' ORDER BY key)
+                  FROM idempotency.idempotency_key WHERE key IN ('$rt_t1', '$rt_t2')")"
+out="$out $(q c "SELECT round(extract(epoch FROM expires_at - first_seen_at)) FROM idempotency.seen_message WHERE message_id = '$rt_m'")"
+check "SET idempotency.default_ttl = 3600, then begin(), once() and first_seen() through c of keys on w1 and w2: each lives 3600 s" \
+	"new  new t 3600 3600 3600" "$out"
+
+rt_w=$(rt_key rt-wait w1)
+psql -qAtX -U app -p "$PORT_W1" -c "BEGIN; SELECT 1 FROM idempotency.begin('$rt_w', '{}'); SELECT pg_sleep(5); ROLLBACK" \
+	>"$OUT/rt-wait.out" 2>&1 &
+rt_pid=$!
+sleep 1
+t0=$(date +%s%N)
+out=$(psql -qAtX -U app -p "$PORT_C" -c "SET idempotency.lock_wait = 300" -c '\set VERBOSITY verbose' \
+	-c "BEGIN" -c "SELECT outcome FROM idempotency.begin('$rt_w', '{}')" -c "ROLLBACK" 2>&1 | grep -m1 ERROR | cut -c1-14)
+ms=$((($(date +%s%N) - t0) / 1000000))
+wait "$rt_pid"
+out="$out $([ "$ms" -lt 2500 ] && echo fast || echo "waited ${ms}ms")"
+out="$out $(q c "SELECT count(*) FROM idempotency.idempotency_key WHERE key = '$rt_w'")"
+check "SET idempotency.lock_wait = 300, then begin() through c of a key held on w1: IK002 within the 300 ms (not the server's 20 s); nothing written" \
+	"ERROR:  IK002: fast 0" "$out"
