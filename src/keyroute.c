@@ -13,7 +13,7 @@
  * node, with the same arguments, through a router query on the caller's
  * own connection and transaction:
  *
- *	  WITH r AS (DELETE FROM idempotency.key_route AS r
+ *	  WITH r AS (UPDATE idempotency.key_route AS r SET k = r.k
  *	              WHERE r.k OPERATOR(pg_catalog.=) $1 RETURNING r.k)
  *	  SELECT idempotency.begin(c.a1, c.a2, ...)
  *	    FROM (SELECT $2 AS a1, $3 AS a2, ...
@@ -24,7 +24,7 @@
  * the message id, the token) prunes the query to that shard group, and
  * Citus sends all of it to the group's node, where the function runs in
  * the same distributed transaction, as the caller, and finds its shard
- * local.  The modifying CTE (which deletes nothing) makes the task a
+ * local.  The modifying CTE (which updates nothing) makes the task a
  * modification for Citus: the connection counts as one that wrote, so
  * Citus keeps the transaction's later statements on that shard group on
  * it and prepares it in a two-phase commit; a plain SELECT would be
@@ -37,7 +37,10 @@
  * So a routed call does what the same call on the shard's node does, no
  * more: a role calling the function there itself gets the same checks
  * (the fencing of a lease included).  The route tables are always empty;
- * PUBLIC may DELETE from them (and read k), nothing else.
+ * PUBLIC may UPDATE (and read) their one column, nothing else: a column
+ * grant, which LOCK TABLE does not accept (a table grant of DELETE let any
+ * role LOCK a route table and hold up every role's carried calls).  The
+ * UPDATE sets the distribution column to itself, which Citus allows.
  *
  *-------------------------------------------------------------------------
  */
@@ -62,9 +65,9 @@
 
 /* the route tables, by IdemRoute */
 static const char *const route_sql[IDEM_NROUTES] = {
-	"WITH r AS (DELETE FROM idempotency.key_route AS r"
+	"WITH r AS (UPDATE idempotency.key_route AS r SET k = r.k"
 	" WHERE r.k OPERATOR(pg_catalog.=) $1 RETURNING r.k)",
-	"WITH r AS (DELETE FROM idempotency.token_route AS r"
+	"WITH r AS (UPDATE idempotency.token_route AS r SET t = r.t"
 	" WHERE r.t OPERATOR(pg_catalog.=) $1 RETURNING r.t)"
 };
 static const Oid route_type[IDEM_NROUTES] = {TEXTOID, UUIDOID};
