@@ -9,8 +9,11 @@
 #     carried call of another role goes through meanwhile;
 #   - the caller's session settings: a call carried from the coordinator to
 #     a worker must act on the caller's idempotency.default_ttl (how long a
-#     key guards against a retry) and idempotency.lock_wait, as the same
-#     call on the key's own node does.
+#     key guards against a retry) and idempotency.lock_wait (the clients
+#     SET LOCAL it: lockWaitMs), as the same call on the key's own node
+#     does.  once() outside a transaction block, which Citus delegates,
+#     still runs under the key's node's settings (not fixed: its check
+#     fails).
 
 # rv node role sql: the first line of the verbose answer (its SQLSTATE)
 rv() { psql -qAtX -U "$2" -p "$(citus_port "$1")" -c '\set VERBOSITY verbose' -c "$3" 2>&1 | head -n 1; }
@@ -87,8 +90,8 @@ check "app and bypass: INSERT into and TRUNCATE of the route tables 42501; nothi
 # Before: the call ran on the worker under the worker's settings: a role
 # that SET idempotency.default_ttl = 3600 got keys and message ids that
 # lived the server's default (a day) when carried, 3600 s on their own
-# node; and a SET idempotency.lock_wait was not honoured (the call waited
-# the server's 20 s instead of answering IK002).
+# node; and a SET LOCAL idempotency.lock_wait was not honoured (the call
+# waited the server's 20 s instead of answering IK002).
 rt_t1=$(rt_key rt-ttl-a w1)
 rt_t2=$(rt_key rt-ttl-b w1)
 rt_m=$(rt_key rt-ttl-m w2)
@@ -98,15 +101,26 @@ BEGIN;
 SELECT outcome FROM idempotency.begin('$rt_t1', '{}');
 SELECT idempotency.complete('$rt_t1', '{}');
 COMMIT;
+BEGIN;
 SELECT outcome FROM idempotency.once('$rt_t2', '{}', 'SELECT 1');
+COMMIT;
 SELECT idempotency.first_seen('rt', '$rt_m');
 SQL
 )
 out="$out$(q c "SELECT string_agg(round(extract(epoch FROM expires_at - created_at))::text, ' ' ORDER BY key)
                   FROM idempotency.idempotency_key WHERE key IN ('$rt_t1', '$rt_t2')")"
 out="$out $(q c "SELECT round(extract(epoch FROM expires_at - first_seen_at)) FROM idempotency.seen_message WHERE message_id = '$rt_m'")"
-check "SET idempotency.default_ttl = 3600, then begin(), once() and first_seen() through c of keys on w1 and w2: each lives 3600 s" \
+check "SET idempotency.default_ttl = 3600, then begin(), once() (in a transaction block) and first_seen() through c of keys on w1 and w2: each lives 3600 s" \
 	"new  new t 3600 3600 3600" "$out"
+# once() outside a transaction block is not carried by the extension but
+# delegated by Citus (distribute(): create_distributed_function), which
+# runs it on the key's node under that node's settings: not fixed here
+rt_t3=$(rt_key rt-ttl-c w1)
+out=$(psql -qAtX -v ON_ERROR_STOP=1 -U app -p "$PORT_C" -c "SET idempotency.default_ttl = 3600" \
+	-c "SELECT outcome FROM idempotency.once('$rt_t3', '{}', 'SELECT 1')" 2>&1)
+out="$out $(q c "SELECT round(extract(epoch FROM expires_at - created_at)) FROM idempotency.idempotency_key WHERE key = '$rt_t3'")"
+check "SET idempotency.default_ttl = 3600, then once() through c outside a transaction block (Citus delegates it to w1): the key lives 3600 s" \
+	"new 3600" "$out"
 
 rt_w=$(rt_key rt-wait w1)
 psql -qAtX -U app -p "$PORT_W1" -c "BEGIN; SELECT 1 FROM idempotency.begin('$rt_w', '{}'); SELECT pg_sleep(5); ROLLBACK" \
@@ -114,11 +128,11 @@ psql -qAtX -U app -p "$PORT_W1" -c "BEGIN; SELECT 1 FROM idempotency.begin('$rt_
 rt_pid=$!
 sleep 1
 t0=$(date +%s%N)
-out=$(psql -qAtX -U app -p "$PORT_C" -c "SET idempotency.lock_wait = 300" -c '\set VERBOSITY verbose' \
-	-c "BEGIN" -c "SELECT outcome FROM idempotency.begin('$rt_w', '{}')" -c "ROLLBACK" 2>&1 | grep -m1 ERROR | cut -c1-14)
+out=$(psql -qAtX -U app -p "$PORT_C" -c '\set VERBOSITY verbose' -c "BEGIN" -c "SET LOCAL idempotency.lock_wait = '300ms'" \
+	-c "SELECT outcome FROM idempotency.begin('$rt_w', '{}')" -c "ROLLBACK" 2>&1 | grep -m1 ERROR | cut -c1-14)
 ms=$((($(date +%s%N) - t0) / 1000000))
 wait "$rt_pid"
 out="$out $([ "$ms" -lt 2500 ] && echo fast || echo "waited ${ms}ms")"
 out="$out $(q c "SELECT count(*) FROM idempotency.idempotency_key WHERE key = '$rt_w'")"
-check "SET idempotency.lock_wait = 300, then begin() through c of a key held on w1: IK002 within the 300 ms (not the server's 20 s); nothing written" \
+check "SET LOCAL idempotency.lock_wait = '300ms' (as the clients do), then begin() through c of a key held on w1: IK002 within the 300 ms (not the server's 20 s); nothing written" \
 	"ERROR:  IK002: fast 0" "$out"
