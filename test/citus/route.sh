@@ -136,3 +136,37 @@ out="$out $([ "$ms" -lt 2500 ] && echo fast || echo "waited ${ms}ms")"
 out="$out $(q c "SELECT count(*) FROM idempotency.idempotency_key WHERE key = '$rt_w'")"
 check "SET LOCAL idempotency.lock_wait = '300ms' (as the clients do), then begin() through c of a key held on w1: IK002 within the 300 ms (not the server's 20 s); nothing written" \
 	"ERROR:  IK002: fast 0" "$out"
+
+# --- shard moves: the route tables must not stop them ---------------------
+# Before: key_route and token_route had no primary key (no replica
+# identity): Citus's default shard transfer mode (auto, logical
+# replication) refused to move any shard group of the keys or tokens, and
+# during a force_logical move every carried call's UPDATE (DELETE before)
+# of the source shard failed ("does not have a replica identity and
+# publishes updates"), its transaction rolled back.
+rt_mv=$(rt_key rt-move w1)
+rt_sh=$(q c "SELECT get_shard_id_for_distribution_column('idempotency.idempotency_key', '$rt_mv')")
+out=$(PGOPTIONS="-c statement_timeout=60s -c client_min_messages=warning" q c "SELECT citus_move_shard_placement($rt_sh, '$CITUS_DIR', $PORT_W1, '$CITUS_DIR', $PORT_W2)" 2>&1 | head -n 1)
+out="$out $(rt_node "$rt_mv")"
+check "a shard group of the keys moves w1 -> w2 in the default transfer mode (auto: logical replication)" " w2" "$out"
+rt_tok=$(q c "SELECT get_shard_id_for_distribution_column('idempotency.token', gen_random_uuid()::text)")
+rt_tok_from=$(q c "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $rt_tok")
+rt_tok_to=$([ "$rt_tok_from" = "$PORT_W1" ] && echo "$PORT_W2" || echo "$PORT_W1")
+out=$(PGOPTIONS="-c statement_timeout=60s -c client_min_messages=warning" q c "SELECT citus_move_shard_placement($rt_tok, '$CITUS_DIR', $rt_tok_from, '$CITUS_DIR', $rt_tok_to)" 2>&1 | head -n 1)
+out="$out $(q c "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $rt_tok")"
+check "a shard group of the tokens moves in the default transfer mode" " $rt_tok_to" "$out"
+# a carried begin() ... complete() in flight while the group moves (back)
+# with force_logical: the complete() is carried to the source shard while
+# it is published
+rt_from=$(q c "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $rt_sh")
+rt_to=$([ "$rt_from" = "$PORT_W1" ] && echo "$PORT_W2" || echo "$PORT_W1")
+psql -qAtX -U app -p "$PORT_C" -c "BEGIN" -c "SELECT outcome FROM idempotency.begin('$rt_mv', '{}')" -c "SELECT pg_sleep(3)" \
+	-c "SELECT idempotency.complete('$rt_mv', '{\"moved\": true}')" -c "COMMIT" >"$OUT/rt-move.out" 2>&1 &
+rt_pid=$!
+sleep 1
+PGOPTIONS="-c statement_timeout=60s -c client_min_messages=warning" q c "SELECT citus_move_shard_placement($rt_sh, '$CITUS_DIR', $rt_from, '$CITUS_DIR', $rt_to, 'force_logical')" >"$OUT/rt-move2.out" 2>&1
+wait "$rt_pid"
+out="$(grep -m1 -o 'ERROR: .*' "$OUT/rt-move.out" | cut -c1-60) $(q c "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $rt_sh" | sed "s/^$rt_to\$/moved/")"
+out="$out $(for node in c w1 w2; do qa "$node" "SELECT outcome FROM idempotency.once('$rt_mv', '{}', 'SELECT 1')"; done | tr '\n' ' ')"
+check "force_logical move of that group with a carried begin()/complete() in flight: it commits (no replica identity error); the key replays through c, w1, w2" \
+	" moved replay replay replay " "$out"
