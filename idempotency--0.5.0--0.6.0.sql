@@ -444,10 +444,13 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- block, as the key table's DDL above (each statement goes to the shards
 -- and workers with its own text).  distribute(), which a Citus cluster
 -- runs after this update, distributes the route tables.
-CREATE TABLE idempotency.key_route (k pg_catalog.text COLLATE "C" NOT NULL);
+-- (a primary key for a replica identity: without one, Citus's default
+-- shard transfer mode refuses to move the keys' and tokens' shard groups,
+-- and a carried call's UPDATE of a shard being moved by force_logical fails)
+CREATE TABLE idempotency.key_route (k pg_catalog.text COLLATE "C" PRIMARY KEY);
 COMMENT ON TABLE idempotency.key_route IS
 'Citus: always empty; routes a key''s or message id''s call to the node of its shard (distribute())';
-CREATE TABLE idempotency.token_route (t pg_catalog.uuid NOT NULL);
+CREATE TABLE idempotency.token_route (t pg_catalog.uuid PRIMARY KEY);
 COMMENT ON TABLE idempotency.token_route IS
 'Citus: always empty; routes a token''s call to the node of its shard (distribute())';
 REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;

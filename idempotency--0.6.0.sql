@@ -225,10 +225,13 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message',
 -- no role but the owner needs to write the key, token and seen-message
 -- tables.  On a single server nobody but the owner may touch them.
 -- ---------------------------------------------------------------------
-CREATE TABLE idempotency.key_route (k pg_catalog.text COLLATE "C" NOT NULL);
+-- (a primary key for a replica identity: without one, Citus's default
+-- shard transfer mode refuses to move the keys' and tokens' shard groups,
+-- and a carried call's UPDATE of a shard being moved by force_logical fails)
+CREATE TABLE idempotency.key_route (k pg_catalog.text COLLATE "C" PRIMARY KEY);
 COMMENT ON TABLE idempotency.key_route IS
 'Citus: always empty; routes a key''s or message id''s call to the node of its shard (distribute())';
-CREATE TABLE idempotency.token_route (t pg_catalog.uuid NOT NULL);
+CREATE TABLE idempotency.token_route (t pg_catalog.uuid PRIMARY KEY);
 COMMENT ON TABLE idempotency.token_route IS
 'Citus: always empty; routes a token''s call to the node of its shard (distribute())';
 REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;
