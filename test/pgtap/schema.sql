@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(127);
+SELECT plan(130);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -48,7 +48,8 @@ SELECT is((SELECT count(*)::int FROM pg_constraint
 
 -- the other tables
 SELECT tables_are('idempotency', ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine', 'lock_secret',
-                                       'derive_secret', 'outbox_topic', 'outbox_grant', 'outbox_message']);
+                                       'derive_secret', 'outbox_topic', 'outbox_grant', 'outbox_message',
+                                       'key_route', 'token_route']);
 -- the lock secret: one 16-byte row, nobody but the owner may read it, not dumped
 SELECT is((SELECT count(*)::int FROM idempotency.lock_secret WHERE length(secret) = 16), 1,
           'lock_secret holds one 16-byte secret');
@@ -243,6 +244,14 @@ SELECT is((SELECT count(*)::int FROM idempotency.derive_secret WHERE length(secr
           'derive_secret holds one 32-byte secret');
 SELECT table_privs_are('idempotency', 'derive_secret', 'public', ARRAY[]::text[],
                        'PUBLIC has no privilege on derive_secret');
+-- Citus's route tables (src/keyroute.c): the owner's alone on a single
+-- server (distribute() lets PUBLIC delete from them on Citus), always empty
+SELECT table_privs_are('idempotency', 'key_route', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on key_route');
+SELECT table_privs_are('idempotency', 'token_route', 'public', ARRAY[]::text[],
+                       'PUBLIC has no privilege on token_route');
+SELECT is((SELECT count(*)::int FROM idempotency.key_route) + (SELECT count(*)::int FROM idempotency.token_route), 0,
+          'the route tables are empty');
 
 SELECT * FROM finish();
 ROLLBACK;
