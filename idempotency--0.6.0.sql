@@ -219,16 +219,19 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message',
 -- Citus: the routes of a call to the node of its shard (issue 25; see
 -- src/keyroute.c).  Always empty.  distribute() distributes key_route
 -- co-located with the key table (and so with seen_message) and
--- token_route with the tokens, and lets PUBLIC DELETE from them: a
+-- token_route with the tokens, and lets PUBLIC UPDATE their column: a
 -- function whose row lives on another node calls itself there through
--- a query whose modifying CTE deletes nothing from one of them, so that
+-- a query whose modifying CTE updates nothing in one of them, so that
 -- no role but the owner needs to write the key, token and seen-message
 -- tables.  On a single server nobody but the owner may touch them.
 -- ---------------------------------------------------------------------
-CREATE TABLE idempotency.key_route (k pg_catalog.text COLLATE "C" NOT NULL);
+-- (a primary key for a replica identity: without one, Citus's default
+-- shard transfer mode refuses to move the keys' and tokens' shard groups,
+-- and a carried call's UPDATE of a shard being moved by force_logical fails)
+CREATE TABLE idempotency.key_route (k pg_catalog.text COLLATE "C" PRIMARY KEY);
 COMMENT ON TABLE idempotency.key_route IS
 'Citus: always empty; routes a key''s or message id''s call to the node of its shard (distribute())';
-CREATE TABLE idempotency.token_route (t pg_catalog.uuid NOT NULL);
+CREATE TABLE idempotency.token_route (t pg_catalog.uuid PRIMARY KEY);
 COMMENT ON TABLE idempotency.token_route IS
 'Citus: always empty; routes a token''s call to the node of its shard (distribute())';
 REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;
@@ -1115,11 +1118,14 @@ BEGIN
                                   t OPERATOR(pg_catalog.||) '_own_rows', t);
     END LOOP;
     -- a worker's own copies of the route tables (src/keyroute.c): a call
-    -- made there deletes nothing from them as the caller (a worker added
-    -- later got them from the install script, with no grant)
+    -- made there updates nothing in them as the caller (a worker added
+    -- later got them from the install script, with no grant).  Column
+    -- grants only: LOCK TABLE needs a table grant (issue 25, attackroute)
     IF NOT pg_catalog.citus_is_coordinator() THEN
         PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
-        GRANT SELECT, DELETE ON idempotency.key_route, idempotency.token_route TO PUBLIC;
+        REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;
+        GRANT SELECT (k), UPDATE (k) ON idempotency.key_route TO PUBLIC;
+        GRANT SELECT (t), UPDATE (t) ON idempotency.token_route TO PUBLIC;
     END IF;
 END
 $conv$
@@ -1196,8 +1202,8 @@ $do$;
     -- on Citus as on a single server (issue 25): a function writes a row
     -- on the node of its shard, as the owner, and a call whose shard is on
     -- another node is carried there through a query on the caller's
-    -- connection that deletes nothing from a route table (src/keyroute.c):
-    -- PUBLIC may DELETE from those, which are always empty.  0.5.0's
+    -- connection that updates nothing in a route table (src/keyroute.c):
+    -- PUBLIC may UPDATE their column, which is always empty.  0.5.0's
     -- distribute() granted PUBLIC the writes under own-row policies (the
     -- functions wrote as the caller), which let a role rewrite its own
     -- keys (and a BYPASSRLS role every role's) with plain SQL: removed here
@@ -1215,7 +1221,13 @@ $do$;
         END IF;
         EXECUTE pg_catalog.format('REVOKE INSERT, UPDATE, DELETE ON idempotency.%I FROM PUBLIC', t.tab);
     END LOOP;
-    GRANT SELECT, DELETE ON idempotency.key_route, idempotency.token_route TO PUBLIC;
+    -- the route tables: PUBLIC may UPDATE their one column (always empty:
+    -- nothing to update) and read it; a column grant, not a table grant,
+    -- so that no role may LOCK TABLE them and hold up every other role's
+    -- carried calls (LOCK TABLE checks table privileges only)
+    REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;
+    GRANT SELECT (k), UPDATE (k) ON idempotency.key_route TO PUBLIC;
+    GRANT SELECT (t), UPDATE (t) ON idempotency.token_route TO PUBLIC;
 END
 $$;
 COMMENT ON FUNCTION idempotency.distribute() IS

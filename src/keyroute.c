@@ -13,18 +13,19 @@
  * node, with the same arguments, through a router query on the caller's
  * own connection and transaction:
  *
- *	  WITH r AS (DELETE FROM idempotency.key_route AS r
+ *	  WITH r AS (UPDATE idempotency.key_route AS r SET k = r.k
  *	              WHERE r.k OPERATOR(pg_catalog.=) $1 RETURNING r.k)
  *	  SELECT idempotency.begin(c.a1, c.a2, ...)
- *	    FROM (SELECT $2 AS a1, $3 AS a2, ...
- *	            FROM (SELECT pg_catalog.count(*) FROM r) AS s) AS c
+ *	    FROM (SELECT $2 AS a1, $3 AS a2, ...,
+ *	                 pg_catalog.set_config('idempotency.default_ttl', s.g0, true) AS g0, ...
+ *	            FROM (SELECT pg_catalog.count(*), $n AS g0, ... FROM r) AS s) AS c
  *
  * key_route (token_route for tokens) is an empty table distributed on the
  * routing value, co-located with the table the call writes: $1 (the key,
  * the message id, the token) prunes the query to that shard group, and
  * Citus sends all of it to the group's node, where the function runs in
  * the same distributed transaction, as the caller, and finds its shard
- * local.  The modifying CTE (which deletes nothing) makes the task a
+ * local.  The modifying CTE (which updates nothing) makes the task a
  * modification for Citus: the connection counts as one that wrote, so
  * Citus keeps the transaction's later statements on that shard group on
  * it and prepares it in a two-phase commit; a plain SELECT would be
@@ -32,12 +33,16 @@
  * function's arguments pass through the subquery's columns (c.aN), so
  * Citus, which evaluates a modification's constant expressions on the
  * node that plans it, cannot call the function there.  The aggregate
- * gives the one row the function is called on.
+ * gives the one row the function is called on.  The set_config() calls
+ * carry the caller's settings (carried[], below).
  *
  * So a routed call does what the same call on the shard's node does, no
  * more: a role calling the function there itself gets the same checks
  * (the fencing of a lease included).  The route tables are always empty;
- * PUBLIC may DELETE from them (and read k), nothing else.
+ * PUBLIC may UPDATE (and read) their one column, nothing else: a column
+ * grant, which LOCK TABLE does not accept (a table grant of DELETE let any
+ * role LOCK a route table and hold up every role's carried calls).  The
+ * UPDATE sets the distribution column to itself, which Citus allows.
  *
  *-------------------------------------------------------------------------
  */
@@ -62,12 +67,34 @@
 
 /* the route tables, by IdemRoute */
 static const char *const route_sql[IDEM_NROUTES] = {
-	"WITH r AS (DELETE FROM idempotency.key_route AS r"
+	"WITH r AS (UPDATE idempotency.key_route AS r SET k = r.k"
 	" WHERE r.k OPERATOR(pg_catalog.=) $1 RETURNING r.k)",
-	"WITH r AS (DELETE FROM idempotency.token_route AS r"
+	"WITH r AS (UPDATE idempotency.token_route AS r SET t = r.t"
 	" WHERE r.t OPERATOR(pg_catalog.=) $1 RETURNING r.t)"
 };
 static const Oid route_type[IDEM_NROUTES] = {TEXTOID, UUIDOID};
+
+/*
+ * The caller's settings that a call acts on, carried with it: the carried
+ * call runs in the session Citus keeps on the shard's node, whose settings
+ * are the server's, not the ones the caller SET in its own session (before,
+ * a role's SET idempotency.default_ttl = 3600 gave its keys and message ids
+ * the server's day when carried, and its lock_wait was not honoured).  The
+ * route query sets them there for the rest of the transaction (set_config
+ * is_local), before the function runs: in the subquery c, whose volatile
+ * target list the planner neither pulls up nor prunes, from columns of s,
+ * so that Citus does not evaluate them on the node that plans the query.
+ */
+static const struct
+{
+	const char *name;
+	const int  *value;
+}			carried[] = {
+	{"idempotency.default_ttl", &idem_default_ttl_s},
+	{"idempotency.lock_wait", &idem_lock_wait_ms},
+	{"idempotency.max_key_length", &idem_max_key_length},
+};
+#define NCARRIED ((int) lengthof(carried))
 
 /*
  * Citus: is the shard of the key table row of id on another node?  (Then
@@ -126,9 +153,10 @@ idem_route_exec(IdemRoute via, Datum value, const char *fn, int nargs,
 				const Oid *argtypes, const Datum *args, const bool *argnulls,
 				Oid rettype, SPIPlanPtr *cache, bool *isnull)
 {
-	Oid		   *types = palloc(sizeof(Oid) * (nargs + 1));
-	Datum	   *values = palloc(sizeof(Datum) * (nargs + 1));
-	char	   *nulls = palloc(nargs + 2);
+	int			nparams = nargs + 1 + NCARRIED;
+	Oid		   *types = palloc(sizeof(Oid) * nparams);
+	Datum	   *values = palloc(sizeof(Datum) * nparams);
+	char	   *nulls = palloc(nparams + 1);
 	Datum		result;
 	int16		typlen;
 	bool		typbyval;
@@ -143,7 +171,14 @@ idem_route_exec(IdemRoute via, Datum value, const char *fn, int nargs,
 		values[i + 1] = argnulls[i] ? (Datum) 0 : args[i];
 		nulls[i + 1] = argnulls[i] ? 'n' : ' ';
 	}
-	nulls[nargs + 1] = '\0';
+	/* the caller's settings, each as text (the GUC's base unit) */
+	for (int i = 0; i < NCARRIED; i++)
+	{
+		types[nargs + 1 + i] = TEXTOID;
+		values[nargs + 1 + i] = CStringGetTextDatum(psprintf("%d", *carried[i].value));
+		nulls[nargs + 1 + i] = ' ';
+	}
+	nulls[nparams] = '\0';
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -160,15 +195,19 @@ idem_route_exec(IdemRoute via, Datum value, const char *fn, int nargs,
 		appendStringInfoString(&sql, ") FROM (SELECT ");
 		for (int i = 0; i < nargs; i++)
 			appendStringInfo(&sql, "%s$%d AS a%d", i ? ", " : "", i + 2, i + 1);
-		if (nargs == 0)
-			appendStringInfoString(&sql, "1 AS a0");
-		appendStringInfoString(&sql, " FROM (SELECT pg_catalog.count(*) FROM r) AS s) AS c");
+		for (int i = 0; i < NCARRIED; i++)
+			appendStringInfo(&sql, "%spg_catalog.set_config('%s', s.g%d, true) AS g%d",
+							 (i || nargs) ? ", " : "", carried[i].name, i, i);
+		appendStringInfoString(&sql, " FROM (SELECT pg_catalog.count(*)");
+		for (int i = 0; i < NCARRIED; i++)
+			appendStringInfo(&sql, ", $%d AS g%d", nargs + 2 + i, i);
+		appendStringInfoString(&sql, " FROM r) AS s) AS c");
 		/*
 		 * A custom plan for each call: Citus cannot plan the modifying CTE
 		 * of a generic plan (its parameters unknown), and prunes a custom
 		 * one to the route's shard group.
 		 */
-		plan = SPI_prepare_cursor(sql.data, nargs + 1, types, CURSOR_OPT_CUSTOM_PLAN);
+		plan = SPI_prepare_cursor(sql.data, nparams, types, CURSOR_OPT_CUSTOM_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)

@@ -65,15 +65,16 @@ out="$out$(q w3 "SELECT string_agg(format_type(a.atttypid, NULL), ' ' ORDER BY c
 out="$out $(q w3 "SELECT string_agg(polname, ' ' ORDER BY polname) FROM pg_policy
                    WHERE polrelid = 'idempotency.idempotency_key'::regclass")"
 # no role but the owner writes the key, token and seen-message tables there
-# either (issue 25); PUBLIC deletes (nothing) from the route tables, through
+# either (issue 25); PUBLIC updates (nothing) in the route tables, through
 # which w3 carries a call to the node of its shard (src/keyroute.c)
 out="$out $(q w3 "SELECT count(*) FILTER (WHERE has_table_privilege('app', t, 'INSERT') OR has_table_privilege('app', t, 'UPDATE')
                                            OR has_table_privilege('app', t, 'DELETE'))
+                   || ' ' || has_column_privilege('app', 'idempotency.key_route', 'k', 'UPDATE')
+                   || ' ' || has_column_privilege('app', 'idempotency.token_route', 't', 'UPDATE')
                    || ' ' || has_table_privilege('app', 'idempotency.key_route', 'DELETE')
-                   || ' ' || has_table_privilege('app', 'idempotency.token_route', 'DELETE')
                   FROM unnest(ARRAY['idempotency.idempotency_key', 'idempotency.token', 'idempotency.seen_message']::regclass[]) AS t")"
-check "... distribute() again: w3's owner columns are roleref, no write policy, no write grant; DELETE on the route tables" \
-	"idempotency.roleref idempotency.roleref idempotency.roleref idempotency.roleref idempotency_key_own_rows 0 true true" "$out"
+check "... distribute() again: w3's owner columns are roleref, no write policy, no write grant; UPDATE of the route tables' column (no table grant: no LOCK TABLE)" \
+	"idempotency.roleref idempotency.roleref idempotency.roleref idempotency.roleref idempotency_key_own_rows 0 true true false" "$out"
 
 out=$(for node in w3 c w1 w2; do qa "$node" "SELECT outcome FROM idempotency.once('$nw_paid', '{}', 'INSERT INTO public.payments VALUES (\$1, 1, \$2) RETURNING amount', '$nw_paid', '$node')"; done | tr '\n' ' ')
 out="$out$(q c "SELECT count(*) FROM public.payments WHERE key = '$nw_paid'")"

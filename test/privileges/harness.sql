@@ -207,10 +207,17 @@ SELECT w.writers IS NOT DISTINCT FROM x.writers,
   JOIN pg_class AS c ON c.oid = m.objid AND m.classid = 'pg_class'::regclass
   LEFT JOIN matrix.writers AS x ON x.object = m.object
   LEFT JOIN LATERAL (
-       SELECT string_agg(format('%s to %s', a.privilege_type,
+       -- the table's grants and its columns' (a column grant of UPDATE is
+       -- a write too: "UPDATE (k) to PUBLIC")
+       SELECT string_agg(format('%s%s to %s', a.privilege_type,
+                                CASE WHEN a.col IS NOT NULL THEN format(' (%s)', a.col) ELSE '' END,
                                 CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END),
-                         ', ' ORDER BY a.privilege_type, a.grantee) AS writers
-         FROM aclexplode(c.relacl) AS a
+                         ', ' ORDER BY a.privilege_type, a.col NULLS FIRST, a.grantee) AS writers
+         FROM (SELECT t.privilege_type, t.grantee, NULL::name AS col FROM aclexplode(c.relacl) AS t
+               UNION ALL
+               SELECT t.privilege_type, t.grantee, att.attname
+                 FROM pg_attribute AS att, aclexplode(att.attacl) AS t
+                WHERE att.attrelid = c.oid AND att.attnum > 0 AND NOT att.attisdropped) AS a
         WHERE a.grantee <> c.relowner
           AND a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'TRIGGER',
                                    'REFERENCES', 'MAINTAIN', 'USAGE')) AS w ON true
