@@ -23,7 +23,10 @@
 # round's tps, then per entry node and clients the median of each ratio over
 # the rounds with its spread (min-max): deleg/bare, once/bare, once/deleg
 # (what the guard adds to a delegated call), oncetx/tx and begintx/tx (what
-# the guard adds to a transaction).  Then the statements the entry node
+# the guard adds to a transaction); and the same ratios from the CPU each
+# request cost the cluster and pgbench (/proc: each postmaster with its live
+# and exited children), which a machine busy with other work does not skew
+# as it skews tps.  Then the statements the entry node
 # sends to other nodes for one request of each (citus.log_remote_commands),
 # the key's shard on another node.
 #
@@ -76,10 +79,38 @@ SELECT create_distributed_function('public.pay(text, text)', 'k', colocate_with 
 GRANT EXECUTE ON FUNCTION public.pay(text, text) TO app;
 SQL
 
-tps() {	# node script clients
-	pgbench -n -M simple -h "$CITUS_DIR" -p "$(citus_port "$1")" -U app -c "$3" -j "$3" -T "$SECS" \
-		-f "bench/scripts/citus_$2.sql" postgres 2>&1 |
-		sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+# CPU seconds (in clock ticks) the cluster has used: each postmaster, its
+# live children and its exited ones (cutime/cstime)
+cluster_ticks() {
+	local n pm t=0
+	for n in c w1 w2; do
+		pm=$(head -n 1 "$CITUS_DIR/$n/postmaster.pid" 2>/dev/null) || continue
+		t=$((t + $(sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }')))
+		for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+			t=$((t + $(sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0)))
+		done
+	done
+	echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+
+# node script clients: prints "tps/cpu", cpu the CPU microseconds per
+# request of the cluster and pgbench together (a throughput measure that a
+# busy machine does not skew: time spent waiting for a core is not counted)
+tps() {
+	local out t0 t1 n pb TIMEFORMAT='%3U %3S'
+	t0=$(cluster_ticks)
+	{ time pgbench -n -M simple -h "$CITUS_DIR" -p "$(citus_port "$1")" -U app -c "$3" -j "$3" -T "$SECS" \
+		-f "bench/scripts/citus_$2.sql" postgres >"$WORK/pgbench.out" 2>&1; } 2>"$WORK/time.out"
+	sleep 0.3	# the pgbench backends exit and are reaped
+	t1=$(cluster_ticks)
+	n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.out")
+	pb=$(tail -n 1 "$WORK/time.out")
+	awk -v t="$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$WORK/pgbench.out")" -v n="${n:-0}" \
+		-v ticks=$((t1 - t0)) -v hz="$HZ" -v pb="$pb" 'BEGIN {
+		split(pb, u, " ")
+		cpu = n > 0 ? (ticks / hz + u[1] + u[2]) * 1e6 / n : 0
+		printf "%s/%.0f\n", t, cpu }'
 }
 
 citus_v=$(psql -AtX -p "$PORT_C" -c "SELECT (regexp_match(citus_version(), 'Citus ([0-9.]+)'))[1]")
@@ -88,7 +119,9 @@ echo
 RAW=$WORK/raw
 : >"$RAW"
 nodename() { if [ "$1" = c ]; then echo coordinator; else echo "worker ${1#w}"; fi; }
-echo "| round | entry node | clients | $(echo $CASES | sed 's/ / tps | /g') tps |"
+echo "Each run: tps (cluster + pgbench CPU microseconds per request)"
+echo
+echo "| round | entry node | clients | $(echo $CASES | sed 's/ / | /g') |"
 echo "|---|---|---|$(for x in $CASES; do printf -- '---|'; done)"
 for round in $(seq "$ROUNDS"); do
 	for node in $NODES; do
@@ -98,44 +131,54 @@ for round in $(seq "$ROUNDS"); do
 				line="$line $case=$(tps "$node" "$case" "$c")"
 			done
 			echo "$line" >>"$RAW"
-			echo "| $round | $(nodename "$node") | $c |$(for f in ${line#* * * }; do printf ' %.0f |' "${f#*=}"; done)"
+			echo "| $round | $(nodename "$node") | $c |$(for f in ${line#* * * }; do f=${f#*=}; printf ' %.0f (%s us) |' "${f%/*}" "${f#*/}"; done)"
 		done
 	done
 done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "Median of each ratio over the rounds, (min-max) its spread:"
-echo
-echo "| entry node | clients | delegated / bare | once() / bare | **once() / delegated** | tx / bare | **once() in tx / tx** | **begin()..complete() / tx** |"
-echo "|---|---|---|---|---|---|---|---|"
-for node in $NODES; do
-	for c in $CLIENTS; do
-		awk -v node="$node" -v c="$c" -v name="$(nodename "$node")" '
-		function med(a, n,   i, j, t) {
-			for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-		}
-		function cell(num, den,   n, i, a, lo, hi) {
-			n = 0
-			for (i = 1; i <= rows; i++) if ((num, i) in v && (den, i) in v && v[den, i] > 0) {
-				a[++n] = v[num, i] / v[den, i]
+for measure in tps cpu; do
+	if [ "$measure" = tps ]; then
+		echo "Median of each ratio of tps over the rounds, (min-max) its spread:"
+	else
+		echo "The same ratios from the CPU per request (CPU of the base / CPU of the case: the ratio of"
+		echo "throughputs when the cores do nothing else), median (min-max):"
+	fi
+	echo
+	echo "| entry node | clients | delegated / bare | once() / bare | **once() / delegated** | tx / bare | **once() in tx / tx** | **begin()..complete() / tx** |"
+	echo "|---|---|---|---|---|---|---|---|"
+	for node in $NODES; do
+		for c in $CLIENTS; do
+			awk -v node="$node" -v c="$c" -v name="$(nodename "$node")" -v measure="$measure" '
+			function med(a, n,   i, j, t) {
+				for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+				return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 			}
-			if (n == 0) return "-"
-			lo = hi = a[1]
-			for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
-			return sprintf("%.2f (%.2f-%.2f)", med(a, n), lo, hi)
-		}
-		$2 == node && $3 == c {
-			rows++
-			for (f = 4; f <= NF; f++) { split($f, kv, "="); if (kv[2] != "") v[kv[1], rows] = kv[2] }
-		}
-		END {
-			printf "| %s | %d | %s | %s | %s | %s | %s | %s |\n", name, c,
-				cell("delegated", "bare"), cell("once", "bare"), cell("once", "delegated"),
-				cell("tx", "bare"), cell("oncetx", "tx"), cell("begintx", "tx")
-		}' "$RAW"
+			function cell(num, den,   n, i, a, lo, hi) {
+				n = 0
+				for (i = 1; i <= rows; i++) if ((num, i) in v && (den, i) in v && v[den, i] > 0 && v[num, i] > 0)
+					a[++n] = measure == "tps" ? v[num, i] / v[den, i] : v[den, i] / v[num, i]
+				if (n == 0) return "-"
+				lo = hi = a[1]
+				for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
+				return sprintf("%.2f (%.2f-%.2f)", med(a, n), lo, hi)
+			}
+			$2 == node && $3 == c {
+				rows++
+				for (f = 4; f <= NF; f++) {
+					split($f, kv, "="); split(kv[2], tc, "/")
+					if (kv[2] != "") v[kv[1], rows] = measure == "tps" ? tc[1] : tc[2]
+				}
+			}
+			END {
+				printf "| %s | %d | %s | %s | %s | %s | %s | %s |\n", name, c,
+					cell("delegated", "bare"), cell("once", "bare"), cell("once", "delegated"),
+					cell("tx", "bare"), cell("oncetx", "tx"), cell("begintx", "tx")
+			}' "$RAW"
+		done
 	done
+	echo
 done
 
 # remote commands per request: a key whose shard is on worker 2, so that
