@@ -82,13 +82,17 @@ SQL
 # CPU seconds (in clock ticks) the cluster has used: each postmaster, its
 # live children and its exited ones (cutime/cstime)
 cluster_ticks() {
-	local n pm t=0
+	local n pm c v t=0
 	for n in c w1 w2; do
 		pm=$(head -n 1 "$CITUS_DIR/$n/postmaster.pid" 2>/dev/null) || continue
-		t=$((t + $(sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }')))
+		# the children first: one that exits in between is counted twice
+		# rather than not at all (both rare: the clients' backends are gone)
 		for c in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
-			t=$((t + $(sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0)))
+			v=$(sed 's/^.*) //' "/proc/$c/stat" 2>/dev/null | awk '{ print $12 + $13 }')
+			t=$((t + ${v:-0}))
 		done
+		v=$(sed 's/^.*) //' "/proc/$pm/stat" | awk '{ print $12 + $13 + $14 + $15 }')
+		t=$((t + ${v:-0}))
 	done
 	echo "$t"
 }
