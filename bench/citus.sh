@@ -190,13 +190,13 @@ done
 key=$(psql -AtX -p "$PORT_C" -c "SELECT k FROM generate_series(1, 200) AS g, LATERAL (SELECT 'rt-' || g AS k) AS x
       WHERE (SELECT p.nodeport FROM pg_dist_shard_placement AS p
               WHERE p.shardid = get_shard_id_for_distribution_column('idempotency.idempotency_key', x.k)) = $PORT_W2
-      LIMIT 3" | tr '\n' ' ')
+      LIMIT 4" | tr '\n' ' ')
 set -- $key
 echo
 echo "Statements the entry node sends to other nodes per request (citus.log_remote_commands; the key's shard on worker 2):"
 echo
-echo "| entry node | bare INSERT | once() | once() in BEGIN..COMMIT |"
-echo "|---|---|---|---|"
+echo "| entry node | bare INSERT | once() | once() in BEGIN..COMMIT | the same transaction without the guard (tx) |"
+echo "|---|---|---|---|---|"
 for node in $NODES; do
 	count() {
 		psql -qAtX -U app -p "$(citus_port "$node")" 2>&1 <<SQL | grep -c '^NOTICE:  issuing'
@@ -209,7 +209,8 @@ SQL
 	nb=$(count "INSERT INTO public.payments VALUES ('$1', 1, 'rt');")
 	no=$(count "SELECT outcome FROM idempotency.once('$2', NULL, 'INSERT INTO public.payments VALUES (\$1, 1, \$2)', '$2', 'rt');")
 	nt=$(count "BEGIN; SELECT outcome FROM idempotency.once('$3', NULL, 'INSERT INTO public.payments VALUES (\$1, 1, \$2)', '$3', 'rt'); COMMIT;")
+	nx=$(count "BEGIN; INSERT INTO public.plain_key (owner, key, status, expires_at) VALUES (10, '$4', 'completed', now()); INSERT INTO public.payments VALUES ('$4', 1, 'rt'); COMMIT;")
 	psql -qAtX -p "$PORT_C" -c "SELECT idempotency.forget(k) FROM unnest(ARRAY['$2', '$3']) AS k" -U app >/dev/null
-	psql -qAtX -p "$PORT_C" -c "DELETE FROM public.payments WHERE node = 'rt'" >/dev/null
-	echo "| $(nodename "$node") | $nb | $no | $nt |"
+	psql -qAtX -p "$PORT_C" -c "DELETE FROM public.payments WHERE node = 'rt'" -c "DELETE FROM public.plain_key WHERE key = '$4'" >/dev/null
+	echo "| $(nodename "$node") | $nb | $no | $nt | $nx |"
 done
