@@ -512,7 +512,7 @@ shard_entry(Oid relid, int64 shard)
 	}
 	/* keep it: a table whose invalidations count */
 	found = false;
-	for (int i = 0; i < n_cached_tables && !found; i++)
+	for (int i = 0; i < Min(n_cached_tables, MAX_CACHED_TABLES) && !found; i++)
 		found = cached_tables[i] == relid;
 	if (!found)
 	{
