@@ -4,7 +4,9 @@
 //   - durations in milliseconds under names that carry the unit (lockWaitMs,
 //     ttlMs; runPhases leaseMs, renewEveryMs, ttlMs) and the deprecated
 //     0.5.0 names still working (lockWait, ttl as interval text; lease,
-//     renewEvery, ttl), checked on the key rows the database wrote
+//     renewEvery, ttl), checked on the key rows the database wrote; the
+//     relay's visibilityMs, pollIntervalMs, retryDelayMs and webhook's
+//     timeoutMs, their 0.5.0 names deprecated
 //   - a mismatched resend and a busy duplicate leave no request body in the
 //     server log (SERVER_LOG: the cluster's log file)
 //   - examples/outbox_pattern.js: a guarded handler publishing on req.db, a
@@ -123,6 +125,40 @@ async function main() {
 		check('runPhases: leaseMs and lease together: TypeError, nothing begun',
 			e instanceof TypeError && !(await keyRow(pool, `both-${run}`, '')), String(e));
 
+		// --- relay: visibilityMs, pollIntervalMs, retryDelayMs; webhook timeoutMs;
+		// their 0.5.0 names (visibility, pollInterval, retryDelay, timeout) deprecated
+		const quiet = { pool, handleSignals: false, onError: () => {} };
+		const r1 = idem.relay('units-relay', () => {}, { ...quiet, visibilityMs: 2000, pollIntervalMs: 300, retryDelayMs: 100 });
+		const r2 = idem.relay('units-relay', () => {}, { ...quiet, visibility: 2000, pollInterval: 300, retryDelay: 100 });
+		const r3 = idem.relay('units-relay', () => {}, quiet);
+		await Promise.all([r1.stop(), r2.stop(), r3.stop()]);
+		const durations = x => [x.opts.visibilityMs, x.opts.pollIntervalMs, x.opts.retryDelayMs];
+		check('relay: visibilityMs, pollIntervalMs, retryDelayMs (ms); the deprecated visibility, pollInterval, retryDelay ' +
+			'the same; defaults 30000, 5000, 1000',
+			[r1, r2].every(x => String(durations(x)) === '2000,300,100') && String(durations(r3)) === '30000,5000,1000',
+			[r1, r2, r3].map(durations));
+		const both2 = ['visibility', 'pollInterval', 'retryDelay'].map(old =>
+			throws(() => idem.relay('units-relay', () => {}, { ...quiet, [old]: 10, [`${old}Ms`]: 10 })));
+		check('relay: a unit-carrying name and its deprecated alias together: TypeError', both2.every(e => e instanceof TypeError), both2.map(String));
+		const silent = require('http').createServer(() => {});	// never answers
+		await new Promise(r => silent.listen(0, '127.0.0.1', r));
+		const url = `http://127.0.0.1:${silent.address().port}/`;
+		const timed = [];
+		for (const o of [{ timeoutMs: 200 }, { timeout: 200 }]) {
+			const t0 = Date.now();
+			const err = await idem.webhook(url, o)({ messageId: 'm', headers: {}, payload: {} }).then(() => null, x => x);
+			timed.push([err && err.message, Date.now() - t0]);
+		}
+		silent.close();
+		check('webhook: timeoutMs: 200 and the deprecated timeout: 200 give up after 200 ms',
+			timed.every(([m, ms]) => /no answer in 200 ms/.test(m) && ms < 2000), timed);
+		check('webhook: timeoutMs and timeout together: TypeError',
+			throws(() => idem.webhook(url, { timeoutMs: 1, timeout: 1 })) instanceof TypeError);
+
+		// --- idempotentPhases / idempotentPhasesFastify: the error paths (the
+		// conformance suite has the rest) --------------------------------------
+		await phasedErrors(pool);
+
 		// --- no request body in the server log -----------------------------------
 		const log = process.env.SERVER_LOG;
 		const marker = `card-4111-${run}`;
@@ -162,6 +198,104 @@ async function main() {
 		check(`clients/node/README.md documents every export of index.js (${Object.keys(idem).length})`, missing.length === 0, missing);
 	} finally {
 		await pool.end();
+	}
+}
+
+// phases "a" (a row in payment, amount 1), "b" (external: throws the first
+// time a key asks, body fail_once), "c" (amount 3); the response is 503 with
+// Retry-After the first time a key asks (unavailable_once), else 201
+async function phasedErrors(pool) {
+	const express = require(path.join(root, 'clients/node/node_modules/express'));
+	const fastify = require(path.join(root, 'clients/node/node_modules/fastify'));
+	const failedOnce = new Set(), unavailable = new Set();
+	const opts = () => ({
+		pool, scope: `ph-${run}`, leaseMs: 5000,
+		phases: [
+			{ name: 'a', run: async ({ client, key, req }) => {
+				if (req.body.permanent) throw new idem.PhaseError('no such account', { permanent: true });
+				await client.query('INSERT INTO payment (idem_key, amount) VALUES ($1, 1)', [key]);
+				return { a: 1 };
+			} },
+			{ name: 'b', external: true, run: async ({ key, req, deriveKey }) => {
+				if (req.body.fail_once && !failedOnce.has(key)) { failedOnce.add(key); throw new Error('downstream down'); }
+				return { b: await deriveKey('b') };
+			} },
+			{ name: 'c', run: async ({ client, key }) => {
+				await client.query('INSERT INTO payment (idem_key, amount) VALUES ($1, 3)', [key]);
+				return { c: 3 };
+			} },
+		],
+		response: (state, req) => {
+			const key = req.headers['idempotency-key'];
+			if (req.body.unavailable_once && !unavailable.has(key)) {
+				unavailable.add(key);
+				return { status: 503, body: { state }, headers: { 'Retry-After': '7' } };
+			}
+			return { status: 201, body: { state } };
+		},
+	});
+	const app = express();
+	app.use(express.json());
+	app.post('/ph', idem.idempotentPhases(opts()));
+	app.use((err, req, res, next) => res.status(500).json({ error: String(err.message) }));	// eslint-disable-line no-unused-vars
+	const server = await new Promise(r => { const s = app.listen(0, '127.0.0.1', () => r(s)); });
+	const f = fastify();
+	f.post('/ph', idem.idempotentPhasesFastify(opts()));
+	await f.listen({ port: 0, host: '127.0.0.1' });
+	const rows = async k => Number((await pool.query('SELECT count(*) FROM payment WHERE idem_key = $1', [k])).rows[0].count);
+	const status = async k => (await pool.query("SELECT coalesce(min(status || ':' || coalesce(retryable::text, '-')), 'none') AS s " +
+		'FROM idempotency.idempotency_key WHERE key = $1', [k])).rows[0].s;
+	try {
+		for (const [label, port] of [['Express', server.address().port], ['Fastify', f.server.address().port]]) {
+			const post = async (key, body, headers) => {
+				const h = { 'Content-Type': 'application/json', ...(headers || (key ? { 'Idempotency-Key': key } : {})) };
+				const r = await fetch(`http://127.0.0.1:${port}/ph`, { method: 'POST', headers: h, body: JSON.stringify(body) });
+				return { status: r.status, headers: r.headers, text: await r.text() };
+			};
+			const P = `ph-${label}-${run}`;
+			const none = await post(null, { n: 1 });
+			const bad = await post(`${P}-bad`, { n: 1 }, { 'Idempotency-Key': '"unterminated' });
+			check(`${label} idempotentPhases: no key -> 400, a malformed key -> 400 (problem+json), nothing stored`,
+				none.status === 400 && bad.status === 400 && /problem\+json/.test(none.headers.get('content-type') || '') &&
+				await status(`${P}-bad`) === 'none', [none, bad]);
+			let k = `${P}-fail`;
+			const a = await post(k, { fail_once: true });
+			const after = [await rows(k), await status(k)];
+			const b = await post(k, { fail_once: true });
+			const c = await post(k, { fail_once: true });
+			check(`${label} idempotentPhases: a phase that throws -> 500, the key failed retryably (phase a committed); ` +
+				'the resend resumes after a (one a, one c), then replays',
+				a.status === 500 && String(after) === '1,failed:true' && b.status === 201 && c.status === 201 &&
+				c.headers.get('idempotent-replayed') === 'true' && b.text === c.text && !b.headers.get('idempotent-replayed') &&
+				await rows(k) === 2 && await status(k) === 'completed:-', [a, after, b.status, c.status]);
+			k = `${P}-503`;
+			const u = await post(k, { unavailable_once: true });
+			const uAfter = [await rows(k), await status(k)];
+			const u2 = await post(k, { unavailable_once: true });
+			check(`${label} idempotentPhases: a 503 answer is not stored (the last phase rolled back, the key failed ` +
+				'retryably, Retry-After sent); the resend runs the last phase again: 201, one a, one c',
+				u.status === 503 && u.headers.get('retry-after') === '7' && String(uAfter) === '1,failed:true' &&
+				u2.status === 201 && await rows(k) === 2 && await status(k) === 'completed:-', [u.status, uAfter, u2.status]);
+			k = `${P}-perm`;
+			const p1 = await post(k, { permanent: true });
+			const p2 = await post(k, { permanent: true });
+			check(`${label} idempotentPhases: a permanent PhaseError without a status -> 400 {"error":"<message>"} ` +
+				'(application/json), stored (failed, not retryable), replayed',
+				p1.status === 400 && p1.text === '{"error":"no such account"}' && /application\/json/.test(p1.headers.get('content-type') || '') &&
+				p2.headers.get('idempotent-replayed') === 'true' && p2.text === p1.text && await rows(k) === 0 &&
+				await status(k) === 'failed:false', [p1, p2.status, await status(k)]);
+		}
+		const bad = [
+			throws(() => idem.idempotentPhases({ pool, scope: 's', phases: [], response: () => ({ status: 201 }) })),
+			throws(() => idem.idempotentPhases({ pool, scope: 's', lease: 2000, phases: opts().phases, response: () => ({ status: 201 }) })),
+			throws(() => idem.idempotentPhases({ pool, scope: 's', leaseMs: '2s', phases: opts().phases, response: () => ({ status: 201 }) })),
+			throws(() => idem.idempotentPhases({ pool, phases: opts().phases, response: () => ({ status: 201 }) })),
+		];
+		check('idempotentPhases: no phases, the unit-less lease, a leaseMs that is not a number, no scope: TypeError',
+			bad.every(e => e instanceof TypeError), bad.map(String));
+	} finally {
+		server.close();
+		await f.close();
 	}
 }
 

@@ -7,9 +7,9 @@ const { relay, webhook } = require('../../clients/node');
 
 const pool = new pg.Pool({ database: 'shop', max: 6 });
 pool.on('error', () => {});
-const hook = webhook(process.argv[2], { timeout: 5000 });
+const hook = webhook(process.argv[2], { timeoutMs: 5000 });
 const r = relay('hooks', async m => { try { return await hook(m); } catch (e) { if (process.env.OUTBOX_DEBUG) console.log('nack', m.key, e.message, e.body); throw e; } }, {
-	pool, batchSize: 4, concurrency: 4, visibility: 2000, pollInterval: 500, retryDelay: 200,
+	pool, batchSize: 4, concurrency: 4, visibilityMs: 2000, pollIntervalMs: 500, retryDelayMs: 200,
 	onError: err => { if (process.env.OUTBOX_DEBUG) console.log('error', err.message); },
 });
 console.log(`${process.argv[3]} started`);

@@ -111,3 +111,10 @@ export function problem(status: number, title: string, detail: string, headers?:
 export function toBuffer(body: unknown): Buffer;
 export function encodeResponse(status: number, getHeader: (name: string) => unknown, body: Buffer, names: string[]): StoredResponse;
 export function decodeResponse(stored: unknown, status?: string): Answer;
+
+/**
+ * A duration option in milliseconds under its unit-carrying name (e.g. lockWaitMs) or its
+ * deprecated 0.5.0 name (old; null: none): the value, or null when neither is given.
+ * Both at once, or a value that is not a number >= 0, is a TypeError naming `who`.
+ */
+export function msOption(opts: Record<string, unknown>, name: string, old: string | null, who: string): number | null;

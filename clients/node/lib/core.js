@@ -297,4 +297,4 @@ class Guard {
 	}
 }
 
-module.exports = { Guard, defaultStore, parseKey, problem, toBuffer, encodeResponse, decodeResponse };
+module.exports = { Guard, defaultStore, parseKey, problem, toBuffer, encodeResponse, decodeResponse, msOption };

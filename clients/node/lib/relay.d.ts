@@ -22,6 +22,8 @@ export interface OutboxMessage {
 /** What a handler may throw to steer the retry. */
 export interface RelayError extends Error {
 	/** milliseconds until the message is retried (default: the topic's backoff) */
+	retryInMs?: number;
+	/** @deprecated retryInMs's 0.5.0 name (milliseconds too) */
 	retryIn?: number;
 	/** HTTP status of a failed webhook */
 	status?: number;
@@ -34,11 +36,17 @@ export interface RelayOptions {
 	batchSize?: number;
 	/** handlers running at once (default 10) */
 	concurrency?: number;
-	/** ms a claim keeps a message from other relays (default 30000) */
+	/** milliseconds a claim keeps a message from other relays (default 30000) */
+	visibilityMs?: number;
+	/** the longest milliseconds a wait for a commit lasts before the relay claims again (default 5000) */
+	pollIntervalMs?: number;
+	/** milliseconds to wait after a database error (default 1000) */
+	retryDelayMs?: number;
+	/** @deprecated visibilityMs's 0.5.0 name (milliseconds too) */
 	visibility?: number;
-	/** longest ms a wait for a commit lasts before the relay claims again (default 5000) */
+	/** @deprecated pollIntervalMs's 0.5.0 name (milliseconds too) */
 	pollInterval?: number;
-	/** ms to wait after a database error (default 1000) */
+	/** @deprecated retryDelayMs's 0.5.0 name (milliseconds too) */
 	retryDelay?: number;
 	/** stop gracefully on SIGTERM and SIGINT (default true) */
 	handleSignals?: boolean;
@@ -71,7 +79,9 @@ export declare function relay(
 ): Relay;
 
 export interface WebhookOptions {
-	/** ms to wait for an answer (default 10000) */
+	/** milliseconds to wait for an answer (default 10000) */
+	timeoutMs?: number;
+	/** @deprecated timeoutMs's 0.5.0 name (milliseconds too) */
 	timeout?: number;
 	/** headers added to every request */
 	headers?: Record<string, string>;

@@ -3,7 +3,7 @@
 // outbox topic (idempotency.publish()) to handler, and webhook(url, options)
 // is a handler that POSTs each message with Idempotency-Key: <message id>.
 //
-// The relay claims up to batchSize messages with a visibility timeout
+// The relay claims up to batchSize messages with a visibility timeout (visibilityMs)
 // (idempotency.claim), runs handler on at most
 // concurrency of them at a time, and acks each one whose handler resolved
 // (idempotency.ack) or nacks it with the error when it threw
@@ -12,16 +12,16 @@
 // one returns none it blocks in idempotency.wait_for() on a connection of its
 // own until a transaction that published to the topic commits (woken through
 // the server's shared memory: no LISTEN/NOTIFY, works through PgBouncer in
-// transaction mode), or pollInterval passes (retries and deliver_after times
+// transaction mode), or pollIntervalMs passes (retries and deliver_after times
 // that come due).  It passes back the cursor wait_for() returned, read before
 // its claim, so a commit between an empty claim and the wait is not missed.
 // Where the server lacks the preloaded library (wait_for() raises 55000),
-// it polls every pollInterval instead.  A key's messages arrive one at a
+// it polls every pollIntervalMs instead.  A key's messages arrive one at a
 // time in commit order (the server hands out the next one only after the
 // earlier one's ack).
 //
 // Delivery is at least once: a relay that dies before its ack loses nothing
-// (the claim lapses after visibility and the message is claimed again), so
+// (the claim lapses after visibilityMs and the message is claimed again), so
 // the receiver must be idempotent: use message.messageId as its key.
 //
 // stop() (and SIGTERM/SIGINT unless handleSignals is false) stops claiming,
@@ -29,18 +29,24 @@
 // not started (idempotency.release: claimable again at once, the attempt not
 // counted); a wait in progress is cancelled, so stop() returns as soon as the
 // handlers in hand settle.  Database errors (a restart, a failover) are
-// reported to onError and retried after retryDelay.
+// reported to onError and retried after retryDelayMs.  (Durations are
+// milliseconds, in names that end in Ms; visibility, pollInterval,
+// retryDelay, and webhook's timeout are their deprecated 0.5.0 names.)
 
 const net = require('net');
+
+const { msOption } = require('./core');
 
 const DEFAULTS = {
 	batchSize: 10,
 	concurrency: 10,
-	visibility: 30000,		// ms a claim keeps a message from other relays
-	pollInterval: 5000,		// ms a wait lasts at most (retries that come due)
-	retryDelay: 1000,		// ms after a database error
+	visibilityMs: 30000,	// a claim keeps a message from other relays
+	pollIntervalMs: 5000,	// a wait lasts at most (retries that come due)
+	retryDelayMs: 1000,		// after a database error
 	handleSignals: true,
 };
+// the duration options' 0.5.0 names (milliseconds too), deprecated
+const RENAMED = [['visibilityMs', 'visibility'], ['pollIntervalMs', 'pollInterval'], ['retryDelayMs', 'retryDelay']];
 
 const CLAIM_SQL = 'SELECT id, message_id, topic, message_key, payload, headers, attempt, published_at, claim' +
 	' FROM idempotency.claim($1, $2, make_interval(secs => $3::float8 / 1000))';
@@ -83,7 +89,11 @@ class Relay {
 		this.topic = topic;
 		this.handler = handler;
 		this.opts = { ...DEFAULTS, ...options };
-		for (const n of ['batchSize', 'concurrency', 'visibility', 'pollInterval', 'retryDelay'])
+		for (const [name, old] of RENAMED) {
+			this.opts[name] = msOption(options, name, old, 'relay') ?? DEFAULTS[name];
+			delete this.opts[old];
+		}
+		for (const n of ['batchSize', 'concurrency', 'visibilityMs', 'pollIntervalMs', 'retryDelayMs'])
 			if (!(Number(this.opts[n]) > 0)) throw new TypeError(`relay: ${n} must be a positive number`);
 		this.pool = this.opts.pool;
 		this.onError = this.opts.onError || (err => console.error(`relay ${topic}:`, err.message));
@@ -198,18 +208,18 @@ class Relay {
 					continue;
 				}
 				const { rows } = await this.pool.query(CLAIM_SQL,
-					[this.topic, Math.min(o.batchSize, free), o.visibility]);
+					[this.topic, Math.min(o.batchSize, free), o.visibilityMs]);
 				this.counts.claimed += rows.length;
 				for (const row of rows) this.queue.push(toMessage(row));
 				this.drain();
 				if (rows.length === 0 && !this.stopping) {
-					if (this.polling) await this.waitForWork(o.pollInterval);
-					else await this.waitFor(o.pollInterval);
+					if (this.polling) await this.waitForWork(o.pollIntervalMs);
+					else await this.waitFor(o.pollIntervalMs);
 				}
 			} catch (err) {
 				if (this.stopping) break;
 				this.report(err);
-				await this.waitForWork(o.retryDelay);
+				await this.waitForWork(o.retryDelayMs);
 			}
 		}
 		await this.shutdown();
@@ -247,7 +257,9 @@ class Relay {
 					await this.pool.query(ACK_SQL, [msg.claim, [msg.id]]);
 					this.counts.acked++;
 				} else {
-					const retryIn = Number.isFinite(failure.retryIn) ? failure.retryIn : null;
+					// retryInMs (retryIn: its deprecated 0.5.0 name), milliseconds
+					const ri = failure && (failure.retryInMs ?? failure.retryIn);
+					const retryIn = Number.isFinite(ri) ? ri : null;
 					await this.pool.query(NACK_SQL, [msg.claim, [msg.id], JSON.stringify(errorJson(failure)), retryIn]);
 					this.counts.nacked++;
 				}
@@ -255,7 +267,7 @@ class Relay {
 			} catch (err) {
 				this.report(err);
 				if (this.stopping || tries >= 5) return;	// the claim will lapse
-				await sleep(this.opts.retryDelay);
+				await sleep(this.opts.retryDelayMs);
 			}
 		}
 	}
@@ -306,10 +318,11 @@ function relay(topic, handler, options) {
 // webhook(url, options) -> handler POSTing the payload as JSON with
 // Idempotency-Key: <message id>, the message's headers and options.headers.
 // A 2xx answer is success; anything else (or a network error, or no answer
-// within timeout ms) throws, so the relay nacks and the message is retried;
-// a Retry-After answer sets when.
+// within timeoutMs) throws, so the relay nacks and the message is retried;
+// a Retry-After answer sets when (retryInMs).  (timeout: timeoutMs's
+// deprecated 0.5.0 name, milliseconds too.)
 function webhook(url, options = {}) {
-	const timeout = options.timeout ?? 10000;
+	const timeout = msOption(options, 'timeoutMs', 'timeout', 'webhook') ?? 10000;
 	const extra = options.headers || {};
 	return async function deliverWebhook(msg) {
 		const headers = {
@@ -333,7 +346,7 @@ function webhook(url, options = {}) {
 		err.status = res.status;
 		err.body = text.slice(0, 1000);
 		const ra = Number(res.headers.get('retry-after'));
-		if (Number.isFinite(ra) && ra >= 0) err.retryIn = ra * 1000;
+		if (Number.isFinite(ra) && ra >= 0) err.retryInMs = err.retryIn = ra * 1000;
 		throw err;
 	};
 }

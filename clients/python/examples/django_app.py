@@ -13,6 +13,7 @@ in models.py, and the table comes from a migration (see the README)."""
 import json
 import os
 import socketserver
+import urllib.request
 
 import django
 from django.conf import settings
@@ -42,7 +43,7 @@ from django.http import HttpResponse, JsonResponse, StreamingHttpResponse  # noq
 from django.urls import path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 
-from pg_idempotency.django import idempotent  # noqa: E402
+from pg_idempotency.django import Phase, PhaseError, idempotent, idempotent_phases  # noqa: E402
 
 
 class Payment(models.Model):
@@ -87,7 +88,65 @@ def pay(request):
                         headers={"Location": f"/payments/{payment.id}"})
 
 
-urlpatterns = [path("payments", pay)]
+class TransferStep(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    idem_key = models.TextField()
+    step = models.TextField()
+
+    class Meta:
+        app_label = "payments"
+        db_table = "transfer_step"
+        managed = False
+
+
+# POST /transfers: debit (an ORM write in the phase's transaction), charge
+# (DOWNSTREAM_URL, outside any transaction, with a key derived from ours),
+# finish; lease 2 s, renewed every 0.6 s.  X-Crash: charge / finish exits the
+# process there (os._exit).
+def crash(ctx, where):
+    if ctx.req.headers.get("X-Crash") == where:
+        os._exit(1)
+
+
+def debit(ctx):
+    body = ctx.request["body"]
+    if body.get("decline"):
+        raise PhaseError("card declined", permanent=True, status=402, body={"error": "card_declined"})
+    TransferStep.objects.create(idem_key=ctx.key, step="debit")
+    if body.get("sleep"):
+        with connection.cursor() as c:
+            c.execute("SELECT pg_sleep(%s)", [body["sleep"]])
+    return {"debited": body["amount"]}
+
+
+def charge(ctx):
+    call = urllib.request.Request(
+        os.environ["DOWNSTREAM_URL"] + "/charge", method="POST",
+        data=json.dumps({"amount": ctx.request["body"]["amount"]}).encode(),
+        headers={"Content-Type": "application/json", "Idempotency-Key": ctx.derive_key("charge")})
+    with urllib.request.urlopen(call, timeout=10) as r:
+        answer = json.load(r)
+    crash(ctx, "charge")
+    return answer
+
+
+def finish(ctx):
+    crash(ctx, "finish")
+    TransferStep.objects.create(idem_key=ctx.key, step="finish")
+
+
+@csrf_exempt
+@idempotent_phases(scope="transfers", user=lambda r: r.headers.get("X-User"),
+                   phases=[Phase("debit", debit), Phase("charge", charge, external=True),
+                           Phase("finish", finish)],
+                   lease_seconds=2.0, renew_every_seconds=0.6)
+def transfer(request, state):
+    body = json.dumps({"status": "done", "charge_id": state["charge"]["charge_id"],
+                       "amount": json.loads(request.body)["amount"]}, separators=(",", ":"))
+    return HttpResponse(body, status=201, content_type="application/json")
+
+
+urlpatterns = [path("payments", pay), path("transfers", transfer)]
 
 
 if __name__ == "__main__":

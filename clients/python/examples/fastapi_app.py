@@ -3,9 +3,11 @@ The same contract as clients/node/examples/express.js ({"stream": true}: a
 StreamingResponse, refused: TypeError, 500, rolled back; test/conformance).  Database from
 DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind PgBouncer in
 transaction mode (prepare_threshold=None).  Prints "listening <port>"."""
+import asyncio
 import json
 import os
 import socket
+import urllib.request
 from typing import Optional
 
 import uvicorn
@@ -16,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 
-from pg_idempotency.fastapi import idempotent
+from pg_idempotency.fastapi import AsyncPhase, PhaseError, idempotent, idempotent_phases
 
 conninfo = make_conninfo(host=os.environ["DATABASE_HOST"], port=os.environ["DATABASE_PORT"],
                          dbname=os.environ["DATABASE_NAME"], user=os.environ["DATABASE_USER"])
@@ -68,6 +70,61 @@ async def pay(p: Payment, request: Request, db: AsyncConnection):
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.amount))
     return Response(body, status_code=201, media_type="application/json",
                     headers={"Location": f"/payments/{pid}"})
+
+
+# POST /transfers: debit (a transaction), charge (DOWNSTREAM_URL, outside any
+# transaction, with a key derived from ours), finish; lease 2 s, renewed
+# every 0.6 s.  X-Crash: charge / finish exits the process there (os._exit).
+class Transfer(BaseModel):
+    amount: str
+    sleep: Optional[float] = None
+    decline: bool = False
+
+
+def crash(ctx, where):
+    if ctx.req.headers.get("x-crash") == where:
+        os._exit(1)
+
+
+async def debit(ctx):
+    body = ctx.request["body"]
+    if body.get("decline"):
+        raise PhaseError("card declined", permanent=True, status=402, body={"error": "card_declined"})
+    await ctx.conn.execute("INSERT INTO transfer_step (idem_key, step) VALUES (%s, 'debit')", (ctx.key,))
+    if body.get("sleep"):
+        await ctx.conn.execute("SELECT pg_sleep(%s)", (body["sleep"],))
+    return {"debited": body["amount"]}
+
+
+def post_charge(amount, key):
+    call = urllib.request.Request(
+        os.environ["DOWNSTREAM_URL"] + "/charge", method="POST", data=json.dumps({"amount": amount}).encode(),
+        headers={"Content-Type": "application/json", "Idempotency-Key": key})
+    with urllib.request.urlopen(call, timeout=10) as r:
+        return json.load(r)
+
+
+async def charge(ctx):
+    answer = await asyncio.get_running_loop().run_in_executor(
+        None, post_charge, ctx.request["body"]["amount"], await ctx.derive_key("charge"))
+    crash(ctx, "charge")
+    return answer
+
+
+async def finish(ctx):
+    crash(ctx, "finish")
+    await ctx.conn.execute("INSERT INTO transfer_step (idem_key, step) VALUES (%s, 'finish')", (ctx.key,))
+
+
+@app.post("/transfers")
+@idempotent_phases(pool, scope="transfers", user=user,
+                   phases=[AsyncPhase("debit", debit), AsyncPhase("charge", charge, external=True),
+                           AsyncPhase("finish", finish)],
+                   lease_seconds=2.0, renew_every_seconds=0.6)
+async def transfer(state: dict, t: Transfer):
+    body = json.dumps({"status": "done", "charge_id": state["charge"]["charge_id"], "amount": t.amount},
+                      separators=(",", ":"))
+    return Response(body, status_code=201, media_type="application/json")
 
 
 if __name__ == "__main__":

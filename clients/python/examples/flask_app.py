@@ -5,13 +5,14 @@ DATABASE_HOST/PORT/NAME/USER; IDEMPOTENCY_BOUNCER=1: behind PgBouncer in
 transaction mode (prepare_threshold=None).  Prints "listening <port>"."""
 import json
 import os
+import urllib.request
 
 from flask import Flask, Response, g, jsonify, request
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 from werkzeug.serving import make_server
 
-from pg_idempotency.flask import idempotent
+from pg_idempotency.flask import Phase, PhaseError, idempotent, idempotent_phases
 
 conninfo = make_conninfo(host=os.environ["DATABASE_HOST"], port=os.environ["DATABASE_PORT"],
                          dbname=os.environ["DATABASE_NAME"], user=os.environ["DATABASE_USER"])
@@ -43,6 +44,51 @@ def pay():
         return b"\xff\x00\xfe" + str(pid).encode(), 200, {"Content-Type": "application/octet-stream"}
     body = '{"status":"paid","id":%d,"amount":%s,"note":"caf\u00e9 \u2713"}' % (pid, json.dumps(p.get("amount")))
     return body, 201, {"Content-Type": "application/json", "Location": f"/payments/{pid}"}
+
+
+# POST /transfers: debit (a transaction), charge (DOWNSTREAM_URL, outside any
+# transaction, with a key derived from ours), finish; lease 2 s, renewed
+# every 0.6 s.  X-Crash: charge / finish exits the process there (os._exit).
+def crash(ctx, where):
+    if ctx.req.headers.get("X-Crash") == where:
+        os._exit(1)
+
+
+def debit(ctx):
+    body = ctx.request["body"]
+    if body.get("decline"):
+        raise PhaseError("card declined", permanent=True, status=402, body={"error": "card_declined"})
+    ctx.conn.execute("INSERT INTO transfer_step (idem_key, step) VALUES (%s, 'debit')", (ctx.key,))
+    if body.get("sleep"):
+        ctx.conn.execute("SELECT pg_sleep(%s)", (body["sleep"],))
+    return {"debited": body["amount"]}
+
+
+def charge(ctx):
+    call = urllib.request.Request(
+        os.environ["DOWNSTREAM_URL"] + "/charge", method="POST",
+        data=json.dumps({"amount": ctx.request["body"]["amount"]}).encode(),
+        headers={"Content-Type": "application/json", "Idempotency-Key": ctx.derive_key("charge")})
+    with urllib.request.urlopen(call, timeout=10) as r:
+        answer = json.load(r)
+    crash(ctx, "charge")
+    return answer
+
+
+def finish(ctx):
+    crash(ctx, "finish")
+    ctx.conn.execute("INSERT INTO transfer_step (idem_key, step) VALUES (%s, 'finish')", (ctx.key,))
+
+
+@app.post("/transfers")
+@idempotent_phases(pool, scope="transfers", user=lambda r: r.headers.get("X-User"),
+                   phases=[Phase("debit", debit), Phase("charge", charge, external=True),
+                           Phase("finish", finish)],
+                   lease_seconds=2.0, renew_every_seconds=0.6)
+def transfer(state):
+    body = json.dumps({"status": "done", "charge_id": state["charge"]["charge_id"],
+                       "amount": request.get_json()["amount"]}, separators=(",", ":"))
+    return body, 201, {"Content-Type": "application/json"}
 
 
 if __name__ == "__main__":

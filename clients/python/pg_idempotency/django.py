@@ -41,11 +41,15 @@ savepoint; 40001/40P01 are not retried (the error propagates: only the
 whole outer transaction can be retried).
 
 ``request.idempotency``: {"key", "scope", "using", "conn"} while the view runs.
+
+Phases (a request that calls another system, resumable after a crash):
+``@idempotent_phases(scope=..., phases=[...])`` on a view ``(request,
+state)``, on Django's connection too (below).
 """
 import functools
 import inspect
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.db import connections, transaction
@@ -53,10 +57,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.http.request import RawPostDataException
 
+from ._phases import Json, Phase, PhaseError, State, run_phases_on
 from .core import (Answer, Captured, InvalidKey, MissingKey, Options, Transaction, default_store,
-                   parse_key, problem, request_json, run)
+                   lookup_retry_after, parse_key, problem, request_json, run)
+from .phased import PhasedOptions, failure, outcome_answer, result_answer
 
-__all__ = ["UNSAFE_METHODS", "django_transaction", "idempotent", "send"]
+__all__ = ["Phase", "PhaseError", "UNSAFE_METHODS", "django_transaction", "idempotent",
+           "idempotent_phases", "send"]
 
 UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # exceptions Django itself answers with a 4xx: answers like any other (stored
@@ -212,3 +219,84 @@ def idempotent(*, scope: Union[str, Callable[[Any], str]], using: str = "default
         return guard(view)
 
     return decorate
+
+
+def idempotent_phases(*, scope: Union[str, Callable[[Any], str]], phases: Sequence[Phase],
+                      using: str = "default", user: Optional[Callable[[Any], Any]] = None,
+                      lease_seconds: Optional[float] = None,
+                      renew_every_seconds: Optional[float] = None,
+                      ttl_seconds: Optional[float] = None, headers: Iterable[str] = (),
+                      store: Callable[[int], bool] = default_store) -> Callable[[View], View]:
+    """Phases behind one decorator (``pg_idempotency.phased`` has the HTTP
+    rules), on Django's connection ``using``: begin() in a transaction of
+    its own, each phase in ``transaction.atomic(using)`` with its checkpoint
+    (its ORM writes commit with it), an ``external`` phase outside any;
+    the lease renewed by a thread on its own connection (closed when it
+    ends).  Each phase gets ``ctx.conn`` (``connections[using]``),
+    ``ctx.req`` (the HttpRequest) and ``ctx.request`` (the fingerprinted
+    {"method", "path", "body"}).  The view is the response: ``view(request,
+    state)`` (the final state: every phase's result under its name), called
+    in the last phase's transaction, returns an HttpResponse, stored and
+    replayed byte for byte.  Not inside an open transaction
+    (ATOMIC_REQUESTS): the phases commit one by one (RuntimeError).
+
+        @csrf_exempt
+        @idempotent_phases(scope="transfers", phases=[Phase("debit", debit), ...])
+        def transfer(request, state): return JsonResponse(state["charge"], status=201)
+    """
+    o = PhasedOptions("idempotent_phases", scope, phases, user=user, lease_seconds=lease_seconds,
+                      renew_every_seconds=renew_every_seconds, ttl_seconds=ttl_seconds,
+                      headers=headers, store=store)
+
+    def transactions() -> Any:
+        return django_transaction(using)
+
+    def close_thread_connection() -> None:
+        connections[using].close()
+
+    def guard(view: View) -> View:
+        if inspect.iscoroutinefunction(view):
+            raise TypeError("@idempotent_phases runs sync views (Django's connection is sync)")
+
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            request = _find_request(args)
+            try:
+                key = parse_key([request.headers["Idempotency-Key"]]
+                                if "Idempotency-Key" in request.headers else [])
+            except InvalidKey as e:
+                title = "Idempotency-Key missing" if isinstance(e, MissingKey) else "Invalid Idempotency-Key"
+                return send(problem(400, title, str(e)))
+            fingerprint = request_json(str(request.method), request.get_full_path(), _body(request))
+            scope_ = o.scope_for(request)
+            fresh: List[Captured] = []
+
+            def respond(state: State) -> Json:
+                try:
+                    response = view(*args, state, **kwargs)
+                except CLIENT_ERRORS as e:
+                    from django.core.handlers.exception import response_for_exception
+                    response = response_for_exception(request, e)
+                got = _capture(response)
+                stored = o.stored(got)
+                fresh.append(got)
+                return stored
+
+            try:
+                r = run_phases_on(transactions, key, o.phases, respond, who="idempotent_phases",
+                                  scope=scope_, request=fingerprint, lease=o.lease_seconds,
+                                  renew_every=o.renew_every_seconds, ttl=o.ttl_seconds,
+                                  failure=failure, renew_thread_exit=close_thread_connection,
+                                  req=request)
+            except Exception as e:
+                answer = outcome_answer(e, lambda: lookup_retry_after(transactions, key, scope_))
+                if answer is None:
+                    raise
+                return send(answer)
+            if r.outcome != "replay" and fresh:
+                return fresh[-1].original
+            return send(result_answer(r.outcome, r.response, r.status))
+
+        return wrapper
+
+    return guard

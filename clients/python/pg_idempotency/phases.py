@@ -39,19 +39,19 @@ so a replay of a stored object would not send the same bytes.
 from __future__ import annotations
 
 import asyncio
-import threading
-from dataclasses import dataclass, field
+import inspect
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Optional, Sequence, Tuple, Union, cast
 
 import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from .core import seconds_option
-
-Json = Union[None, bool, int, float, str, List[Any], Dict[str, Any]]
-State = Dict[str, Json]
+from ._phases import (Json, Phase, PhaseContext, PhaseError, PhasesResult, State,
+                      default_failure, run_phases_on)
+from .core import _load_json, seconds_option
+from .drivers import psycopg_pool_transaction
 
 BEGIN_SQL = ("SELECT outcome, status, response, attempts, recovery_point, recovery_state"
              " FROM idempotency.begin(%s, %s, %s, %s, %s)")
@@ -62,64 +62,9 @@ RENEW_SQL = "SELECT idempotency.renew(%s, %s, %s, %s)"
 DERIVE_SQL = "SELECT idempotency.derive_key(%s, %s, %s)"
 
 
-class PhaseError(Exception):
-    """A phase's failure; ``permanent=True`` ends the request for good."""
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
-
-
-@dataclass
-class PhaseContext:
-    """What a phase's ``run`` gets."""
-    conn: Optional[psycopg.Connection[Any]]   # in the phase's transaction; None if external
-    state: State                              # results of the phases before this one
-    request: Json
-    key: str
-    scope: str
-    attempt: int
-    outcome: str                              # "new" or "retry"
-    derive_key: Callable[[str], str]
-    taken_over: threading.Event
-
-
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    run: Callable[[PhaseContext], Json]
-    external: bool = False
-
-
-@dataclass(frozen=True)
-class PhasesResult:
-    outcome: str                  # "new", "retry" or "replay"
-    response: Json
-    attempts: int
-    resumed_from: Optional[str]   # the recovery point this run started after
-    status: Optional[str] = None  # for a replay: "completed" or "failed"
-
-
-@dataclass
-class _Renewer:
-    pool: ConnectionPool
-    key: str
-    scope: str
-    attempt: int
-    lease: timedelta
-    every: float
-    taken_over: threading.Event = field(default_factory=threading.Event)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def loop(self) -> None:
-        while not self.stop.wait(self.every):
-            try:
-                with self.pool.connection() as conn, conn.transaction():
-                    conn.execute(RENEW_SQL, (self.key, self.lease, self.attempt, self.scope))
-            except psycopg.Error as e:
-                if e.sqlstate == "IK004":
-                    self.taken_over.set()
-                    return
+# PhaseError, PhaseContext, Phase, PhasesResult and the sync runner are
+# driver-neutral (pg_idempotency._phases: the Django integration runs them on
+# Django's connection); run_phases is that runner on a psycopg 3 pool.
 
 
 def _durations(who: str, lease_seconds: Optional[float], lease: Optional[float],
@@ -142,106 +87,25 @@ def run_phases(pool: ConnectionPool, key: str, phases: Sequence[Phase],
                renew_every_seconds: Optional[float] = None, ttl_seconds: Optional[float] = None,
                after_commit: Optional[Callable[[str], None]] = None,
                lease: Optional[float] = None, renew_every: Optional[float] = None,
-               ttl: Optional[float] = None) -> PhasesResult:
+               ttl: Optional[float] = None,
+               failure: Optional[Callable[[BaseException, bool], Json]] = None,
+               req: Any = None) -> PhasesResult:
     """Run ``phases`` in order under ``key`` (lease mode), resuming after
     the last committed phase on a retry; returns the stored response.
     ``lease_seconds`` (30), ``renew_every_seconds`` (a third of the lease)
     and ``ttl_seconds`` (None: idempotency.default_ttl) are seconds;
     ``lease``, ``renew_every`` and ``ttl`` are their deprecated 0.5.0 names
     (seconds too).  ``after_commit(name)`` is called after each commit:
-    "(begin)", a phase's name, "(complete)".  IK001/IK002/IK003 propagate as
-    psycopg errors."""
-    names = [p.name for p in phases]
-    if not phases:
-        raise ValueError("run_phases: phases must not be empty")
-    if any(not n for n in names) or len(set(names)) != len(names):
-        raise ValueError("run_phases: phase names must be unique and not empty")
-    lease, renew_every, ttl = _durations("run_phases", lease_seconds, lease, renew_every_seconds,
-                                         renew_every, ttl_seconds, ttl)
-    lease_td = timedelta(seconds=lease)
-    hook: Callable[[str], None] = after_commit or (lambda name: None)
-
-    with pool.connection() as conn, conn.transaction():
-        row = conn.execute(BEGIN_SQL, (key, None if request is None else Jsonb(request), scope,
-                                       None if ttl is None else timedelta(seconds=ttl),
-                                       lease_td)).fetchone()
-    assert row is not None
-    outcome, status, stored, attempt, point, saved = row
-    if outcome == "replay":
-        return PhasesResult("replay", stored, attempt, point, status)
-    hook("(begin)")
-
-    start = 0
-    state: State = {}
-    if outcome == "retry" and point is not None:
-        if point not in names:
-            raise PhaseError(f'recovery point "{point}" is not one of the phases ({", ".join(names)})')
-        start = names.index(point) + 1
-        state = dict(saved) if isinstance(saved, dict) else {}
-
-    renewer = _Renewer(pool, key, scope, attempt, lease_td,
-                       renew_every if renew_every is not None else max(0.05, lease / 3))
-    thread = threading.Thread(target=renewer.loop, daemon=True)
-    thread.start()
-    derived: Dict[str, str] = {}
-
-    def derive_key(step: str) -> str:
-        if step not in derived:
-            with pool.connection() as c, c.transaction():
-                r = c.execute(DERIVE_SQL, (key, step, scope)).fetchone()
-            assert r is not None
-            derived[step] = str(r[0])
-        return derived[step]
-
-    def ctx(conn: Optional[psycopg.Connection[Any]]) -> PhaseContext:
-        return PhaseContext(conn, state, request, key, scope, attempt, outcome,
-                            derive_key, renewer.taken_over)
-
-    out: Json = None
-    try:
-        if start == len(phases):	# resumed after the last phase, before complete()
-            out = response(state)
-            with pool.connection() as conn, conn.transaction():
-                conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
-            hook("(complete)")
-        for i in range(start, len(phases)):
-            phase = phases[i]
-            last = i == len(phases) - 1
-            if phase.external:
-                result = phase.run(ctx(None))
-                state = {**state, phase.name: result}
-                with pool.connection() as conn, conn.transaction():
-                    if last:
-                        out = response(state)
-                        conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
-                    else:
-                        conn.execute(CHECKPOINT_SQL, (key, phase.name, Jsonb(state), attempt, scope))
-            else:
-                with pool.connection() as conn, conn.transaction():
-                    result = phase.run(ctx(conn))
-                    state = {**state, phase.name: result}
-                    if last:
-                        out = response(state)
-                        conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
-                    else:
-                        conn.execute(CHECKPOINT_SQL,
-                                     (key, phase.name, Jsonb(state), attempt, scope))
-            hook("(complete)" if last else phase.name)
-        return PhasesResult(outcome, out, attempt, point)
-    except BaseException as e:
-        taken_over = isinstance(e, psycopg.Error) and e.sqlstate == "IK004"
-        if not taken_over and not renewer.taken_over.is_set() and isinstance(e, Exception):
-            permanent = isinstance(e, PhaseError) and e.permanent
-            try:
-                with pool.connection() as conn, conn.transaction():
-                    conn.execute(FAIL_SQL, (key, Jsonb({"error": str(e)}), scope,
-                                            not permanent, attempt))
-            except psycopg.Error:
-                pass
-        raise
-    finally:
-        renewer.stop.set()
-        thread.join()
+    "(begin)", a phase's name, "(complete)".  ``failure(err, permanent)``:
+    what fail() stores for a phase that raised (default ``{"error":
+    str(err)}``); ``req``: handed to every phase as ``ctx.req``.
+    IK001/IK002/IK003 propagate as psycopg errors."""
+    lease_s, renew_s, ttl_s = _durations("run_phases", lease_seconds, lease, renew_every_seconds,
+                                        renew_every, ttl_seconds, ttl)
+    return run_phases_on(lambda: psycopg_pool_transaction(pool), key, phases, response,
+                         who="run_phases", scope=scope, request=request, lease=lease_s,
+                         renew_every=renew_s, ttl=ttl_s, after_commit=after_commit,
+                         failure=failure or default_failure, req=req)
 
 
 # --- asyncio ---------------------------------------------------------------
@@ -259,6 +123,7 @@ class AsyncPhaseContext:
     outcome: str
     derive_key: Callable[[str], Awaitable[str]]
     taken_over: asyncio.Event
+    req: Any = None                           # the framework's request (idempotent_phases)
 
 
 @dataclass(frozen=True)
@@ -282,15 +147,27 @@ async def _renew_async(pool: AsyncConnectionPool, key: str, scope: str, attempt:
 
 
 async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence[AsyncPhase],
-                           response: Callable[[State], Json], *, scope: str = "",
+                           response: Callable[[State], Union[Json, Awaitable[Json]]], *, scope: str = "",
                            request: Json = None, lease_seconds: Optional[float] = None,
                            renew_every_seconds: Optional[float] = None,
                            ttl_seconds: Optional[float] = None,
                            after_commit: Optional[Callable[[str], Awaitable[None]]] = None,
                            lease: Optional[float] = None, renew_every: Optional[float] = None,
-                           ttl: Optional[float] = None) -> PhasesResult:
+                           ttl: Optional[float] = None,
+                           failure: Optional[Callable[[BaseException, bool], Json]] = None,
+                           req: Any = None) -> PhasesResult:
     """``run_phases`` for asyncio: the same steps, phases are coroutines,
-    the lease is renewed by a task."""
+    the lease is renewed by a task; ``response`` may be a coroutine
+    function too."""
+    fail_with = failure or default_failure
+
+    async def respond(state: State) -> Json:
+        out = response(state)
+        if inspect.isawaitable(out):
+            done: Json = await out
+            return done
+        return cast(Json, out)
+
     names = [p.name for p in phases]
     if not phases:
         raise ValueError("run_phases_async: phases must not be empty")
@@ -312,7 +189,7 @@ async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence
     assert row is not None
     outcome, status, stored, attempt, point, saved = row
     if outcome == "replay":
-        return PhasesResult("replay", stored, attempt, point, status)
+        return PhasesResult("replay", _load_json(stored), attempt, point, status)
     await hook("(begin)")
 
     start = 0
@@ -339,12 +216,12 @@ async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence
 
     def ctx(conn: Optional[psycopg.AsyncConnection[Any]]) -> AsyncPhaseContext:
         return AsyncPhaseContext(conn, state, request, key, scope, attempt, outcome,
-                                 derive_key, taken_over)
+                                 derive_key, taken_over, req)
 
     out: Json = None
     try:
         if start == len(phases):	# resumed after the last phase, before complete()
-            out = response(state)
+            out = await respond(state)
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
             await hook("(complete)")
@@ -356,7 +233,7 @@ async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence
                 state = {**state, phase.name: result}
                 async with pool.connection() as conn, conn.transaction():
                     if last:
-                        out = response(state)
+                        out = await respond(state)
                         await conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
                     else:
                         await conn.execute(CHECKPOINT_SQL,
@@ -366,7 +243,7 @@ async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence
                     result = await phase.run(ctx(conn))
                     state = {**state, phase.name: result}
                     if last:
-                        out = response(state)
+                        out = await respond(state)
                         await conn.execute(COMPLETE_SQL, (key, Jsonb(out), scope, attempt))
                     else:
                         await conn.execute(CHECKPOINT_SQL,
@@ -378,8 +255,12 @@ async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence
         if not was_taken_over and not taken_over.is_set() and isinstance(e, Exception):
             permanent = isinstance(e, PhaseError) and e.permanent
             try:
+                stored_failure = fail_with(e, permanent)
+            except Exception:
+                stored_failure = default_failure(e, permanent)
+            try:
                 async with pool.connection() as conn, conn.transaction():
-                    await conn.execute(FAIL_SQL, (key, Jsonb({"error": str(e)}), scope,
+                    await conn.execute(FAIL_SQL, (key, Jsonb(stored_failure), scope,
                                                   not permanent, attempt))
             except psycopg.Error:
                 pass

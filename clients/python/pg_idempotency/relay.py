@@ -6,31 +6,31 @@ workers (``idempotency.claim``, with a visibility
 timeout), runs ``handler(message)`` on up to ``options.concurrency`` of them
 in threads, and acks each one whose handler returned (``idempotency.ack``) or
 nacks it with the exception (``idempotency.nack``: retried with backoff, or
-after ``RelayError.retry_in`` seconds; dead after the topic's max_attempts).
+after ``RelayError.retry_in_seconds``; dead after the topic's max_attempts).
 It claims again at once while claims return messages; when one returns none
 it blocks in ``idempotency.wait_for()`` on a connection of its own until a
 transaction that published to the topic commits (woken through the server's
 shared memory: no LISTEN/NOTIFY; works through PgBouncer in transaction
-mode), or ``poll_interval`` seconds pass (retries that come due).  It passes
+mode), or ``poll_interval_seconds`` pass (retries that come due).  It passes
 back the cursor wait_for() returned, read before its claim, so a commit
 between an empty claim and the wait is not missed.  On a server without the
 preloaded library (wait_for() raises 55000) it polls every
-``poll_interval`` instead.  A key's messages arrive one at a time in commit
+``poll_interval_seconds`` instead.  A key's messages arrive one at a time in commit
 order.
 
 Delivery is at least once (a relay that dies loses nothing: its claims lapse
-after ``visibility`` and are handed out again), so the receiver must be
+after ``visibility_seconds`` and are handed out again), so the receiver must be
 idempotent: ``message.message_id`` is the key to use.
 
 ``relay()`` blocks until ``Relay.stop()`` or SIGTERM/SIGINT (when called in
 the main thread and ``handle_signals``): it stops claiming, lets the handlers
 in hand finish and settle, and returns the Relay (see ``counts``); a wait in
 progress is cancelled.  Database errors are reported to ``on_error`` and
-retried after ``retry_delay``.
+retried after ``retry_delay_seconds``.
 
 ``webhook(url)`` returns a handler that POSTs the payload as JSON with
 ``Idempotency-Key: <message id>`` (urllib, no extra dependency); anything but
-a 2xx answer raises ``WebhookError`` (with ``retry_in`` from Retry-After).
+a 2xx answer raises ``WebhookError`` (with ``retry_in_seconds`` from Retry-After).
 """
 from __future__ import annotations
 
@@ -46,9 +46,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import psycopg
+
+from .core import seconds_option
 
 __all__ = ["Message", "Relay", "RelayError", "RelayOptions", "WebhookError", "relay", "webhook"]
 
@@ -86,19 +88,25 @@ class Message:
 
 
 class RelayError(Exception):
-    """Raise it from a handler to choose when the message is retried."""
+    """Raise it from a handler to choose when the message is retried:
+    ``retry_in_seconds`` (``retry_in``: its deprecated 0.5.0 name, seconds
+    too; both attributes hold the value)."""
 
-    def __init__(self, message: str, retry_in: Optional[float] = None) -> None:
+    def __init__(self, message: str, retry_in_seconds: Optional[float] = None, *,
+                 retry_in: Optional[float] = None) -> None:
         super().__init__(message)
-        self.retry_in = retry_in
+        secs = seconds_option("RelayError", "retry_in_seconds", retry_in_seconds, "retry_in",
+                              retry_in)
+        self.retry_in_seconds = secs
+        self.retry_in = secs
 
 
 class WebhookError(RelayError):
     """A webhook answered something other than 2xx, or nothing."""
 
     def __init__(self, message: str, status: Optional[int] = None,
-                 retry_in: Optional[float] = None, body: str = "") -> None:
-        super().__init__(message, retry_in)
+                 retry_in_seconds: Optional[float] = None, body: str = "") -> None:
+        super().__init__(message, retry_in_seconds)
         self.status = status
         self.body = body
 
@@ -106,19 +114,46 @@ class WebhookError(RelayError):
 Handler = Callable[[Message], object]
 
 
+_RENAMED = (("visibility_seconds", "visibility", 30.0), ("poll_interval_seconds", "poll_interval", 5.0),
+            ("retry_delay_seconds", "retry_delay", 1.0))
+
+
 @dataclass
 class RelayOptions:
-    """How a relay connects and paces itself (times in seconds)."""
+    """How a relay connects and paces itself.  Durations are seconds (int
+    or float), in names that end in ``_seconds``: ``visibility_seconds``
+    (30: how long a claim keeps a message from other relays),
+    ``poll_interval_seconds`` (5: the longest wait for a commit before
+    claiming again), ``retry_delay_seconds`` (1: after a database error).
+    ``visibility``, ``poll_interval`` and ``retry_delay`` are their
+    deprecated 0.5.0 names (seconds too; a DeprecationWarning, moved to the
+    new name when the options are made)."""
 
     conninfo: str = ""
     batch_size: int = 10
     concurrency: int = 4
-    visibility: float = 30.0
-    poll_interval: float = 5.0
-    retry_delay: float = 1.0
+    visibility_seconds: Optional[float] = None
+    poll_interval_seconds: Optional[float] = None
+    retry_delay_seconds: Optional[float] = None
     handle_signals: bool = True
     on_error: Optional[Callable[[BaseException], None]] = None
     connect_kwargs: Dict[str, Any] = field(default_factory=dict)
+    visibility: Optional[float] = None
+    poll_interval: Optional[float] = None
+    retry_delay: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        for name, old, default in _RENAMED:
+            v = seconds_option("RelayOptions", name, getattr(self, name), old, getattr(self, old), 4)
+            setattr(self, name, default if v is None else v)
+            setattr(self, old, None)
+
+    def durations(self) -> Tuple[float, float, float]:
+        """(visibility, poll interval, retry delay) in seconds."""
+        self.__post_init__()	# fields set after the options were made
+        v, p, r = self.visibility_seconds, self.poll_interval_seconds, self.retry_delay_seconds
+        assert v is not None and p is not None and r is not None
+        return v, p, r
 
 
 class Relay:
@@ -131,7 +166,9 @@ class Relay:
         self.handler = handler
         self.options = options or RelayOptions()
         o = self.options
-        for name in ("batch_size", "concurrency", "visibility", "poll_interval", "retry_delay"):
+        self._visibility, self._poll_interval, self._retry_delay = o.durations()
+        for name in ("batch_size", "concurrency", "visibility_seconds", "poll_interval_seconds",
+                     "retry_delay_seconds"):
             if not getattr(o, name) > 0:
                 raise ValueError(f"relay: {name} must be positive")
         self.counts: Dict[str, int] = {"claimed": 0, "acked": 0, "nacked": 0, "errors": 0}
@@ -238,11 +275,11 @@ class Relay:
                     with self._lock:
                         free = o.concurrency - self._running
                     if free <= 0:
-                        self._wait(o.poll_interval)
+                        self._wait(self._poll_interval)
                         continue
                     assert self._work is not None
                     rows = self._work.execute(
-                        CLAIM_SQL, (self.topic, min(o.batch_size, free), o.visibility)).fetchall()
+                        CLAIM_SQL, (self.topic, min(o.batch_size, free), self._visibility)).fetchall()
                     self.counts["claimed"] += len(rows)
                     for row in rows:
                         msg = Message(id=int(row[0]), message_id=row[1], topic=row[2], key=row[3],
@@ -253,9 +290,9 @@ class Relay:
                         pool.submit(self._deliver, msg)
                     if not rows and not self._stopping:
                         if self._polling:
-                            self._wait(o.poll_interval)
+                            self._wait(self._poll_interval)
                         else:
-                            self._wait_for(o.poll_interval)
+                            self._wait_for(self._poll_interval)
                 except psycopg.Error as err:
                     if self._stopping:
                         break
@@ -263,7 +300,7 @@ class Relay:
                     if self._work is not None and self._work.broken or \
                             self._waiter is not None and self._waiter.broken:
                         self._drop()
-                    self._wait(o.retry_delay)
+                    self._wait(self._retry_delay)
         finally:
             pool.shutdown(wait=True)
             self._drop()
@@ -305,7 +342,9 @@ class Relay:
                         conn.execute(ACK_SQL, (msg.claim, msg.id))
                         self.counts["acked"] += 1
                     else:
-                        retry_in = getattr(failure, "retry_in", None)
+                        retry_in = getattr(failure, "retry_in_seconds", None)
+                        if retry_in is None:
+                            retry_in = getattr(failure, "retry_in", None)
                         err: Dict[str, Any] = {"error": str(failure)}
                         status = getattr(failure, "status", None)
                         if status is not None:
@@ -320,7 +359,7 @@ class Relay:
                 self._report(err)
                 if self._stopping:
                     return
-                threading.Event().wait(self.options.retry_delay)
+                threading.Event().wait(self._retry_delay)
 
 
 def relay(topic: str, handler: Handler, options: Optional[RelayOptions] = None) -> Relay:
@@ -328,12 +367,16 @@ def relay(topic: str, handler: Handler, options: Optional[RelayOptions] = None) 
     return Relay(topic, handler, options).run()
 
 
-def webhook(url: Union[str, Callable[[Message], str]], timeout: float = 10.0,
-            headers: Optional[Mapping[str, str]] = None) -> Callable[[Message], int]:
+def webhook(url: Union[str, Callable[[Message], str]], timeout_seconds: Optional[float] = None,
+            headers: Optional[Mapping[str, str]] = None, *,
+            timeout: Optional[float] = None) -> Callable[[Message], int]:
     """A handler that POSTs message.payload as JSON to url with
     Idempotency-Key: message.message_id; returns the HTTP status (2xx),
-    raises WebhookError otherwise."""
+    raises WebhookError otherwise.  ``timeout_seconds`` (10): how long it
+    waits for an answer (``timeout``: its deprecated 0.5.0 name)."""
     extra = dict(headers or {})
+    secs = seconds_option("webhook", "timeout_seconds", timeout_seconds, "timeout", timeout)
+    wait = 10.0 if secs is None else secs
 
     def deliver(msg: Message) -> int:
         target = url(msg) if callable(url) else url
@@ -344,7 +387,7 @@ def webhook(url: Union[str, Callable[[Message], str]], timeout: float = 10.0,
         req = urllib.request.Request(target, data=json.dumps(msg.payload).encode(), headers=h,
                                      method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as res:
+            with urllib.request.urlopen(req, timeout=wait) as res:
                 res.read()
                 status: int = res.status
                 return status
@@ -354,7 +397,7 @@ def webhook(url: Union[str, Callable[[Message], str]], timeout: float = 10.0,
             ra = e.headers.get("Retry-After") if e.headers is not None else None
             if ra is not None and ra.strip().isdigit():
                 retry_in = float(ra)
-            raise WebhookError(f"webhook: HTTP {e.code}", status=e.code, retry_in=retry_in,
+            raise WebhookError(f"webhook: HTTP {e.code}", status=e.code, retry_in_seconds=retry_in,
                                body=body) from None
         except (urllib.error.URLError, OSError) as e:
             raise WebhookError(f"webhook: {e}") from None

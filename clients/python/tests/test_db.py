@@ -6,7 +6,10 @@ starlette's TestClient, Flask through its test client.  Prints "ok - ..." /
   - FastAPI: the route's status_code and response_model shape what is sent,
     stored and replayed;
   - pools in autocommit mode (sync and async);
-  - the stored-status rule (429 not stored) and the `store` option."""
+  - the stored-status rule (429 not stored) and the `store` option;
+  - idempotent_phases (Flask, FastAPI): a missing or malformed key, a phase
+    that raises (500, resumed), a view's 503 (not stored), a permanent
+    PhaseError without a status (400, stored)."""
 import os
 import sys
 import time
@@ -16,14 +19,18 @@ from typing import Optional
 import psycopg
 from fastapi import FastAPI, Request, Response
 from fastapi.testclient import TestClient
-from flask import Flask, g
+from flask import Flask, g, request
 from psycopg import AsyncConnection
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pydantic import BaseModel
 
+from pg_idempotency import Phase, PhaseError
+from pg_idempotency.fastapi import AsyncPhase
 from pg_idempotency.fastapi import idempotent as fastapi_idempotent
+from pg_idempotency.fastapi import idempotent_phases as fastapi_idempotent_phases
 from pg_idempotency.flask import idempotent as flask_idempotent
+from pg_idempotency.flask import idempotent_phases as flask_idempotent_phases
 
 MODE = "bouncer" if os.environ.get("IDEMPOTENCY_BOUNCER") == "1" else "direct"
 conninfo = make_conninfo(host=os.environ["DATABASE_HOST"], port=os.environ["DATABASE_PORT"],
@@ -188,7 +195,160 @@ def flask_checks():
               [r1.status_code, r1.data, r2.status_code, r3.status_code])
 
 
+# --- idempotent_phases: the error paths (the conformance suite has the rest) ------
+# phases: "a" inserts a payment row (amount 1), "b" (external) raises the
+# first time a key asks for it ("fail_once"), "c" inserts amount 3; the view
+# answers 503 the first time a key asks for it ("unavailable_once"), else 201
+def key_status(key):
+    return db("SELECT coalesce(min(status || ':' || coalesce(retryable::text, '-')), 'none') "
+              "FROM idempotency.idempotency_key WHERE key = %s", key)
+
+
+def phased_checks(label, post):
+    """``post(key, body, headers=None)`` -> (status, headers, bytes)."""
+    r = post(None, {"n": 1})
+    m = post(P + label + "-bad", {"n": 1}, {"Idempotency-Key": '"unterminated'})
+    check(f"{label} idempotent_phases: no key -> 400, a malformed key -> 400 (problem+json), nothing stored",
+          r[0] == 400 and m[0] == 400 and "problem+json" in (r[1].get("content-type") or "")
+          and stored(P + label + "-bad") == 0, [r, m])
+
+    k = P + label + "-fail"
+    a = post(k, {"fail_once": True})
+    after = (rows(k), key_status(k))
+    b = post(k, {"fail_once": True})
+    c = post(k, {"fail_once": True})
+    check(f"{label} idempotent_phases: a phase that raises -> 500, the key failed retryably (phase a's row "
+          "committed, nothing replayed); the resend resumes after a (one a, one c), then replays",
+          a[0] == 500 and after == (1, "failed:true") and b[0] == 201 and c[0] == 201
+          and c[1].get("idempotent-replayed") == "true" and b[2] == c[2]
+          and b[1].get("idempotent-replayed") is None and rows(k) == 2
+          and key_status(k) == "completed:-", [a[0], after, b, c, rows(k), key_status(k)])
+
+    k = P + label + "-503"
+    a = post(k, {"unavailable_once": True})
+    after = (rows(k), key_status(k))
+    b = post(k, {"unavailable_once": True})
+    check(f"{label} idempotent_phases: the view's 503 is not stored (the last phase rolled back, the key "
+          "failed retryably, Retry-After sent); the resend runs the last phase again: 201, one a, one c",
+          a[0] == 503 and a[1].get("retry-after") == "7" and after == (1, "failed:true") and b[0] == 201
+          and rows(k) == 2 and key_status(k) == "completed:-", [a, after, b, rows(k)])
+
+    k = P + label + "-perm"
+    a = post(k, {"permanent": True})
+    b = post(k, {"permanent": True})
+    check(f"{label} idempotent_phases: a permanent PhaseError without a status -> 400 "
+          '{"error":"<message>"} (application/json), stored (failed, not retryable), replayed',
+          a[0] == 400 and a[2] == b'{"error":"no such account"}' and "application/json" in (a[1].get("content-type") or "")
+          and b[1].get("idempotent-replayed") == "true" and b[2] == a[2] and rows(k) == 0
+          and key_status(k) == "failed:false", [a, b, key_status(k)])
+
+
+failed_once = set()
+
+
+def _phase_a(ctx):
+    if ctx.request["body"].get("permanent"):
+        raise PhaseError("no such account", permanent=True)
+    ctx.conn.execute("INSERT INTO payment (idem_key, amount) VALUES (%s, 1)", (ctx.key,))
+    return {"a": 1}
+
+
+def _phase_b(ctx):
+    if ctx.request["body"].get("fail_once") and ctx.key not in failed_once:
+        failed_once.add(ctx.key)
+        raise RuntimeError("downstream down")
+    return {"b": ctx.derive_key("b")}
+
+
+def _phase_c(ctx):
+    ctx.conn.execute("INSERT INTO payment (idem_key, amount) VALUES (%s, 3)", (ctx.key,))
+    return {"c": 3}
+
+
+unavailable = set()
+
+
+def _status_for(key, body):
+    if body.get("unavailable_once") and key not in unavailable:
+        unavailable.add(key)
+        return 503
+    return 201
+
+
+def flask_phased_checks():
+    with ConnectionPool(conninfo, min_size=1, max_size=4, kwargs=extra) as pool:
+        app = Flask(__name__)
+        app.logger.disabled = True
+
+        @app.post("/ph")
+        @flask_idempotent_phases(pool, scope="ph", lease_seconds=5,
+                                 phases=[Phase("a", _phase_a), Phase("b", _phase_b, external=True),
+                                         Phase("c", _phase_c)])
+        def ph(state):
+            st = _status_for(request.headers["Idempotency-Key"], request.get_json())
+            return {"state": state}, st, {"Retry-After": "7"} if st == 503 else {}
+
+        c = app.test_client()
+
+        def post(key, body, headers=None):
+            h = dict(headers or ({"Idempotency-Key": key} if key else {}))
+            r = c.post("/ph", json=body, headers=h)
+            return r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.data
+
+        phased_checks("Flask", post)
+
+
+def fastapi_phased_checks():
+    pool = AsyncConnectionPool(conninfo, min_size=1, max_size=4, kwargs=extra, open=False)
+    app = FastAPI()
+
+    @app.on_event("startup")
+    async def _open():
+        await pool.open()
+
+    @app.on_event("shutdown")
+    async def _close():
+        await pool.close()
+
+    async def a(ctx):
+        if ctx.request["body"].get("permanent"):
+            raise PhaseError("no such account", permanent=True)
+        await ctx.conn.execute("INSERT INTO payment (idem_key, amount) VALUES (%s, 1)", (ctx.key,))
+        return {"a": 1}
+
+    async def b(ctx):
+        if ctx.request["body"].get("fail_once") and ctx.key not in failed_once:
+            failed_once.add(ctx.key)
+            raise RuntimeError("downstream down")
+        return {"b": await ctx.derive_key("b")}
+
+    async def c_(ctx):
+        await ctx.conn.execute("INSERT INTO payment (idem_key, amount) VALUES (%s, 3)", (ctx.key,))
+        return {"c": 3}
+
+    @app.post("/ph", status_code=201)
+    @fastapi_idempotent_phases(pool, scope="ph", lease_seconds=5,
+                               phases=[AsyncPhase("a", a), AsyncPhase("b", b, external=True),
+                                       AsyncPhase("c", c_)])
+    async def ph(state: dict, request: Request, response: Response):
+        st = _status_for(request.headers["idempotency-key"], await request.json())
+        if st == 503:
+            response.status_code = 503
+            response.headers["Retry-After"] = "7"
+        return {"state": state}
+
+    with TestClient(app, raise_server_exceptions=False) as c:
+        def post(key, body, headers=None):
+            h = dict(headers or ({"Idempotency-Key": key} if key else {}))
+            r = c.post("/ph", json=body, headers=h)
+            return r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.content
+
+        phased_checks("FastAPI", post)
+
+
 start = time.time()
 fastapi_checks()
 flask_checks()
+flask_phased_checks()
+fastapi_phased_checks()
 sys.exit(1 if failed else 0)

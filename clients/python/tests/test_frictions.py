@@ -10,10 +10,12 @@ against the database (DATABASE_HOST/PORT/NAME/USER) and its server log
   ``ttl_seconds``, ``run_phases(lease_seconds=, ttl_seconds=)``, and the
   deprecated 0.5.0 names still working, checked on the rows written."""
 import os
+import socket
 import sys
 import time
 import uuid
 import warnings
+from types import SimpleNamespace
 from typing import Any, Callable, Optional, Tuple
 
 import psycopg
@@ -145,4 +147,63 @@ except TypeError as x:
 check("run_phases: lease_seconds and lease together: TypeError, nothing begun",
       e is not None and key_row(f"both-{RUN}", "") is None, e)
 pool.close()
+
+# --- the relay's durations: *_seconds, the 0.5.0 names deprecated -------------------
+from pg_idempotency.relay import RelayError, RelayOptions, webhook  # noqa: E402
+
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    new = RelayOptions(visibility_seconds=2, poll_interval_seconds=0.5, retry_delay_seconds=0.2)
+    quiet = [str(x.message) for x in w if x.category is DeprecationWarning]
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    old = RelayOptions(visibility=2, poll_interval=0.5, retry_delay=0.2)
+    dep = [str(x.message) for x in w if x.category is DeprecationWarning]
+default = RelayOptions()
+check("RelayOptions: visibility_seconds, poll_interval_seconds, retry_delay_seconds; the deprecated "
+      "visibility, poll_interval, retry_delay the same with DeprecationWarnings; defaults 30, 5, 1",
+      new.durations() == (2, 0.5, 0.2) and old.durations() == (2, 0.5, 0.2) and not quiet
+      and len(dep) == 3 and default.durations() == (30.0, 5.0, 1.0),
+      (new.durations(), old.durations(), default.durations(), dep))
+both = []
+for name in ("visibility", "poll_interval", "retry_delay"):
+    try:
+        RelayOptions(**{name: 1, f"{name}_seconds": 1})
+        both.append(None)
+    except TypeError as x:
+        both.append(x)
+check("RelayOptions: a _seconds name and its deprecated alias together: TypeError",
+      all(isinstance(x, TypeError) for x in both), both)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    re_new, re_old = RelayError("x", 3.5), RelayError("x", retry_in=3.5)
+check("RelayError: retry_in_seconds (positional too); retry_in deprecated; both attributes set",
+      re_new.retry_in_seconds == re_old.retry_in_seconds == re_old.retry_in == 3.5
+      and sum(x.category is DeprecationWarning for x in w) == 1, [str(x.message) for x in w])
+
+silent = socket.socket()
+silent.bind(("127.0.0.1", 0))
+silent.listen(4)	# accepts, never answers
+url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+msg = SimpleNamespace(message_id="m", headers={}, payload={})
+timed = []
+for kw in ({"timeout_seconds": 0.3}, {"timeout": 0.3}):
+    t0 = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hook = webhook(url, **kw)
+    try:
+        hook(msg)  # type: ignore[arg-type]
+        timed.append(("answered", 0.0))
+    except Exception as x:
+        timed.append((type(x).__name__, time.monotonic() - t0))
+silent.close()
+check("webhook: timeout_seconds=0.3 and the deprecated timeout=0.3 give up after 0.3 s (WebhookError)",
+      all(n == "WebhookError" and 0.25 < t < 2 for n, t in timed), timed)
+try:
+    webhook(url, timeout_seconds=1, timeout=1)
+    e = None
+except TypeError as x:
+    e = x
+check("webhook: timeout_seconds and timeout together: TypeError", isinstance(e, TypeError), e)
 sys.exit(1 if failed else 0)
