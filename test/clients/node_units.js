@@ -10,7 +10,7 @@
 //   - a mismatched resend and a busy duplicate leave no request body in the
 //     server log (SERVER_LOG: the cluster's log file)
 //   - examples/outbox_pattern.js: a guarded handler publishing on req.db, a
-//     relay, a guarded receiver (the event once), and SIGTERM -> exit < 2 s
+//     relay, a guarded receiver (the event once), and SIGTERM -> exit < 5 s
 //   - every export of index.js is documented in clients/node/README.md
 // DATABASE_HOST/PORT/NAME/USER name the database.
 const fs = require('fs');
@@ -74,11 +74,15 @@ async function outboxPattern(pool) {
 		[a.status, b.status, events, out.slice(-300)]);
 	const t0 = Date.now();
 	app.kill('SIGTERM');
-	const timer = new Promise(resolve => setTimeout(() => resolve(null), 5000));
+	// The defect was a process that lingered about 10 s (the pool's idle
+	// timeout) after the relay stopped; a clean exit takes milliseconds on
+	// a quiet machine and about 2 s at a load average of 20, so the bound
+	// is 5 s: well apart from both.
+	const timer = new Promise(resolve => setTimeout(() => resolve(null), 15000));
 	const e = await Promise.race([exited, timer]);
 	if (!e) app.kill('SIGKILL');
-	check(`outbox pattern: SIGTERM -> the process exits cleanly within 2 s (${e ? e.at - t0 : '> 5000'} ms)`,
-		e && e.code === 0 && e.at - t0 < 2000, [e, out.slice(-300)]);
+	check(`outbox pattern: SIGTERM -> the process exits cleanly within 5 s, not after the pool's 10 s idle timeout (${e ? e.at - t0 : '> 15000'} ms)`,
+		e && e.code === 0 && e.at - t0 < 5000, [e, out.slice(-300)]);
 }
 
 async function main() {
