@@ -8,7 +8,8 @@ CREATE FUNCTION outbox_rows() RETURNS bigint LANGUAGE sql
 
 -- ---- topics --------------------------------------------------------------
 SET ROLE regress_alice;
-SELECT idempotency.create_topic('payments', max_attempts => 3) > 0 AS created;
+SELECT idempotency.create_topic('payments', max_attempts => 3) AS payments_id \gset
+SELECT :payments_id > 0 AS created;
 SELECT name, owner, max_attempts, backoff_base, backoff_max, retention
   FROM idempotency.outbox_topic;
 -- names are checked, and shared by every role
@@ -108,6 +109,29 @@ SELECT count(*) AS in_flight_inside FROM idempotency.outbox_in_flight;
 ROLLBACK;
 SELECT count(*) AS in_flight_after_rollback FROM idempotency.outbox_in_flight;
 SELECT attempt, idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.claim('payments');
+-- a claim or an ack in a rolled-back savepoint (or exception block) is undone with it
+SELECT idempotency.publish('payments', '{"n": "sp"}') IS NOT NULL AS published;
+BEGIN;
+SAVEPOINT s;
+SELECT attempt FROM idempotency.claim('payments');
+ROLLBACK TO SAVEPOINT s;
+SELECT count(*) AS in_flight_after_savepoint FROM idempotency.outbox_in_flight;
+COMMIT;
+CREATE TEMP TABLE sp AS SELECT * FROM idempotency.claim('payments');
+BEGIN;
+SAVEPOINT s;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM sp;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT count(*) AS still_in_flight FROM idempotency.outbox_in_flight;
+DO $$ BEGIN
+  PERFORM idempotency.ack(claim, ARRAY[id]) FROM sp;
+  RAISE EXCEPTION 'undo';
+EXCEPTION WHEN raise_exception THEN NULL;
+END $$;
+SELECT count(*) AS still_in_flight FROM idempotency.outbox_in_flight;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM sp;
+DROP TABLE sp;
 
 -- inside once(): one guarded request, one message; a replay publishes nothing
 CREATE TABLE outbox_payment (id serial PRIMARY KEY, amount int);
@@ -263,6 +287,8 @@ SET ROLE regress_bob;
 SELECT count(*) AS bob_sees FROM idempotency.outbox_message;
 SELECT count(*) AS bob_sees_dead FROM idempotency.outbox_dead;
 SELECT count(*) AS bob_sees_stats FROM idempotency.outbox_stats;
+-- nor the counts in shared memory behind it (a role sees only its topics')
+SELECT delivered FROM idempotency._outbox_counts(:payments_id) AS bob_sees_counts;
 SELECT idempotency.ack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_acked;
 SELECT idempotency.nack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_nacked;
 SELECT idempotency.release(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_released;

@@ -112,6 +112,7 @@ typedef struct Pending
 	bool		delivered;		/* PENDING_END: count it delivered */
 	int64		delivered_n;	/* PENDING_COUNT */
 	int64		retried_n;
+	int			level;			/* the (sub)transaction's nesting level */
 } Pending;
 
 int			idem_outbox_claims_max = 65536;
@@ -267,6 +268,56 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	pending = NIL;				/* its memory goes with TopTransactionContext */
 }
 
+/*
+ * A subtransaction's pending ends and counts go with its abort (and the
+ * claims it made end at once: its row locks are gone); on commit they
+ * pass to its parent.
+ */
+static void
+claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_unused(),
+						SubTransactionId parentSubid pg_attribute_unused(),
+						void *arg pg_attribute_unused())
+{
+	int			level = GetCurrentTransactionNestLevel();
+	List	   *kept = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (pending == NIL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	if (event == SUBXACT_EVENT_ABORT_SUB && claim_hash != NULL)
+		LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	foreach(lc, pending)
+	{
+		Pending    *p = (Pending *) lfirst(lc);
+
+		if (p->level >= level)
+		{
+			if (event == SUBXACT_EVENT_COMMIT_SUB)
+				p->level = level - 1;
+			else
+			{
+				if (p->kind == PENDING_MADE && claim_hash != NULL)
+				{
+					ClaimKey	k = claim_key(p->id);
+					ClaimEntry *e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+
+					if (e != NULL && memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) == 0)
+						hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+				}
+				continue;
+			}
+		}
+		kept = lappend(kept, p);
+	}
+	if (event == SUBXACT_EVENT_ABORT_SUB && claim_hash != NULL)
+		LWLockRelease(claims->lock);
+	MemoryContextSwitchTo(old);
+	pending = kept;
+}
+
 static void
 pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
 			bool delivered, int64 delivered_n, int64 retried_n)
@@ -277,6 +328,7 @@ pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
 	if (!callback_registered)
 	{
 		RegisterXactCallback(claims_xact_callback, NULL);
+		RegisterSubXactCallback(claims_subxact_callback, NULL);
 		callback_registered = true;
 	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
@@ -289,6 +341,7 @@ pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
 	p->delivered = delivered;
 	p->delivered_n = delivered_n;
 	p->retried_n = retried_n;
+	p->level = GetCurrentTransactionNestLevel();
 	pending = lappend(pending, p);
 	MemoryContextSwitchTo(old);
 }
