@@ -14,6 +14,10 @@
  * every message of its key, and one of them that is out keeps it waiting
  * (issue 25, finding 3: with its old id it went out beside it).
  *
+ * Claims in shared memory (outbox_claims.c, the library preloaded): claim()
+ * locks the rows it hands out and writes none, ack() deletes them; without
+ * it claims are written into the rows (0.5.0's way).  See outbox.c.
+ *
  * Locking: concurrent claims skip each other's locked rows (FOR UPDATE
  * SKIP LOCKED) and re-check state and available_at on the row they lock;
  * redrive() takes the message key's lock (outbox.c) until the transaction
