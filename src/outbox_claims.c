@@ -214,7 +214,10 @@ count_add(int32 topic_id, int64 delivered, int64 retried)
 
 	k.db = MyDatabaseId;
 	k.topic_id = topic_id;
-	c = (CountEntry *) hash_search(count_hash, &k, HASH_ENTER_NULL, &found);
+	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+	found = c != NULL;
+	if (c == NULL && hash_get_num_entries(count_hash) < COUNT_TOPICS)
+		c = (CountEntry *) hash_search(count_hash, &k, HASH_ENTER_NULL, &found);
 	if (c == NULL)
 		return;					/* full: the counts are lost (documented) */
 	if (!found)
@@ -370,6 +373,22 @@ claims_sweep(TimestampTz now)
 }
 
 /*
+ * Is there room for one more entry (exclusive lock held)?  The table is a
+ * shared dynahash: HASH_ENTER_NULL fails only when the whole shared memory
+ * segment is used up, not at its max_size, so the entries are counted
+ * here; a full table drops its lapsed entries first.  (Growing past
+ * max_size took the spare memory the lock table grows into: 53200 for
+ * every session of the cluster.)
+ */
+static bool
+claims_room(TimestampTz now)
+{
+	if (hash_get_num_entries(claim_hash) < idem_outbox_claims_max)
+		return true;
+	return claims_sweep(now) > 0;
+}
+
+/*
  * Claim message id (its row locked by this transaction) for token until
  * until: CLAIM_NEW (*lapsed = -1), CLAIM_LAPSED (a lapsed claim taken over:
  * *lapsed its attempt, the new one is *lapsed + 1), CLAIM_BUSY (claimed by
@@ -389,8 +408,9 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 
 	*lapsed = -1;
 	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
-	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
-	if (e == NULL && claims_sweep(now) > 0)
+	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+	found = e != NULL;
+	if (e == NULL && claims_room(now))
 		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
 	if (e == NULL)
 	{
