@@ -289,6 +289,15 @@ SELECT count(*) AS bob_sees_dead FROM idempotency.outbox_dead;
 SELECT count(*) AS bob_sees_stats FROM idempotency.outbox_stats;
 -- nor the counts in shared memory behind it (a role sees only its topics')
 SELECT delivered FROM idempotency._outbox_counts(:payments_id) AS bob_sees_counts;
+-- nor alice's claim in shared memory: its token, end and attempt (the
+-- view outbox_in_flight has row security; the function behind it, executable
+-- by everyone, takes any message id)
+SELECT count(*) AS bob_sees_in_flight FROM idempotency.outbox_in_flight;
+SELECT claim IS NULL AS no_token, claimed_until IS NULL AS no_end, attempt IS NULL AS no_attempt
+  FROM idempotency._outbox_claim(:alice_id);
+SELECT count(*) AS bob_finds_tokens
+  FROM generate_series(1, :alice_id) AS g(id), idempotency._outbox_claim(g.id) AS c
+ WHERE c.claim IS NOT NULL;
 SELECT idempotency.ack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_acked;
 SELECT idempotency.nack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_nacked;
 SELECT idempotency.release(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_released;
