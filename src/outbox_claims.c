@@ -610,7 +610,9 @@ idempotency_outbox_counts(PG_FUNCTION_ARGS)
  * _outbox_claim(id) -> (claim, claimed_until, attempt) of the claim in
  * shared memory that holds id, lapsed or not (NULLs: none); for the view
  * outbox_in_flight.  A token alone lets nobody ack: ack() also checks the
- * caller's right to consume the message's topic.
+ * caller's right to consume the message's topic; still, it is shown only
+ * to whom the topic is visible (as _outbox_counts), not to any caller who
+ * guesses message ids.
  */
 PG_FUNCTION_INFO_V1(idempotency_outbox_claim);
 
@@ -628,6 +630,7 @@ idempotency_outbox_claim(PG_FUNCTION_ARGS)
 		ClaimKey	k = claim_key(PG_GETARG_INT64(0));
 		ClaimEntry *e;
 		pg_uuid_t  *token = palloc(sizeof(pg_uuid_t));
+		int32		topic_id = 0;
 
 		LWLockAcquire(claims->lock, LW_SHARED);
 		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
@@ -638,8 +641,12 @@ idempotency_outbox_claim(PG_FUNCTION_ARGS)
 			values[1] = TimestampTzGetDatum(e->until);
 			values[2] = Int32GetDatum(e->attempt);
 			nulls[0] = nulls[1] = nulls[2] = false;
+			topic_id = e->topic_id;
 		}
 		LWLockRelease(claims->lock);
+		/* another role's message: nothing (the function takes any id) */
+		if (!nulls[0] && !topic_visible(topic_id))
+			nulls[0] = nulls[1] = nulls[2] = true;
 	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
