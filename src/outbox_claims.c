@@ -38,6 +38,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -51,6 +52,7 @@
 #include "utils/acl.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -61,10 +63,17 @@
 #define CLAIMS_TRANCHE "idempotency outbox claims"
 #define COUNT_TOPICS 4096		/* topics with unflushed counts */
 
+/*
+ * The message and topic ids restart at 1 when the extension is dropped and
+ * created again, and a database dropped and created again with CREATE
+ * DATABASE ... OID has the same oid: each key also names the install, by
+ * the OID of its outbox_message_id_seq (new with every CREATE EXTENSION),
+ * so that no entry passes to a message or topic that reuses its numbers.
+ */
 typedef struct ClaimKey
 {
 	Oid			db;
-	int32		pad;			/* zero: the key is hashed as bytes */
+	Oid			gen;			/* outbox_message_id_seq's OID */
 	int64		id;
 } ClaimKey;
 
@@ -80,6 +89,7 @@ typedef struct ClaimEntry
 typedef struct CountKey
 {
 	Oid			db;
+	Oid			gen;			/* as in ClaimKey */
 	int32		topic_id;
 } CountKey;
 
@@ -106,6 +116,7 @@ typedef enum PendingKind
 typedef struct Pending
 {
 	PendingKind kind;
+	Oid			gen;			/* the install (ClaimKey), read when added */
 	int64		id;
 	pg_uuid_t	token;
 	int32		topic_id;
@@ -124,6 +135,9 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static List *pending = NIL;		/* of Pending, in TopTransactionContext */
 static bool callback_registered = false;
+static Oid	gen_relid = InvalidOid; /* outbox_message_id_seq, cached */
+
+static void claims_relcache(Oid relid);
 
 /* ---------------------------------------------------------------------
  * Shared memory
@@ -179,6 +193,7 @@ idem_outbox_claims_init(void)
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	idem_request_shmem(claims_shmem_request);
+	idem_relcache_add(claims_relcache);
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = claims_shmem_startup;
 }
@@ -190,15 +205,49 @@ idem_outbox_claims_on(void)
 	return claim_hash != NULL;
 }
 
+/*
+ * This database's install of the extension: the OID of its
+ * outbox_message_id_seq (InvalidOid without one), cached until a relcache
+ * invalidation names it.  Catalog reads: never with claims->lock held,
+ * never at the transaction's end (Pending keeps what was read).
+ */
+static Oid
+claims_gen(void)
+{
+	Oid			nsp;
+
+	if (OidIsValid(gen_relid))
+		return gen_relid;
+	idem_relcache_watch();
+	nsp = get_namespace_oid("idempotency", true);
+	if (OidIsValid(nsp))
+		gen_relid = get_relname_relid("outbox_message_id_seq", nsp);
+	return gen_relid;
+}
+
+static void
+claims_relcache(Oid relid)
+{
+	if (!OidIsValid(relid) || relid == gen_relid)
+		gen_relid = InvalidOid;
+}
+
 static inline ClaimKey
-claim_key(int64 id)
+claim_key_of(Oid gen, int64 id)
 {
 	ClaimKey	k;
 
 	memset(&k, 0, sizeof(k));
 	k.db = MyDatabaseId;
+	k.gen = gen;
 	k.id = id;
 	return k;
+}
+
+static inline ClaimKey
+claim_key(int64 id)
+{
+	return claim_key_of(claims_gen(), id);
 }
 
 /* ---------------------------------------------------------------------
@@ -206,13 +255,15 @@ claim_key(int64 id)
  * ---------------------------------------------------------------------
  */
 static void
-count_add(int32 topic_id, int64 delivered, int64 retried)
+count_add(Oid gen, int32 topic_id, int64 delivered, int64 retried)
 {
 	CountKey	k;
 	CountEntry *c;
 	bool		found;
 
+	memset(&k, 0, sizeof(k));
 	k.db = MyDatabaseId;
+	k.gen = gen;
 	k.topic_id = topic_id;
 	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
 	found = c != NULL;
@@ -248,13 +299,13 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		foreach(lc, pending)
 		{
 			Pending    *p = (Pending *) lfirst(lc);
-			ClaimKey	k = claim_key(p->id);
+			ClaimKey	k = claim_key_of(p->gen, p->id);
 			ClaimEntry *e;
 
 			if (p->kind == PENDING_COUNT)
 			{
 				if (commit)
-					count_add(p->topic_id, p->delivered_n, p->retried_n);
+					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
 				continue;
 			}
 			if ((p->kind == PENDING_MADE) == commit)
@@ -263,7 +314,7 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			if (e == NULL || memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) != 0)
 				continue;
 			if (p->kind == PENDING_END && p->delivered)
-				count_add(e->topic_id, 1, Max(e->attempt - 1, 0));
+				count_add(p->gen, e->topic_id, 1, Max(e->attempt - 1, 0));
 			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
 		}
 		LWLockRelease(claims->lock);
@@ -304,7 +355,7 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 			{
 				if (p->kind == PENDING_MADE && claim_hash != NULL)
 				{
-					ClaimKey	k = claim_key(p->id);
+					ClaimKey	k = claim_key_of(p->gen, p->id);
 					ClaimEntry *e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 
 					if (e != NULL && memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) == 0)
@@ -327,6 +378,7 @@ pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
 {
 	MemoryContext old;
 	Pending    *p;
+	Oid			gen = claims_gen();
 
 	if (!callback_registered)
 	{
@@ -337,6 +389,7 @@ pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	p = palloc0(sizeof(Pending));
 	p->kind = kind;
+	p->gen = gen;
 	p->id = id;
 	if (token)
 		p->token = *token;
@@ -473,14 +526,16 @@ idem_outbox_counts_list(int32 *topic_ids, int64 *delivered, int64 *retried, int 
 	HASH_SEQ_STATUS seq;
 	CountEntry *c;
 	int			n = 0;
+	Oid			gen;
 
 	if (count_hash == NULL)
 		return 0;
+	gen = claims_gen();
 	LWLockAcquire(claims->lock, LW_SHARED);
 	hash_seq_init(&seq, count_hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 	{
-		if (c->key.db != MyDatabaseId)
+		if (c->key.db != MyDatabaseId || c->key.gen != gen)
 			continue;
 		if (n >= max)
 		{
@@ -592,7 +647,9 @@ idempotency_outbox_counts(PG_FUNCTION_ARGS)
 		CountKey	k;
 		CountEntry *c;
 
+		memset(&k, 0, sizeof(k));
 		k.db = MyDatabaseId;
+		k.gen = claims_gen();
 		k.topic_id = topic_id;
 		LWLockAcquire(claims->lock, LW_SHARED);
 		c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
