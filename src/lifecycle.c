@@ -297,6 +297,7 @@ purge_batch(int i, int all, Datum *values)
  */
 #define PURGE_COUNT_TOPICS 1000
 static SPIPlanPtr plan_outbox_counts = NULL;
+static SPIPlanPtr plan_outbox_topics_left = NULL;
 static TransactionId counts_written_by = InvalidTransactionId;	/* once per transaction */
 
 static void
@@ -353,7 +354,33 @@ purge_outbox_counts(void)
 
 		for (i = 0; i < n; i++)
 			if (topic_ids[i] == id)
+			{
 				idem_outbox_count_at_commit(id, -delivered[i], -retried[i]);
+				topic_ids[i] = 0;	/* written (topic ids start at 1) */
+			}
+	}
+
+	/*
+	 * The counts of a topic dropped since they were counted have no row to
+	 * go to: drop them too, or they would hold their entry until a restart
+	 * (4096 for the cluster; a full table counts nothing more).
+	 */
+	done = idem_run_as_owner(&plan_outbox_topics_left, "SELECT p.id FROM idempotency.outbox_topic AS p"
+							 " WHERE p.id OPERATOR(pg_catalog.=) ANY ($1)",
+							 1, types, values, NULL, SPI_OK_SELECT);
+	for (i = 0; i < n; i++)
+	{
+		bool		exists = topic_ids[i] == 0;
+
+		for (k = 0; k < done && !exists; k++)
+		{
+			bool		isnull;
+
+			exists = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[k],
+												 SPI_tuptable->tupdesc, 1, &isnull)) == topic_ids[i];
+		}
+		if (!exists)
+			idem_outbox_count_at_commit(topic_ids[i], -delivered[i], -retried[i]);
 	}
 }
 

@@ -517,7 +517,8 @@ idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried)
 
 /*
  * This database's unflushed counts, for the purge to write into the topics'
- * rows: up to max of them into the arrays; returns how many.  The purge
+ * rows: up to max of them into the arrays; returns how many.  Those of an
+ * earlier install of the extension in this database are dropped.  The purge
  * subtracts what it wrote with idem_outbox_count_at_commit(-d, -r).
  */
 int
@@ -531,12 +532,19 @@ idem_outbox_counts_list(int32 *topic_ids, int64 *delivered, int64 *retried, int 
 	if (count_hash == NULL)
 		return 0;
 	gen = claims_gen();
-	LWLockAcquire(claims->lock, LW_SHARED);
+	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
 	hash_seq_init(&seq, count_hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 	{
-		if (c->key.db != MyDatabaseId || c->key.gen != gen)
+		if (c->key.db != MyDatabaseId)
 			continue;
+		if (c->key.gen != gen)
+		{
+			/* an install dropped since (DROP EXTENSION): its topics are gone */
+			if (OidIsValid(gen))
+				hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+			continue;
+		}
 		if (n >= max)
 		{
 			hash_seq_term(&seq);
