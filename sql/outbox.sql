@@ -487,6 +487,30 @@ ROLLBACK PREPARED 'outbox_2pc_rollback';
 SET ROLE regress_alice;
 SELECT payload->>'n' AS n, idempotency.ack(claim, ARRAY[id]) AS acked
   FROM idempotency.claim('twophase');
+-- a claim in a prepared transaction: held while it is prepared; ROLLBACK
+-- PREPARED undoes it as ROLLBACK does (the message is claimable at once, at
+-- attempt 1: with max_attempts 1 a rolled-back claim must not make it
+-- dead), COMMIT PREPARED keeps it
+SELECT idempotency.alter_topic('twophase', max_attempts => 1);
+SELECT idempotency.publish('twophase', '{"n": "claimed in 2pc"}') IS NOT NULL AS published;
+BEGIN;
+SELECT payload->>'n' AS n, attempt FROM idempotency.claim('twophase', 1, '1 hour');
+PREPARE TRANSACTION 'outbox_2pc_claim';
+SELECT count(*) AS claimable_while_prepared FROM idempotency.claim('twophase');
+RESET ROLE;
+ROLLBACK PREPARED 'outbox_2pc_claim';
+SET ROLE regress_alice;
+SELECT count(*) AS in_flight_after_rollback_prepared FROM idempotency.outbox_in_flight;
+BEGIN;
+SELECT payload->>'n' AS n, attempt FROM idempotency.claim('twophase', 1, '1 hour');
+PREPARE TRANSACTION 'outbox_2pc_claim';
+RESET ROLE;
+COMMIT PREPARED 'outbox_2pc_claim';
+SET ROLE regress_alice;
+SELECT attempt FROM idempotency.outbox_in_flight;
+SELECT count(*) AS claimable_after_commit_prepared FROM idempotency.claim('twophase');
+SELECT state, attempts FROM idempotency.outbox_message;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_in_flight;
 SELECT idempotency.drop_topic('twophase');
 -- a topic dropped earlier in the same statement is not published to from
 -- the backend's cache
