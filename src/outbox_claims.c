@@ -37,6 +37,7 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
@@ -47,6 +48,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/acl.h"
@@ -84,6 +86,9 @@ typedef struct ClaimEntry
 	TimestampTz until;
 	int32		attempt;
 	int32		topic_id;
+	TransactionId xid;			/* the claim's transaction until it commits
+								 * (InvalidTransactionId after): a prepared
+								 * one ends without this backend's callback */
 } ClaimEntry;
 
 typedef struct CountKey
@@ -250,6 +255,18 @@ claim_key(int64 id)
 	return claim_key_of(claims_gen(), id);
 }
 
+/*
+ * Did the transaction that made an entry abort?  Only a prepared one can
+ * have (ROLLBACK PREPARED runs no callback of the backend that claimed); an
+ * entry of a transaction that aborted here is removed at its abort.
+ */
+static bool
+claim_aborted(TransactionId xid)
+{
+	return TransactionIdIsValid(xid) && !TransactionIdIsInProgress(xid) &&
+		!TransactionIdDidCommit(xid);
+}
+
 /* ---------------------------------------------------------------------
  * At the transaction's end
  * ---------------------------------------------------------------------
@@ -290,7 +307,10 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		event != XACT_EVENT_PREPARE && event != XACT_EVENT_PARALLEL_COMMIT &&
 		event != XACT_EVENT_PARALLEL_ABORT)
 		return;
-	/* prepared: its claims stay, what its acks end lapses (documented) */
+	/*
+	 * prepared: its claims stay, their xid set (claim_aborted(): ROLLBACK
+	 * PREPARED undoes them); what its acks end lapses (documented)
+	 */
 	if (event != XACT_EVENT_PREPARE && claim_hash != NULL)
 	{
 		bool		commit = event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT;
@@ -308,11 +328,16 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
 				continue;
 			}
-			if ((p->kind == PENDING_MADE) == commit)
+			if (p->kind != PENDING_MADE && !commit)
 				continue;
 			e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 			if (e == NULL || memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) != 0)
 				continue;
+			if (p->kind == PENDING_MADE && commit)
+			{
+				e->xid = InvalidTransactionId;	/* committed: no need to ask */
+				continue;
+			}
 			if (p->kind == PENDING_END && p->delivered)
 				count_add(p->gen, e->topic_id, 1, Max(e->attempt - 1, 0));
 			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
@@ -417,7 +442,7 @@ claims_sweep(TimestampTz now)
 
 	hash_seq_init(&seq, claim_hash);
 	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
-		if (e->until <= now)
+		if (e->until <= now || claim_aborted(e->xid))
 		{
 			hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
 			n++;
@@ -463,6 +488,8 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
 	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 	found = e != NULL;
+	if (e != NULL && claim_aborted(e->xid))
+		found = false;			/* rolled back after PREPARE: as if never made */
 	if (e == NULL && claims_room(now))
 		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
 	if (e == NULL)
@@ -495,6 +522,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	e->token = *token;
 	e->until = until;
 	e->topic_id = topic_id;
+	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
 	LWLockRelease(claims->lock);
 	pending_add(PENDING_MADE, id, token, topic_id, false, 0, 0);
 	return result;
@@ -573,6 +601,7 @@ idempotency_outbox_claimed(PG_FUNCTION_ARGS)
 	ClaimKey	k;
 	ClaimEntry *e;
 	bool		claimed = false;
+	TransactionId xid = InvalidTransactionId;
 
 	if (claim_hash == NULL)
 		PG_RETURN_BOOL(false);
@@ -580,9 +609,12 @@ idempotency_outbox_claimed(PG_FUNCTION_ARGS)
 	LWLockAcquire(claims->lock, LW_SHARED);
 	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 	if (e != NULL)
+	{
 		claimed = e->until > GetCurrentTimestamp();
+		xid = e->xid;
+	}
 	LWLockRelease(claims->lock);
-	PG_RETURN_BOOL(claimed);
+	PG_RETURN_BOOL(claimed && !claim_aborted(xid));
 }
 
 /* _outbox_attempt(id, claim) -> the claim's attempt of id, NULL unless it holds id */
@@ -595,6 +627,7 @@ idempotency_outbox_attempt(PG_FUNCTION_ARGS)
 	ClaimEntry *e;
 	pg_uuid_t  *token = PG_GETARG_UUID_P(1);
 	int32		attempt = -1;
+	TransactionId xid = InvalidTransactionId;
 
 	if (claim_hash == NULL)
 		PG_RETURN_NULL();
@@ -602,9 +635,12 @@ idempotency_outbox_attempt(PG_FUNCTION_ARGS)
 	LWLockAcquire(claims->lock, LW_SHARED);
 	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 	if (e != NULL && memcmp(&e->token, token, sizeof(pg_uuid_t)) == 0)
+	{
 		attempt = e->attempt;
+		xid = e->xid;
+	}
 	LWLockRelease(claims->lock);
-	if (attempt < 0)
+	if (attempt < 0 || claim_aborted(xid))
 		PG_RETURN_NULL();
 	PG_RETURN_INT32(attempt);
 }
@@ -696,6 +732,7 @@ idempotency_outbox_claim(PG_FUNCTION_ARGS)
 		ClaimEntry *e;
 		pg_uuid_t  *token = palloc(sizeof(pg_uuid_t));
 		int32		topic_id = 0;
+		TransactionId xid = InvalidTransactionId;
 
 		LWLockAcquire(claims->lock, LW_SHARED);
 		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
@@ -707,8 +744,11 @@ idempotency_outbox_claim(PG_FUNCTION_ARGS)
 			values[2] = Int32GetDatum(e->attempt);
 			nulls[0] = nulls[1] = nulls[2] = false;
 			topic_id = e->topic_id;
+			xid = e->xid;
 		}
 		LWLockRelease(claims->lock);
+		if (!nulls[0] && claim_aborted(xid))
+			nulls[0] = nulls[1] = nulls[2] = true;	/* rolled back after PREPARE */
 		/* another role's message: nothing (the function takes any id) */
 		if (!nulls[0] && !topic_visible(topic_id))
 			nulls[0] = nulls[1] = nulls[2] = true;
