@@ -292,8 +292,9 @@ purge_batch(int i, int all, Datum *values)
  * Acked outbox messages are counted in shared memory (outbox_claims.c: ack
  * deletes them at once); write those counts into their topics' purged_*
  * columns.  A topic row another transaction holds (an open alter_topic()
- * or drop_topic()) is skipped; its counts wait for the next purge.  What
- * was written is subtracted when this transaction commits.
+ * or drop_topic()) is skipped; its counts wait for the next purge.  A
+ * dropped topic's counts are dropped.  What was written is subtracted when
+ * this transaction commits.
  */
 #define PURGE_COUNT_TOPICS 1000
 static SPIPlanPtr plan_outbox_counts = NULL;
@@ -331,19 +332,27 @@ purge_outbox_counts(void)
 	values[1] = PointerGetDatum(construct_array(d_delivered, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(d_retried, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	done = idem_run_as_owner(&plan_outbox_counts,
-							 "WITH tp AS MATERIALIZED ("
+							 "WITH a AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($1),"
+							 "             pg_catalog.unnest($2), pg_catalog.unnest($3)) AS a(id, d, r)),"
+							 " tp AS MATERIALIZED ("
 							 "  SELECT p.id FROM idempotency.outbox_topic AS p"
 							 "   WHERE p.id OPERATOR(pg_catalog.=) ANY ($1)"
-							 "   FOR NO KEY UPDATE OF p SKIP LOCKED)"
+							 "   FOR NO KEY UPDATE OF p SKIP LOCKED),"
+							 " u AS ("
 							 " UPDATE idempotency.outbox_topic AS p"
 							 "    SET purged_delivered = p.purged_delivered OPERATOR(pg_catalog.+) a.d,"
 							 "        purged_retries = p.purged_retries OPERATOR(pg_catalog.+) a.r"
-							 "   FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-							 "                   pg_catalog.unnest($3)) AS a(id, d, r)"
+							 "   FROM a"
 							 "  WHERE p.id OPERATOR(pg_catalog.=) a.id"
 							 "    AND p.id IN (SELECT tp.id FROM tp)"
-							 " RETURNING p.id",
-							 3, types, values, NULL, SPI_OK_UPDATE_RETURNING);
+							 " RETURNING p.id)"
+							 /* a dropped topic's counts go too */
+							 " SELECT u.id FROM u"
+							 " UNION ALL"
+							 " SELECT a.id FROM a WHERE NOT EXISTS ("
+							 "   SELECT 1 FROM idempotency.outbox_topic AS g"
+							 "    WHERE g.id OPERATOR(pg_catalog.=) a.id)",
+							 3, types, values, NULL, SPI_OK_SELECT);
 	counts_written_by = GetTopTransactionIdIfAny();
 	for (k = 0; k < done; k++)
 	{
