@@ -292,12 +292,12 @@ purge_batch(int i, int all, Datum *values)
  * Acked outbox messages are counted in shared memory (outbox_claims.c: ack
  * deletes them at once); write those counts into their topics' purged_*
  * columns.  A topic row another transaction holds (an open alter_topic()
- * or drop_topic()) is skipped; its counts wait for the next purge.  What
- * was written is subtracted when this transaction commits.
+ * or drop_topic()) is skipped; its counts wait for the next purge.  A
+ * dropped topic's counts are dropped.  What was written is subtracted when
+ * this transaction commits.
  */
 #define PURGE_COUNT_TOPICS 1000
 static SPIPlanPtr plan_outbox_counts = NULL;
-static SPIPlanPtr plan_outbox_topics_left = NULL;
 static TransactionId counts_written_by = InvalidTransactionId;	/* once per transaction */
 
 static void
@@ -332,19 +332,27 @@ purge_outbox_counts(void)
 	values[1] = PointerGetDatum(construct_array(d_delivered, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(d_retried, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	done = idem_run_as_owner(&plan_outbox_counts,
-							 "WITH tp AS MATERIALIZED ("
+							 "WITH a AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($1),"
+							 "             pg_catalog.unnest($2), pg_catalog.unnest($3)) AS a(id, d, r)),"
+							 " tp AS MATERIALIZED ("
 							 "  SELECT p.id FROM idempotency.outbox_topic AS p"
 							 "   WHERE p.id OPERATOR(pg_catalog.=) ANY ($1)"
-							 "   FOR NO KEY UPDATE OF p SKIP LOCKED)"
+							 "   FOR NO KEY UPDATE OF p SKIP LOCKED),"
+							 " u AS ("
 							 " UPDATE idempotency.outbox_topic AS p"
 							 "    SET purged_delivered = p.purged_delivered OPERATOR(pg_catalog.+) a.d,"
 							 "        purged_retries = p.purged_retries OPERATOR(pg_catalog.+) a.r"
-							 "   FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-							 "                   pg_catalog.unnest($3)) AS a(id, d, r)"
+							 "   FROM a"
 							 "  WHERE p.id OPERATOR(pg_catalog.=) a.id"
 							 "    AND p.id IN (SELECT tp.id FROM tp)"
-							 " RETURNING p.id",
-							 3, types, values, NULL, SPI_OK_UPDATE_RETURNING);
+							 " RETURNING p.id)"
+							 /* a dropped topic's counts go too */
+							 " SELECT u.id FROM u"
+							 " UNION ALL"
+							 " SELECT a.id FROM a WHERE NOT EXISTS ("
+							 "   SELECT 1 FROM idempotency.outbox_topic AS g"
+							 "    WHERE g.id OPERATOR(pg_catalog.=) a.id)",
+							 3, types, values, NULL, SPI_OK_SELECT);
 	counts_written_by = GetTopTransactionIdIfAny();
 	for (k = 0; k < done; k++)
 	{
@@ -354,33 +362,7 @@ purge_outbox_counts(void)
 
 		for (i = 0; i < n; i++)
 			if (topic_ids[i] == id)
-			{
 				idem_outbox_count_at_commit(id, -delivered[i], -retried[i]);
-				topic_ids[i] = 0;	/* written (topic ids start at 1) */
-			}
-	}
-
-	/*
-	 * The counts of a topic dropped since they were counted have no row to
-	 * go to: drop them too, or they would hold their entry until a restart
-	 * (4096 for the cluster; a full table counts nothing more).
-	 */
-	done = idem_run_as_owner(&plan_outbox_topics_left, "SELECT p.id FROM idempotency.outbox_topic AS p"
-							 " WHERE p.id OPERATOR(pg_catalog.=) ANY ($1)",
-							 1, types, values, NULL, SPI_OK_SELECT);
-	for (i = 0; i < n; i++)
-	{
-		bool		exists = topic_ids[i] == 0;
-
-		for (k = 0; k < done && !exists; k++)
-		{
-			bool		isnull;
-
-			exists = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[k],
-												 SPI_tuptable->tupdesc, 1, &isnull)) == topic_ids[i];
-		}
-		if (!exists)
-			idem_outbox_count_at_commit(topic_ids[i], -delivered[i], -retried[i]);
 	}
 }
 
