@@ -7,8 +7,8 @@
  *
  * With the library preloaded, claim() (outbox_relay.c) locks the messages
  * it hands out FOR UPDATE SKIP LOCKED for its statement's transaction and
- * enters each one here: (database, message id) -> claim token, claimed
- * until, attempt.  The row stays as it is ('pending', available_at
+ * enters each one here: (database, install, message id) -> claim token,
+ * claimed until, attempt (the install: see ClaimKey).  The row stays as it is ('pending', available_at
  * unchanged), so a claim costs a row lock, not a row version.  ack()
  * deletes the row; nack() writes it (attempts, retry time, dead); release()
  * writes nothing.  Each ends the entry when its transaction commits
