@@ -161,18 +161,20 @@ static SPIPlanPtr plan_redrive_pick = NULL;
  * taken drop out (or be re-checked on its newest version), and keeps a
  * second claimer off the row until this transaction ends.  The last
  * column: the row still carries a durable claim (written by 0.5.0, or
- * without the library preloaded), which lapsed.
+ * without the library preloaded), which lapsed.  The candidates are locked
+ * in the window's order (availability), one primary-key probe each, until
+ * $2 are locked: no sort, so a batch of 100 fetches about 100 rows, not the
+ * whole window of 400 (bench (b): a third of the claim's time).
  */
 #define CLAIM_SQL_LOCK \
 	", c AS (" \
 	" SELECT r.id, r.message_id, r.message_key, r.payload, r.headers," \
 	"        r.attempts, r.published_at, r.claim IS NOT NULL AS durable" \
-	"   FROM idempotency.outbox_message AS r" \
-	"  WHERE r.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT cand.id FROM cand))" \
-	"    AND r.state OPERATOR(pg_catalog.=) 'pending'" \
+	"   FROM pg_catalog.unnest(ARRAY(SELECT cand.id FROM cand)) AS u(id)" \
+	"   JOIN idempotency.outbox_message AS r ON r.id OPERATOR(pg_catalog.=) u.id" \
+	"  WHERE r.state OPERATOR(pg_catalog.=) 'pending'" \
 	"    AND r.available_at OPERATOR(pg_catalog.<=) $5" \
 	"    AND NOT idempotency._outbox_claimed(r.id)" \
-	"  ORDER BY r.available_at, r.id" \
 	"  LIMIT $2 FOR UPDATE OF r SKIP LOCKED)" \
 	" SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers," \
 	"        c.attempts, c.published_at, $3, $4, c.durable" \
