@@ -424,6 +424,19 @@ SELECT m.payload->>'n' AS n, m.state, coalesce(f.attempt, m.attempts) AS attempt
 SET ROLE regress_alice;
 SELECT idempotency.drop_topic('lapse', force => true);
 
+-- beyond the window (full of a hot key's backlog, its head out), the
+-- claim still hands out the oldest ready message first, not the first key
+-- in key order: 'z' was published before 'a'
+SELECT idempotency.create_topic('beyond') > 0 AS created;
+SELECT count(idempotency.publish('beyond', jsonb_build_object('n', 'h' || i), 'h'))
+  FROM generate_series(1, 70) AS i;
+SELECT idempotency.publish('beyond', '{"n": "z-old"}', 'z') IS NOT NULL AS published;
+SELECT idempotency.publish('beyond', '{"n": "a-new"}', 'a') IS NOT NULL AS published;
+SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
+SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
+SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
+SELECT idempotency.drop_topic('beyond', force => true);
+
 -- ---- issue 25, finding 7: nack's default backoff is capped before it is
 -- doubled (hours of backoff_base at attempt 31 overflowed the interval)
 SELECT idempotency.create_topic('slow', max_attempts => 40, backoff_base => '10 hours',
