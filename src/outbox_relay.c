@@ -180,6 +180,27 @@ static SPIPlanPtr plan_redrive_pick = NULL;
 	"        c.attempts, c.published_at, $3, $4, c.durable" \
 	"   FROM c ORDER BY c.id"
 
+/*
+ * Beyond the window the candidates come in key order (the heads of the
+ * keys, then the unkeyed messages), not in availability order: there they
+ * are sorted, or the first keys in key order would always go first and a
+ * key late in key order could wait for as long as they have backlogs.
+ */
+#define CLAIM_SQL_LOCK_SORTED \
+	", c AS (" \
+	" SELECT r.id, r.message_id, r.message_key, r.payload, r.headers," \
+	"        r.attempts, r.published_at, r.claim IS NOT NULL AS durable" \
+	"   FROM idempotency.outbox_message AS r" \
+	"  WHERE r.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT cand.id FROM cand))" \
+	"    AND r.state OPERATOR(pg_catalog.=) 'pending'" \
+	"    AND r.available_at OPERATOR(pg_catalog.<=) $5" \
+	"    AND NOT idempotency._outbox_claimed(r.id)" \
+	"  ORDER BY r.available_at, r.id" \
+	"  LIMIT $2 FOR UPDATE OF r SKIP LOCKED)" \
+	" SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers," \
+	"        c.attempts, c.published_at, $3, $4, c.durable" \
+	"   FROM c ORDER BY c.id"
+
 static const char *const claim_window_sql =
 "WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_REST;
 static const char *const claim_beyond_sql =
@@ -187,7 +208,7 @@ static const char *const claim_beyond_sql =
 static const char *const claim_window_lock_sql =
 "WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_LOCK;
 static const char *const claim_beyond_lock_sql =
-"WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_LOCK;
+"WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_LOCK_SORTED;
 
 /*
  * A claim that took over lapsed claims writes their attempts into the rows
