@@ -33,6 +33,7 @@ OBJS = \
 	src/http.o \
 	src/recovery.o \
 	src/wakeup.o \
+	src/outbox_claims.o \
 	src/outbox.o \
 	src/outbox_notify.o \
 	src/outbox_topics.o \

@@ -420,6 +420,89 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempotency.wait_for(pg_catalog.text[], pg_catalog.interval, pg_catalog.int8[]) IS
 'Wait until a transaction that published to one of topics (each one the caller may consume) has committed since the cursor since (default: since the call began), or timeout; returns the topics woken and the cursor to pass next time (needs the library in shared_preload_libraries)';
 
+-- == claims in shared memory (issue 26) ==
+-- With the library preloaded a claim writes no row version: its token, end
+-- and attempt live in the extension's shared memory (src/outbox_claims.c),
+-- ack() deletes the message and counts it there until the purge adds the
+-- counts to its topic's purged_* columns.  These three are read by the
+-- extension's own statements (run as its owner) and by outbox_stats.
+CREATE FUNCTION idempotency._outbox_claimed(id pg_catalog.int8)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'idempotency_outbox_claimed'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency._outbox_claimed(pg_catalog.int8) IS
+'Internal: is the message claimed in shared memory, its claim not lapsed?';
+CREATE FUNCTION idempotency._outbox_attempt(id pg_catalog.int8, claim pg_catalog.uuid)
+RETURNS pg_catalog.int4
+AS 'MODULE_PATHNAME', 'idempotency_outbox_attempt'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency._outbox_attempt(pg_catalog.int8, pg_catalog.uuid) IS
+'Internal: the attempt of the claim in shared memory that holds the message, NULL if that claim does not hold it';
+CREATE FUNCTION idempotency._outbox_counts(topic_id pg_catalog.int4,
+    OUT delivered pg_catalog.int8, OUT retried pg_catalog.int8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idempotency_outbox_counts'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency._outbox_counts(pg_catalog.int4) IS
+'Internal: messages of the topic acked (and their retries) since the purge last added them to the topic''s row, from shared memory';
+CREATE FUNCTION idempotency._outbox_claim(id pg_catalog.int8,
+    OUT claim pg_catalog.uuid, OUT claimed_until pg_catalog.timestamptz, OUT attempt pg_catalog.int4)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idempotency_outbox_claim'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION idempotency._outbox_claim(pg_catalog.int8) IS
+'Internal: the claim in shared memory that holds the message (lapsed or not), for outbox_in_flight';
+REVOKE ALL ON FUNCTION idempotency._outbox_attempt(pg_catalog.int8, pg_catalog.uuid) FROM PUBLIC;
+-- outbox_stats (owner's rights on tables, the caller's on functions) and
+-- outbox_in_flight (security_invoker) call these three: _outbox_counts shows
+-- a topic's counts only to whom outbox_stats shows them, and a claim token
+-- lets nobody ack without the right to consume the topic
+GRANT EXECUTE ON FUNCTION idempotency._outbox_counts(pg_catalog.int4),
+    idempotency._outbox_claim(pg_catalog.int8),
+    idempotency._outbox_claimed(pg_catalog.int8) TO PUBLIC;
+
+-- the messages claimed now (or whose claim lapsed and was not taken over)
+CREATE VIEW idempotency.outbox_in_flight WITH (security_invoker = true) AS
+SELECT m.id, m.message_id, t.name AS topic, m.message_key,
+       COALESCE(m.claim, c.claim) AS claim,
+       CASE WHEN m.claim IS NOT NULL THEN m.available_at ELSE c.claimed_until END AS claimed_until,
+       CASE WHEN m.claim IS NOT NULL THEN m.attempts ELSE c.attempt END AS attempt
+  FROM idempotency.outbox_message AS m
+  JOIN idempotency.outbox_topic AS t ON t.id OPERATOR(pg_catalog.=) m.topic_id
+  CROSS JOIN LATERAL idempotency._outbox_claim(m.id) AS c
+ WHERE m.state OPERATOR(pg_catalog.=) 'pending'
+   AND (m.claim IS NOT NULL OR c.claim IS NOT NULL);
+COMMENT ON VIEW idempotency.outbox_in_flight IS
+'Claimed messages of the topics the caller owns or consumes: the claim (in shared memory, or in the row when claimed without the library preloaded or by 0.5.0), until when, and its attempt';
+GRANT SELECT ON idempotency.outbox_in_flight TO PUBLIC;
+-- outbox_stats adds the counts in shared memory
+CREATE OR REPLACE VIEW idempotency.outbox_stats AS
+SELECT t.name AS topic, t.owner,
+       t.purged_delivered OPERATOR(pg_catalog.+) c.delivered OPERATOR(pg_catalog.+) pg_catalog.count(m.id) AS published,
+       t.purged_delivered OPERATOR(pg_catalog.+) c.delivered OPERATOR(pg_catalog.+)
+           pg_catalog.count(m.id) FILTER (WHERE m.state OPERATOR(pg_catalog.=) 'delivered') AS delivered,
+       t.purged_retries OPERATOR(pg_catalog.+) c.retried OPERATOR(pg_catalog.+)
+           COALESCE(pg_catalog.sum(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0)), 0) AS retried,
+       pg_catalog.count(m.id) FILTER (WHERE m.state OPERATOR(pg_catalog.=) 'dead') AS dead,
+       pg_catalog.count(m.id) FILTER (WHERE m.state OPERATOR(pg_catalog.=) 'pending'
+                                        AND (m.claim IS NOT NULL
+                                             AND m.available_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                             OR idempotency._outbox_claimed(m.id))) AS in_flight,
+       pg_catalog.count(m.id) FILTER (WHERE m.state OPERATOR(pg_catalog.=) 'pending') AS undelivered,
+       pg_catalog.now() OPERATOR(pg_catalog.-)
+           pg_catalog.min(m.published_at) FILTER (WHERE m.state OPERATOR(pg_catalog.=) 'pending') AS oldest_undelivered_age
+  FROM idempotency.outbox_topic AS t
+  CROSS JOIN LATERAL idempotency._outbox_counts(t.id) AS c
+  LEFT JOIN idempotency.outbox_message AS m ON m.topic_id OPERATOR(pg_catalog.=) t.id
+ WHERE t.owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+    OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                WHERE g.topic_id OPERATOR(pg_catalog.=) t.id
+                  AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))
+    OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
+ GROUP BY t.id, c.delivered, c.retried;
+COMMENT ON VIEW idempotency.outbox_stats IS
+'Per topic the caller owns or is granted (every topic for pg_read_all_stats): messages published, delivered, retried (claims after the first), dead, in flight, undelivered, and the age of the oldest undelivered (acked counts not yet added to the topic''s row by the purge live in shared memory: a crash loses them)';
+
 -- NOTIFY off by default for new topics (topics that exist keep theirs:
 -- alter_topic(topic, notify => false) turns it off once no client LISTENs)
 ALTER TABLE idempotency.outbox_topic ALTER COLUMN notify SET DEFAULT false;

@@ -8,7 +8,8 @@ CREATE FUNCTION outbox_rows() RETURNS bigint LANGUAGE sql
 
 -- ---- topics --------------------------------------------------------------
 SET ROLE regress_alice;
-SELECT idempotency.create_topic('payments', max_attempts => 3) > 0 AS created;
+SELECT idempotency.create_topic('payments', max_attempts => 3) AS payments_id \gset
+SELECT :payments_id > 0 AS created;
 SELECT name, owner, max_attempts, backoff_base, backoff_max, retention
   FROM idempotency.outbox_topic;
 -- names are checked, and shared by every role
@@ -91,10 +92,46 @@ SELECT count(*) AS claimed_again FROM idempotency.claim('payments');
 -- ack needs the claim's token
 SELECT idempotency.ack(gen_random_uuid(), ARRAY[id]) AS acked_wrong_claim
   FROM idempotency.outbox_message;
-SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_message;
-SELECT state, claim IS NULL AS no_claim, expires_at > delivered_at AS expires_later
-  FROM idempotency.outbox_message;
+-- the claim is in shared memory (the row is unchanged), shown by outbox_in_flight
+SELECT state, attempts, claim IS NULL AS no_claim_in_row FROM idempotency.outbox_message;
+SELECT attempt, claimed_until > now() AS visible_later FROM idempotency.outbox_in_flight;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_in_flight;
+-- ack deletes the message; outbox_stats counts it delivered
+SELECT count(*) AS rows_left FROM idempotency.outbox_message;
+SELECT count(*) AS in_flight_left FROM idempotency.outbox_in_flight;
+SELECT published, delivered, in_flight FROM idempotency.outbox_stats WHERE topic = 'payments';
 SELECT count(*) AS nothing_left FROM idempotency.claim('payments');
+-- a claim whose transaction rolls back leaves nothing claimed
+SELECT idempotency.publish('payments', '{"n": "rb"}') IS NOT NULL AS published;
+BEGIN;
+SELECT attempt FROM idempotency.claim('payments');
+SELECT count(*) AS in_flight_inside FROM idempotency.outbox_in_flight;
+ROLLBACK;
+SELECT count(*) AS in_flight_after_rollback FROM idempotency.outbox_in_flight;
+SELECT attempt, idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.claim('payments');
+-- a claim or an ack in a rolled-back savepoint (or exception block) is undone with it
+SELECT idempotency.publish('payments', '{"n": "sp"}') IS NOT NULL AS published;
+BEGIN;
+SAVEPOINT s;
+SELECT attempt FROM idempotency.claim('payments');
+ROLLBACK TO SAVEPOINT s;
+SELECT count(*) AS in_flight_after_savepoint FROM idempotency.outbox_in_flight;
+COMMIT;
+CREATE TEMP TABLE sp AS SELECT * FROM idempotency.claim('payments');
+BEGIN;
+SAVEPOINT s;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM sp;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT count(*) AS still_in_flight FROM idempotency.outbox_in_flight;
+DO $$ BEGIN
+  PERFORM idempotency.ack(claim, ARRAY[id]) FROM sp;
+  RAISE EXCEPTION 'undo';
+EXCEPTION WHEN raise_exception THEN NULL;
+END $$;
+SELECT count(*) AS still_in_flight FROM idempotency.outbox_in_flight;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM sp;
+DROP TABLE sp;
 
 -- inside once(): one guarded request, one message; a replay publishes nothing
 CREATE TABLE outbox_payment (id serial PRIMARY KEY, amount int);
@@ -143,18 +180,15 @@ SELECT idempotency.nack(claim, ARRAY[id], '{"error": "503"}', '0 s') AS nacked
 SELECT message_key, payload->>'n' AS n, attempt FROM idempotency.claim('payments', 100) AS c
  \gset ca_
 SELECT :'ca_n' AS retried, :ca_attempt AS attempt;
-SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
- WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_in_flight;
 SELECT count(*) FROM (SELECT idempotency.ack(claim, array_agg(id)) FROM c1
                        WHERE message_key IS DISTINCT FROM 'a' GROUP BY claim) AS a;
 -- then a2, then a3
 SELECT payload->>'n' AS n FROM idempotency.claim('payments', 100) \gset c_
 SELECT :'c_n' AS next;
-SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
- WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_in_flight;
 SELECT payload->>'n' AS n FROM idempotency.claim('payments', 100);
-SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
- WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_in_flight;
 
 -- ---- backoff, dead letters, redrive, release, visibility ------------------
 SELECT idempotency.publish('payments', '{"n": "flaky"}', 'f') IS NOT NULL,
@@ -183,8 +217,7 @@ SELECT idempotency.nack(claim, ARRAY[id], '{"error": "gone"}')
 SELECT topic, message_key, payload, attempts, last_error FROM idempotency.outbox_dead;
 SELECT payload->>'n' AS n, attempt FROM idempotency.claim('payments') \gset s_
 SELECT :'s_n' AS successor;
-SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
- WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_in_flight;
 -- redrive: attempts start again
 SELECT idempotency.redrive('payments') AS redriven;
 SELECT count(*) AS dead FROM idempotency.outbox_dead;
@@ -197,8 +230,7 @@ SELECT pg_sleep(0.05);
 SELECT attempt, claim <> :'old_claim' AS new_claim FROM idempotency.claim('payments', 1, '1 minute');
 SELECT idempotency.ack(:'old_claim', ARRAY[:mid]::bigint[]) AS old_claim_acked;
 SELECT idempotency.nack(:'old_claim', ARRAY[:mid]::bigint[]) AS old_claim_nacked;
-SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_message
- WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_in_flight;
 -- a claim that lapses at max_attempts makes the message dead
 SELECT idempotency.publish('payments', '{"n": "lost"}') IS NOT NULL;
 SELECT count(*) FROM idempotency.claim('payments', 1, '1 ms');
@@ -255,6 +287,17 @@ SET ROLE regress_bob;
 SELECT count(*) AS bob_sees FROM idempotency.outbox_message;
 SELECT count(*) AS bob_sees_dead FROM idempotency.outbox_dead;
 SELECT count(*) AS bob_sees_stats FROM idempotency.outbox_stats;
+-- nor the counts in shared memory behind it (a role sees only its topics')
+SELECT delivered FROM idempotency._outbox_counts(:payments_id) AS bob_sees_counts;
+-- nor alice's claim in shared memory: its token, end and attempt (the
+-- view outbox_in_flight has row security; the function behind it, executable
+-- by everyone, takes any message id)
+SELECT count(*) AS bob_sees_in_flight FROM idempotency.outbox_in_flight;
+SELECT claim IS NULL AS no_token, claimed_until IS NULL AS no_end, attempt IS NULL AS no_attempt
+  FROM idempotency._outbox_claim(:alice_id);
+SELECT count(*) AS bob_finds_tokens
+  FROM generate_series(1, :alice_id) AS g(id), idempotency._outbox_claim(g.id) AS c
+ WHERE c.claim IS NOT NULL;
 SELECT idempotency.ack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_acked;
 SELECT idempotency.nack(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_nacked;
 SELECT idempotency.release(:'alice_claim', ARRAY[:alice_id]::bigint[]) AS bob_released;
@@ -265,8 +308,8 @@ SELECT idempotency.drop_topic('payments', true);
 SELECT idempotency.alter_topic('payments', max_attempts => 100);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
-SELECT state, claim = :'alice_claim' AS still_alices FROM idempotency.outbox_message
- WHERE id = :alice_id;
+SELECT (SELECT state FROM idempotency.outbox_message WHERE id = :alice_id) AS state,
+       (SELECT claim = :'alice_claim' FROM idempotency.outbox_in_flight WHERE id = :alice_id) AS still_alices;
 -- grants: publish only, then consume too, then revoked
 SET ROLE regress_alice;
 SELECT idempotency.grant_topic('payments', 'regress_bob', publish => true, consume => false);
@@ -314,15 +357,23 @@ SELECT topic, published, delivered, retried, dead, in_flight, undelivered,
   FROM idempotency.outbox_stats;
 SELECT idempotency.alter_topic('payments', retention => '0 s');
 SELECT count(*) FROM (SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.claim('payments', 100)) a;
-SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_message
- WHERE state = 'pending' AND claim IS NOT NULL;
+SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.outbox_in_flight;
 SELECT idempotency.publish('payments', '{"n": "purge me"}') IS NOT NULL;
 SELECT idempotency.ack(claim, ARRAY[id]) FROM idempotency.claim('payments');
--- only rows acked with the new retention expire now; purge() counts them
-SELECT idempotency.purge() > 0 AS purged;
+-- ack deleted the delivered rows (claims in shared memory): nothing for
+-- purge() to delete; it writes the acked counts into the topic's row, and
+-- outbox_stats counts every message once, before and after
+SELECT topic, published, delivered, retried, dead, in_flight, undelivered
+  FROM idempotency.outbox_stats;
+SELECT idempotency.purge() AS purged;
 SELECT state, count(*) FROM idempotency.outbox_message GROUP BY state ORDER BY state;
 SELECT topic, published, delivered, retried, dead, in_flight, undelivered
   FROM idempotency.outbox_stats;
+RESET ROLE;
+SELECT purged_delivered, purged_retries FROM idempotency.outbox_topic WHERE name = 'payments';
+SELECT delivered, retried FROM idempotency._outbox_counts(
+  (SELECT id FROM idempotency.outbox_topic WHERE name = 'payments'));
+SET ROLE regress_alice;
 -- drop: refused while messages are undelivered, unless forced
 SELECT idempotency.publish('payments', '{"n": "undelivered"}') IS NOT NULL;
 SELECT idempotency.drop_topic('payments');
@@ -359,18 +410,32 @@ SELECT idempotency.drop_topic('alice-only', force => true);
 -- statement still returns another ready message
 SELECT idempotency.create_topic('lapse', max_attempts => 1) > 0 AS created;
 SELECT idempotency.publish('lapse', '{"n": "lapsed"}') IS NOT NULL AS published;
-SELECT count(*) AS claimed FROM idempotency.claim('lapse', 1, '1 minute');
+SELECT count(*) AS claimed FROM idempotency.claim('lapse', 1, '10 ms');
 SELECT idempotency.publish('lapse', '{"n": "ready"}') IS NOT NULL AS published;
-RESET ROLE;
--- the claim lapsed 2 s ago, the other message became ready 1 s ago
-UPDATE idempotency.outbox_message
-   SET available_at = now() - CASE payload->>'n' WHEN 'lapsed' THEN interval '2 s' ELSE interval '1 s' END
- WHERE payload->>'n' IN ('lapsed', 'ready');
-SET ROLE regress_alice;
+-- the claim lapses; the lapsed message was available first (its row kept
+-- its publish time), the other one after it
+SELECT pg_sleep(0.05);
 SELECT payload->>'n' AS n, attempt FROM idempotency.claim('lapse', 1);
-SELECT payload->>'n' AS n, state, attempts, claim IS NOT NULL AS claimed
-  FROM idempotency.outbox_message ORDER BY id;
+RESET ROLE;
+SELECT m.payload->>'n' AS n, m.state, coalesce(f.attempt, m.attempts) AS attempts,
+       f.id IS NOT NULL AS claimed
+  FROM idempotency.outbox_message AS m LEFT JOIN idempotency.outbox_in_flight AS f USING (id)
+ ORDER BY m.id;
+SET ROLE regress_alice;
 SELECT idempotency.drop_topic('lapse', force => true);
+
+-- beyond the window (full of a hot key's backlog, its head out), the
+-- claim still hands out the oldest ready message first, not the first key
+-- in key order: 'z' was published before 'a'
+SELECT idempotency.create_topic('beyond') > 0 AS created;
+SELECT count(idempotency.publish('beyond', jsonb_build_object('n', 'h' || i), 'h'))
+  FROM generate_series(1, 70) AS i;
+SELECT idempotency.publish('beyond', '{"n": "z-old"}', 'z') IS NOT NULL AS published;
+SELECT idempotency.publish('beyond', '{"n": "a-new"}', 'a') IS NOT NULL AS published;
+SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
+SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
+SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
+SELECT idempotency.drop_topic('beyond', force => true);
 
 -- ---- issue 25, finding 7: nack's default backoff is capped before it is
 -- doubled (hours of backoff_base at attempt 31 overflowed the interval)
@@ -435,7 +500,40 @@ ROLLBACK PREPARED 'outbox_2pc_rollback';
 SET ROLE regress_alice;
 SELECT payload->>'n' AS n, idempotency.ack(claim, ARRAY[id]) AS acked
   FROM idempotency.claim('twophase');
+-- a claim in a prepared transaction: held while it is prepared; ROLLBACK
+-- PREPARED undoes it as ROLLBACK does (the message is claimable at once, at
+-- attempt 1: with max_attempts 1 a rolled-back claim must not make it
+-- dead), COMMIT PREPARED keeps it
+SELECT idempotency.alter_topic('twophase', max_attempts => 1);
+SELECT idempotency.publish('twophase', '{"n": "claimed in 2pc"}') IS NOT NULL AS published;
+BEGIN;
+SELECT payload->>'n' AS n, attempt FROM idempotency.claim('twophase', 1, '1 hour');
+PREPARE TRANSACTION 'outbox_2pc_claim';
+SELECT count(*) AS claimable_while_prepared FROM idempotency.claim('twophase');
+RESET ROLE;
+ROLLBACK PREPARED 'outbox_2pc_claim';
+SET ROLE regress_alice;
+SELECT count(*) AS in_flight_after_rollback_prepared FROM idempotency.outbox_in_flight;
+BEGIN;
+SELECT payload->>'n' AS n, attempt FROM idempotency.claim('twophase', 1, '1 hour');
+PREPARE TRANSACTION 'outbox_2pc_claim';
+RESET ROLE;
+COMMIT PREPARED 'outbox_2pc_claim';
+SET ROLE regress_alice;
+SELECT attempt FROM idempotency.outbox_in_flight;
+SELECT count(*) AS claimable_after_commit_prepared FROM idempotency.claim('twophase');
+SELECT state, attempts FROM idempotency.outbox_message;
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.outbox_in_flight;
+RESET ROLE;
+SELECT id AS twophase_id FROM idempotency.outbox_topic WHERE name = 'twophase' \gset
+SELECT delivered FROM idempotency._outbox_counts(:twophase_id) AS counted_before_drop;
+SET ROLE regress_alice;
 SELECT idempotency.drop_topic('twophase');
+-- the purge drops a dropped topic's counts (it has no row to add them to)
+RESET ROLE;
+SELECT idempotency.purge() AS purged;
+SELECT delivered FROM idempotency._outbox_counts(:twophase_id) AS counted_after_purge;
+SET ROLE regress_alice;
 -- a topic dropped earlier in the same statement is not published to from
 -- the backend's cache
 SELECT idempotency.create_topic('same-statement') > 0 AS created;

@@ -37,6 +37,7 @@ _PG_init(void)
 	idem_keyid_init();			/* default_ttl, max_key_length */
 	idem_worker_init();			/* purge_*, database; the worker, preloaded */
 	idem_stats_init();			/* stats_max (preloaded), log_waits */
+	idem_outbox_claims_init();	/* outbox_claims, shared memory (preloaded) */
 
 	IDEM_RESERVE_GUC_PREFIX("idempotency");
 

@@ -15,7 +15,7 @@
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
  *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyroute.c keyfast.c keytable.c shard.c
- *	  floor ground:   keyid.c stats.c wakeup.c fingerprint.c runas.c cache.c
+ *	  floor ground:   keyid.c stats.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
  *
  *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
  *	  worker.c          the purge background worker (GUCs purge_*, database)
@@ -52,6 +52,8 @@
  *	                    stats_max, log_waits)
  *	  wakeup.c          wait_for(): relays woken through shared memory at
  *	                    commit (publishers call idem_wake_at_commit)
+ *	  outbox_claims.c   the outbox's claims and acked counts in shared
+ *	                    memory (GUC outbox_claims)
  *	  fingerprint.c     sha256 of a canonical jsonb encoding
  *	  runas.c           prepared SQL as the extension's owner
  *	  cache.c           the one relcache callback every cache shares
@@ -74,6 +76,7 @@
 #include "fmgr.h"
 #include "utils/jsonb.h"
 #include "utils/snapshot.h"
+#include "utils/uuid.h"
 
 /* Our SQLSTATEs (SPEC.md section 4) */
 #define ERRCODE_IDEMPOTENCY_KEY_REUSED		MAKE_SQLSTATE('I','K','0','0','1')
@@ -271,6 +274,22 @@ extern void idem_keytable_init(void);
 /* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
 extern void idem_wakeup_init(void);
 extern void idem_wake_at_commit(int32 topic_id);
+/* outbox_claims.c: claims in shared memory (preloaded), for outbox_relay.c */
+#define CLAIM_NEW 0
+#define CLAIM_LAPSED 1
+#define CLAIM_BUSY 2
+#define CLAIM_FULL 3
+extern int	idem_outbox_claims_max;
+extern void idem_outbox_claims_init(void);
+extern bool idem_outbox_claims_on(void);
+extern int	idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
+									TimestampTz until, TimestampTz now,
+									int32 row_attempts, int32 max_attempts,
+									int32 *lapsed);
+extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token, bool delivered);
+extern void idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried);
+extern int	idem_outbox_counts_list(int32 *topic_ids, int64 *delivered,
+									int64 *retried, int max);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,

@@ -295,6 +295,84 @@ purge_batch(int i, int all, Datum *values)
 }
 
 /*
+ * Acked outbox messages are counted in shared memory (outbox_claims.c: ack
+ * deletes them at once); write those counts into their topics' purged_*
+ * columns.  A topic row another transaction holds (an open alter_topic()
+ * or drop_topic()) is skipped; its counts wait for the next purge.  A
+ * dropped topic's counts are dropped.  What was written is subtracted when
+ * this transaction commits.
+ */
+#define PURGE_COUNT_TOPICS 1000
+static SPIPlanPtr plan_outbox_counts = NULL;
+static TransactionId counts_written_by = InvalidTransactionId;	/* once per transaction */
+
+static void
+purge_outbox_counts(void)
+{
+	int32	   *topic_ids = palloc(PURGE_COUNT_TOPICS * sizeof(int32));
+	int64	   *delivered = palloc(PURGE_COUNT_TOPICS * sizeof(int64));
+	int64	   *retried = palloc(PURGE_COUNT_TOPICS * sizeof(int64));
+	int			n = idem_outbox_counts_list(topic_ids, delivered, retried, PURGE_COUNT_TOPICS);
+	Datum	   *d_ids;
+	Datum	   *d_delivered;
+	Datum	   *d_retried;
+	Oid			types[3] = {INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+	Datum		values[3];
+	uint64		done;
+	uint64		k;
+	int			i;
+
+	if (n == 0 || (TransactionIdIsValid(counts_written_by) &&
+				   TransactionIdEquals(counts_written_by, GetTopTransactionIdIfAny())))
+		return;
+	d_ids = palloc(n * sizeof(Datum));
+	d_delivered = palloc(n * sizeof(Datum));
+	d_retried = palloc(n * sizeof(Datum));
+	for (i = 0; i < n; i++)
+	{
+		d_ids[i] = Int32GetDatum(topic_ids[i]);
+		d_delivered[i] = Int64GetDatum(delivered[i]);
+		d_retried[i] = Int64GetDatum(retried[i]);
+	}
+	values[0] = PointerGetDatum(construct_array(d_ids, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[1] = PointerGetDatum(construct_array(d_delivered, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[2] = PointerGetDatum(construct_array(d_retried, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	done = idem_run_as_owner(&plan_outbox_counts,
+							 "WITH a AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($1),"
+							 "             pg_catalog.unnest($2), pg_catalog.unnest($3)) AS a(id, d, r)),"
+							 " tp AS MATERIALIZED ("
+							 "  SELECT p.id FROM idempotency.outbox_topic AS p"
+							 "   WHERE p.id OPERATOR(pg_catalog.=) ANY ($1)"
+							 "   FOR NO KEY UPDATE OF p SKIP LOCKED),"
+							 " u AS ("
+							 " UPDATE idempotency.outbox_topic AS p"
+							 "    SET purged_delivered = p.purged_delivered OPERATOR(pg_catalog.+) a.d,"
+							 "        purged_retries = p.purged_retries OPERATOR(pg_catalog.+) a.r"
+							 "   FROM a"
+							 "  WHERE p.id OPERATOR(pg_catalog.=) a.id"
+							 "    AND p.id IN (SELECT tp.id FROM tp)"
+							 " RETURNING p.id)"
+							 /* a dropped topic's counts go too */
+							 " SELECT u.id FROM u"
+							 " UNION ALL"
+							 " SELECT a.id FROM a WHERE NOT EXISTS ("
+							 "   SELECT 1 FROM idempotency.outbox_topic AS g"
+							 "    WHERE g.id OPERATOR(pg_catalog.=) a.id)",
+							 3, types, values, NULL, SPI_OK_SELECT);
+	counts_written_by = GetTopTransactionIdIfAny();
+	for (k = 0; k < done; k++)
+	{
+		bool		isnull;
+		int32		id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[k],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+
+		for (i = 0; i < n; i++)
+			if (topic_ids[i] == id)
+				idem_outbox_count_at_commit(id, -delivered[i], -retried[i]);
+	}
+}
+
+/*
  * Delete at most batch_size expired rows from each table of the extension
  * that exists, of role owner (InvalidOid: of every role).  Caller is inside
  * SPI_connect().  counts[i] gets the rows deleted from purge_tables[i];
@@ -327,6 +405,8 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		/* outbox_message is not distributed by distribute(): local everywhere */
 		if (i == PURGE_OUTBOX || !idem_citus_table(relid))
 		{
+			if (i == PURGE_OUTBOX)
+				purge_outbox_counts();
 			counts[i] = purge_batch(i, all, values);
 			total += counts[i];
 			continue;

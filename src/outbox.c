@@ -18,17 +18,25 @@
  * and every statement checks the caller's right on the topic itself.
  *
  * A message's life: publish() inserts it 'pending' with available_at =
- * now (+ deliver_after).  claim() hands out ready pending messages with a
- * fresh claim token and available_at = now + visibility, attempts + 1;
- * nobody else can claim it until available_at passes.  ack(claim, ids)
- * makes it 'delivered' with expires_at = now + the topic's retention (the
- * purge in lifecycle.c deletes it then, in batches, counting it into the
- * topic's purged_* counters).  nack() gives it back with a retry time
+ * now (+ deliver_after).  With the library preloaded (outbox_claims.c)
+ * claim() locks ready pending messages for its transaction and enters a
+ * fresh claim token, the claim's end and the attempt (the row's attempts +
+ * 1) in shared memory: the row is not written, and nobody else claims it
+ * until the claim lapses.  ack(claim, ids) deletes the message (its topic's
+ * delivered count is kept in shared memory until the purge adds it to the
+ * topic's purged_* counters).  nack() writes the attempt and a retry time
  * (capped exponential backoff unless given) or makes it 'dead' after
- * max_attempts; release() gives it back unattempted.  A claim whose
- * visibility passed is claimed again (attempt counted); at max_attempts
- * it goes dead instead.  ack/nack/release name the claim token, so a relay
- * whose claim was taken over can no longer change the message.
+ * max_attempts; release() ends the claim, the attempt not counted.  A claim
+ * whose visibility passed is claimed again: the new claim writes the lapsed
+ * attempt into the row first (so a crash, which empties shared memory and
+ * lapses every claim, loses at most the attempt in flight), and at
+ * max_attempts makes it dead instead.  Without the library preloaded claims
+ * are written into the row as in 0.5.0 (claim token, available_at = the
+ * claim's end, attempts + 1) and ack makes the message 'delivered' with
+ * expires_at = now + the topic's retention (the purge in lifecycle.c
+ * deletes it then, in batches); ack, nack and release accept a claim of
+ * either kind.  ack/nack/release name the claim token, so a relay whose
+ * claim was taken over can no longer change the message.
  *
  * Order per message key, in commit order.  publish() of a keyed message
  * first takes a transaction-level lock on (topic, key) -- an advisory lock
@@ -42,7 +50,9 @@
  * message only if no pending message of its key has a smaller id (the
  * earlier one is delivered or dead), so a key has at most one message out at
  * a time, and the next one becomes claimable only when the earlier one is
- * acked or dead.  There is no cursor or watermark: every claim looks at all
+ * acked or dead (a claim in shared memory leaves its message 'pending', so
+ * it still heads its key; a claim whose snapshot still shows a head that an
+ * ack deleted since finds the row deleted when it locks it, and skips it).  There is no cursor or watermark: every claim looks at all
  * pending rows, so a message whose transaction commits late is found by the
  * next claim, never skipped.  Concurrent claims skip each other's locked
  * rows (FOR UPDATE SKIP LOCKED) and re-check state and available_at on the

@@ -14,6 +14,10 @@
  * every message of its key, and one of them that is out keeps it waiting
  * (issue 25, finding 3: with its old id it went out beside it).
  *
+ * Claims in shared memory (outbox_claims.c, the library preloaded): claim()
+ * locks the rows it hands out and writes none, ack() deletes them; without
+ * it claims are written into the rows (0.5.0's way).  See outbox.c.
+ *
  * Locking: concurrent claims skip each other's locked rows (FOR UPDATE
  * SKIP LOCKED) and re-check state and available_at on the row they lock;
  * redrive() takes the message key's lock (outbox.c) until the transaction
@@ -108,6 +112,7 @@ static SPIPlanPtr plan_redrive_pick = NULL;
 	"                    WHERE w0.topic_id OPERATOR(pg_catalog.=) $1" \
 	"                      AND w0.state OPERATOR(pg_catalog.=) 'pending'" \
 	"                      AND w0.available_at OPERATOR(pg_catalog.<=) $5" \
+	"                      AND NOT idempotency._outbox_claimed(w0.id)" \
 	"                    ORDER BY w0.available_at, w0.id LIMIT $8) AS w" \
 	"  WHERE w.message_key IS NULL OR NOT EXISTS (" \
 	"        SELECT 1 FROM idempotency.outbox_message AS p" \
@@ -145,12 +150,84 @@ static SPIPlanPtr plan_redrive_pick = NULL;
 	" (SELECT u.id FROM idempotency.outbox_message AS u" \
 	"   WHERE u.topic_id OPERATOR(pg_catalog.=) $1 AND u.state OPERATOR(pg_catalog.=) 'pending'" \
 	"     AND u.message_key IS NULL AND u.available_at OPERATOR(pg_catalog.<=) $5" \
+	"     AND NOT idempotency._outbox_claimed(u.id)" \
 	"   ORDER BY u.available_at, u.id LIMIT $2))"
+
+/*
+ * With claims in shared memory (outbox_claims.c): lock the candidates that
+ * no live claim holds, FOR UPDATE SKIP LOCKED, and write nothing; the
+ * caller enters each one in shared memory.  The lock makes a message that
+ * an ack deleted (or a nack changed) after this statement's snapshot was
+ * taken drop out (or be re-checked on its newest version), and keeps a
+ * second claimer off the row until this transaction ends.  The last
+ * column: the row still carries a durable claim (written by 0.5.0, or
+ * without the library preloaded), which lapsed.  The candidates are locked
+ * in the window's order (availability), one primary-key probe each, until
+ * $2 are locked: no sort, so a batch of 100 fetches about 100 rows, not the
+ * whole window of 400 (bench (b): a third of the claim's time).
+ */
+#define CLAIM_SQL_LOCK \
+	", c AS (" \
+	" SELECT r.id, r.message_id, r.message_key, r.payload, r.headers," \
+	"        r.attempts, r.published_at, r.claim IS NOT NULL AS durable" \
+	"   FROM pg_catalog.unnest(ARRAY(SELECT cand.id FROM cand)) AS u(id)" \
+	"   JOIN idempotency.outbox_message AS r ON r.id OPERATOR(pg_catalog.=) u.id" \
+	"  WHERE r.state OPERATOR(pg_catalog.=) 'pending'" \
+	"    AND r.available_at OPERATOR(pg_catalog.<=) $5" \
+	"    AND NOT idempotency._outbox_claimed(r.id)" \
+	"  LIMIT $2 FOR UPDATE OF r SKIP LOCKED)" \
+	" SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers," \
+	"        c.attempts, c.published_at, $3, $4, c.durable" \
+	"   FROM c ORDER BY c.id"
+
+/*
+ * Beyond the window the candidates come in key order (the heads of the
+ * keys, then the unkeyed messages), not in availability order: there they
+ * are sorted, or the first keys in key order would always go first and a
+ * key late in key order could wait for as long as they have backlogs.
+ */
+#define CLAIM_SQL_LOCK_SORTED \
+	", c AS (" \
+	" SELECT r.id, r.message_id, r.message_key, r.payload, r.headers," \
+	"        r.attempts, r.published_at, r.claim IS NOT NULL AS durable" \
+	"   FROM idempotency.outbox_message AS r" \
+	"  WHERE r.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT cand.id FROM cand))" \
+	"    AND r.state OPERATOR(pg_catalog.=) 'pending'" \
+	"    AND r.available_at OPERATOR(pg_catalog.<=) $5" \
+	"    AND NOT idempotency._outbox_claimed(r.id)" \
+	"  ORDER BY r.available_at, r.id" \
+	"  LIMIT $2 FOR UPDATE OF r SKIP LOCKED)" \
+	" SELECT c.id, c.message_id, $7, c.message_key, c.payload, c.headers," \
+	"        c.attempts, c.published_at, $3, $4, c.durable" \
+	"   FROM c ORDER BY c.id"
 
 static const char *const claim_window_sql =
 "WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_REST;
 static const char *const claim_beyond_sql =
 "WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_REST;
+static const char *const claim_window_lock_sql =
+"WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_LOCK;
+static const char *const claim_beyond_lock_sql =
+"WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_LOCK_SORTED;
+
+/*
+ * A claim that took over lapsed claims writes their attempts into the rows
+ * (so a crash loses at most the attempt in flight), and makes those at
+ * max_attempts dead.
+ */
+static const char *const claim_lapsed_sql =
+"UPDATE idempotency.outbox_message AS m"
+"   SET attempts = l.attempts, claim = NULL,"
+"       state = CASE WHEN l.dead THEN 'dead' ELSE 'pending' END,"
+"       last_error = '{\"error\": \"visibility timeout: the claim lapsed without ack or nack\"}'::pg_catalog.jsonb"
+"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))"
+"       AS l(id, attempts, dead)"
+" WHERE m.id OPERATOR(pg_catalog.=) l.id"
+"   AND m.state OPERATOR(pg_catalog.=) 'pending'";
+
+static SPIPlanPtr plan_claim_lock = NULL;
+static SPIPlanPtr plan_claim_beyond_lock = NULL;
+static SPIPlanPtr plan_claim_lapsed = NULL;
 
 static SPIPlanPtr plan_claim_beyond = NULL;
 static SPIPlanPtr plan_window_full = NULL;
@@ -196,6 +273,110 @@ claim_run(SPIPlanPtr *plan, const char *sql, Oid *argtypes, Datum *values,
 }
 
 /*
+ * claim_run() with claims in shared memory: each locked row is entered
+ * there (outbox_claims.c); a lapsed claim taken over has its attempt
+ * written into the row, and one at max_attempts goes dead (the statement
+ * runs again for its place, as in claim_run()).
+ */
+static int32
+claim_run_shared(SPIPlanPtr *plan, const char *sql, Oid *argtypes, Datum *values,
+				 int32 remaining, int32 topic_id, ReturnSetInfo *rsinfo)
+{
+	int32		claimed = 0;
+	pg_uuid_t  *token = DatumGetUUIDP(values[2]);
+	TimestampTz until = DatumGetTimestampTz(values[3]);
+	TimestampTz now = DatumGetTimestampTz(values[4]);
+	int32		max_attempts = DatumGetInt32(values[5]);
+
+	for (;;)
+	{
+		uint64		n;
+		uint64		i;
+		int			nl = 0;
+		int			ndead = 0;
+		Datum	   *l_ids;
+		Datum	   *l_attempts;
+		Datum	   *l_dead;
+
+		values[1] = Int32GetDatum(remaining - claimed);
+		n = idem_run_as_owner(plan, sql, 8, argtypes, values, NULL, SPI_OK_SELECT);
+		if (n == 0)
+			return claimed;
+		l_ids = palloc(n * sizeof(Datum));
+		l_attempts = palloc(n * sizeof(Datum));
+		l_dead = palloc(n * sizeof(Datum));
+		for (i = 0; i < n; i++)
+		{
+			Datum		cols[11];
+			bool		nulls[11];
+			int64		id;
+			int32		row_attempts;
+			int32		lapsed;
+			int			r;
+
+			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cols, nulls);
+			id = DatumGetInt64(cols[0]);
+			row_attempts = DatumGetInt32(cols[6]);
+			if (DatumGetBool(cols[10]) && row_attempts >= max_attempts)
+			{
+				/* a durable claim lapsed at max_attempts: dead */
+				r = CLAIM_LAPSED;
+				lapsed = row_attempts;
+			}
+			else
+			{
+				r = idem_outbox_claim_enter(id, topic_id, token, until, now,
+											row_attempts, max_attempts, &lapsed);
+				if (r == CLAIM_NEW && DatumGetBool(cols[10]))
+				{
+					r = CLAIM_LAPSED;	/* its attempt is in the row already */
+					lapsed = row_attempts;
+				}
+			}
+			if (r == CLAIM_BUSY)
+				continue;
+			if (r == CLAIM_FULL)
+			{
+				ereport(WARNING,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("idempotency.outbox_claims (%d) messages are claimed: claim() hands out fewer",
+								idem_outbox_claims_max),
+						 errhint("Raise idempotency.outbox_claims (a restart is needed) or claim smaller batches.")));
+				break;
+			}
+			if (r == CLAIM_LAPSED)
+			{
+				l_ids[nl] = cols[0];
+				l_attempts[nl] = Int32GetDatum(lapsed);
+				l_dead[nl] = BoolGetDatum(lapsed >= max_attempts);
+				nl++;
+				if (lapsed >= max_attempts)
+				{
+					ndead++;
+					continue;
+				}
+			}
+			cols[6] = Int32GetDatum(r == CLAIM_LAPSED ? lapsed + 1 : row_attempts + 1);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, cols, nulls);
+			claimed++;
+		}
+		if (nl > 0)
+		{
+			Oid			ltypes[3] = {INT8ARRAYOID, INT4ARRAYOID, BOOLARRAYOID};
+			Datum		lvalues[3];
+
+			lvalues[0] = PointerGetDatum(construct_array(l_ids, nl, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			lvalues[1] = PointerGetDatum(construct_array(l_attempts, nl, INT4OID, 4, true, TYPALIGN_INT));
+			lvalues[2] = PointerGetDatum(construct_array(l_dead, nl, BOOLOID, 1, true, TYPALIGN_CHAR));
+			idem_run_as_owner(&plan_claim_lapsed, claim_lapsed_sql, 3, ltypes, lvalues,
+							  NULL, SPI_OK_UPDATE);
+		}
+		if (ndead == 0 || claimed >= remaining)
+			return claimed;
+	}
+}
+
+/*
  * claim(topic, batch_size, visibility) -> the claimed messages (outbox_claim)
  *
  * See outbox.c's file comment for the order and the concurrency.  First from the
@@ -217,6 +398,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	int32		window;
 	Topic		t;
 	int32		n;
+	bool		shared;
 
 	idem_outbox_not_null(fcinfo, 1, "batch_size");
 	idem_outbox_not_null(fcinfo, 2, "visibility");
@@ -240,7 +422,12 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	values[5] = Int32GetDatum(t.max_attempts);
 	values[6] = CStringGetTextDatum(topic);
 	values[7] = Int32GetDatum(window);
-	n = claim_run(&plan_claim, claim_window_sql, argtypes, values, batch, rsinfo);
+	shared = idem_outbox_claims_on();
+	if (shared)
+		n = claim_run_shared(&plan_claim_lock, claim_window_lock_sql, argtypes, values,
+							 batch, t.id, rsinfo);
+	else
+		n = claim_run(&plan_claim, claim_window_sql, argtypes, values, batch, rsinfo);
 
 	if (n < batch)
 	{
@@ -259,10 +446,14 @@ idempotency_claim(PG_FUNCTION_ARGS)
 						  "  WHERE w0.topic_id OPERATOR(pg_catalog.=) $1"
 						  "    AND w0.state OPERATOR(pg_catalog.=) 'pending'"
 						  "    AND w0.available_at OPERATOR(pg_catalog.<=) $2"
+						  "    AND NOT idempotency._outbox_claimed(w0.id)"
 						  "  LIMIT $3) AS w",
 						  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
 		full = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		if (full)
+		if (full && shared)
+			(void) claim_run_shared(&plan_claim_beyond_lock, claim_beyond_lock_sql,
+									argtypes, values, batch - n, t.id, rsinfo);
+		else if (full)
 			(void) claim_run(&plan_claim_beyond, claim_beyond_sql, argtypes, values,
 							 batch - n, rsinfo);
 	}
@@ -271,13 +462,25 @@ idempotency_claim(PG_FUNCTION_ARGS)
 }
 
 /*
+ * What ack, nack and release do with the rows their statement returned
+ * (m.id, t.id, t.name, t.notify, m.attempts, durable: the row carried the
+ * claim itself): with claims in shared memory, end each claim's entry when
+ * the transaction commits, counting an ack's messages delivered.
+ */
+#define ENDS_NOTHING 0			/* claims in the rows: the statement did it all */
+#define ENDS_ACK 1
+#define ENDS_CLAIM 2
+
+/*
  * Run one of the statements that change the claimed messages (ack, nack,
- * release): $1 claim, $2 ids, $3 the caller, $4 now, then extra.
+ * release): $1 claim, $2 ids, $3 the caller, $4 now, then extra.  Returns
+ * how many rows it returned.
  */
 static int32
-claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
+claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
+			   FunctionCallInfo fcinfo,
 			   int nextra, Oid *extratypes, Datum *extra, char *extranulls,
-			   bool notify)
+			   int ends, bool notify)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	char	   *topic = NULL;
@@ -286,11 +489,14 @@ claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
 	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	pg_uuid_t  *token;
 	int			i;
 	uint64		n;
+	uint64		k;
 
 	idem_outbox_not_null(fcinfo, 0, "claim");
 	values[0] = PG_GETARG_DATUM(0);
+	token = DatumGetUUIDP(values[0]);
 	values[1] = idem_outbox_ids_arg(fcinfo, 1);
 	values[2] = ObjectIdGetDatum(GetUserId());
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -301,21 +507,30 @@ claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
 		nulls[4 + i] = extranulls[i];
 	}
 	SPI_connect();
-	n = idem_run_as_owner(plan, sql, 4 + nextra, argtypes, values, nulls,
-						  notify ? SPI_OK_UPDATE_RETURNING : SPI_OK_UPDATE);
-	if (notify && n > 0)
+	n = idem_run_as_owner(plan, sql, 4 + nextra, argtypes, values, nulls, expect);
+	for (k = 0; k < n; k++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
+		HeapTuple	tup = SPI_tuptable->vals[k];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		int32		attempts = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		bool		durable = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 
-		/* messages of one claim share its topic: (id, name, notify) */
-		topic_id = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-		topic = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
-		topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+		if (k == 0)
+		{
+			/* messages of one claim share its topic: (id, name, notify) */
+			topic_id = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+			topic = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 3));
+			topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+		}
+		if (ends == ENDS_ACK && durable)
+			idem_outbox_count_at_commit(topic_id, 1, Max(attempts - 1, 0));
+		else if (ends != ENDS_NOTHING)
+			idem_outbox_claim_end(id, token, ends == ENDS_ACK);
 	}
 	SPI_finish();
-	if (topic != NULL)
+	if (notify && topic != NULL)
 	{
 		idem_wake_at_commit(topic_id);	/* wakeup.c: wait_for() */
 		if (topic_notify)
@@ -324,12 +539,50 @@ claimed_update(SPIPlanPtr *plan, const char *sql, FunctionCallInfo fcinfo,
 	return (int32) n;
 }
 
-/* ack(claim, ids) -> how many of the claim's messages became delivered */
+/* the statements' RETURNING list (see claimed_update()) */
+#define CLAIMED_RETURNING \
+	" RETURNING m.id, t.id, t.name, t.notify, m.attempts, m.claim IS NOT NULL"
+
+/*
+ * Which messages the claim $1 holds: with claims in shared memory, those
+ * whose entry names it, and those whose row does (a durable claim).
+ */
+#define HELD_BY_CLAIM \
+	"   AND (m.claim OPERATOR(pg_catalog.=) $1" \
+	"        OR idempotency._outbox_attempt(m.id, $1) IS NOT NULL)"
+/* the claim's attempt: the row's (durable claim) or the entry's */
+#define CLAIM_ATTEMPT \
+	"COALESCE(CASE WHEN m.claim OPERATOR(pg_catalog.=) $1 THEN m.attempts END," \
+	" idempotency._outbox_attempt(m.id, $1))"
+
+static SPIPlanPtr plan_ack_delete = NULL;
+static SPIPlanPtr plan_nack_shared = NULL;
+static SPIPlanPtr plan_release_shared = NULL;
+
+/*
+ * ack(claim, ids) -> how many of the claim's messages were delivered
+ *
+ * With claims in shared memory the row is deleted (one dead row version
+ * per message, no index entry added), and counted delivered in shared
+ * memory until the purge adds the counts to its topic's row
+ * (outbox_claims.c).  Without: it becomes 'delivered' until the purge.
+ */
 PG_FUNCTION_INFO_V1(idempotency_ack);
 
 Datum
 idempotency_ack(PG_FUNCTION_ARGS)
 {
+	if (idem_outbox_claims_on())
+		PG_RETURN_INT32(claimed_update(&plan_ack_delete,
+									   "DELETE FROM idempotency.outbox_message AS m"
+									   " USING idempotency.outbox_topic AS t"
+									   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+									   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+									   HELD_BY_CLAIM
+									   MAY_CONSUME
+									   CLAIMED_RETURNING,
+									   SPI_OK_DELETE_RETURNING,
+									   fcinfo, 0, NULL, NULL, NULL, ENDS_ACK, false));
 	PG_RETURN_INT32(claimed_update(&plan_ack,
 								   "UPDATE idempotency.outbox_message AS m"
 								   "   SET state = 'delivered', claim = NULL, delivered_at = $4,"
@@ -338,8 +591,10 @@ idempotency_ack(PG_FUNCTION_ARGS)
 								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
 								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
 								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
-								   MAY_CONSUME,
-								   fcinfo, 0, NULL, NULL, NULL, false));
+								   MAY_CONSUME
+								   CLAIMED_RETURNING,
+								   SPI_OK_UPDATE_RETURNING,
+								   fcinfo, 0, NULL, NULL, NULL, ENDS_NOTHING, false));
 }
 
 /*
@@ -348,9 +603,26 @@ idempotency_ack(PG_FUNCTION_ARGS)
  * backoff_max / 2^(attempt - 1) exceeds backoff_base, so it is below
  * backoff_max and cannot leave the interval's range (10 hours * 2^30 did).
  */
-#define BACKOFF_FACTOR \
+#define BACKOFF_FACTOR(A) \
 	"pg_catalog.power(2::pg_catalog.float8," \
-	" LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)"
+	" LEAST(GREATEST(" A " OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)"
+
+#define NACK_SQL(A, HELD) \
+	"UPDATE idempotency.outbox_message AS m" \
+	"   SET claim = NULL, last_error = $5, attempts = " A "," \
+	"       state = CASE WHEN " A " OPERATOR(pg_catalog.>=) t.max_attempts" \
+	"               THEN 'dead' ELSE 'pending' END," \
+	"       available_at = $4 OPERATOR(pg_catalog.+) COALESCE($6," \
+	"           CASE WHEN t.backoff_max OPERATOR(pg_catalog./) " BACKOFF_FACTOR(A) \
+	"                     OPERATOR(pg_catalog.<=) t.backoff_base" \
+	"           THEN t.backoff_max" \
+	"           ELSE LEAST(t.backoff_max, t.backoff_base OPERATOR(pg_catalog.*) " BACKOFF_FACTOR(A) ") END)" \
+	"  FROM idempotency.outbox_topic AS t" \
+	" WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)" \
+	HELD \
+	"   AND m.state OPERATOR(pg_catalog.=) 'pending'" \
+	MAY_CONSUME \
+	CLAIMED_RETURNING
 
 /* nack(claim, ids, error, retry_in) -> how many were given back (or went dead) */
 PG_FUNCTION_INFO_V1(idempotency_nack);
@@ -368,25 +640,22 @@ idempotency_nack(PG_FUNCTION_ARGS)
 	nulls[0] = PG_ARGISNULL(2) ? 'n' : ' ';
 	extra[1] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[1] = PG_ARGISNULL(3) ? 'n' : ' ';
+	if (idem_outbox_claims_on())
+		PG_RETURN_INT32(claimed_update(&plan_nack_shared,
+									   NACK_SQL(CLAIM_ATTEMPT, HELD_BY_CLAIM),
+									   SPI_OK_UPDATE_RETURNING,
+									   fcinfo, 2, types, extra, nulls, ENDS_CLAIM, false));
 	PG_RETURN_INT32(claimed_update(&plan_nack,
-								   "UPDATE idempotency.outbox_message AS m"
-								   "   SET claim = NULL, last_error = $5,"
-								   "       state = CASE WHEN m.attempts OPERATOR(pg_catalog.>=) t.max_attempts"
-								   "               THEN 'dead' ELSE 'pending' END,"
-								   "       available_at = $4 OPERATOR(pg_catalog.+) COALESCE($6,"
-								   "           CASE WHEN t.backoff_max OPERATOR(pg_catalog./) " BACKOFF_FACTOR
-								   "                     OPERATOR(pg_catalog.<=) t.backoff_base"
-								   "           THEN t.backoff_max"
-								   "           ELSE LEAST(t.backoff_max, t.backoff_base OPERATOR(pg_catalog.*) " BACKOFF_FACTOR ") END)"
-								   "  FROM idempotency.outbox_topic AS t"
-								   " WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
-								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
-								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
-								   MAY_CONSUME,
-								   fcinfo, 2, types, extra, nulls, false));
+								   NACK_SQL("m.attempts", "   AND m.claim OPERATOR(pg_catalog.=) $1"),
+								   SPI_OK_UPDATE_RETURNING,
+								   fcinfo, 2, types, extra, nulls, ENDS_NOTHING, false));
 }
 
-/* release(claim, ids) -> how many were given back unattempted (other relays are woken) */
+/*
+ * release(claim, ids) -> how many were given back unattempted (other relays
+ * are woken).  A claim in shared memory just ends (the row never counted
+ * it); a durable one is written back.
+ */
 PG_FUNCTION_INFO_V1(idempotency_release);
 
 Datum
@@ -401,9 +670,21 @@ idempotency_release(PG_FUNCTION_ARGS)
 								   "   AND m.claim OPERATOR(pg_catalog.=) $1"
 								   "   AND m.state OPERATOR(pg_catalog.=) 'pending'"
 								   MAY_CONSUME
-								   " RETURNING t.id, t.name, t.notify",
-								   fcinfo, 0, NULL, NULL, NULL, true);
+								   CLAIMED_RETURNING,
+								   SPI_OK_UPDATE_RETURNING,
+								   fcinfo, 0, NULL, NULL, NULL, ENDS_NOTHING, true);
 
+	if (idem_outbox_claims_on())
+		n += claimed_update(&plan_release_shared,
+							"SELECT m.id, t.id, t.name, t.notify, m.attempts, false"
+							"  FROM idempotency.outbox_message AS m, idempotency.outbox_topic AS t"
+							" WHERE m.id OPERATOR(pg_catalog.=) ANY ($2)"
+							"   AND idempotency._outbox_attempt(m.id, $1) IS NOT NULL"
+							"   AND m.state OPERATOR(pg_catalog.=) 'pending'"
+							MAY_CONSUME
+							" FOR NO KEY UPDATE OF m",
+							SPI_OK_SELECT,
+							fcinfo, 0, NULL, NULL, NULL, ENDS_CLAIM, true);
 	PG_RETURN_INT32(n);
 }
 

@@ -16,9 +16,11 @@ pool.on('error', () => {});
 const SQL = `SELECT outcome FROM idempotency.once($1, $2::jsonb,
   'WITH c AS (INSERT INTO counter AS c (key, n) VALUES ($1, 1)
               ON CONFLICT (key) DO UPDATE SET n = c.n + 1 RETURNING n),
-        p AS (INSERT INTO payment (key, amount) VALUES ($1, $2::int) RETURNING id)
-   SELECT idempotency.publish(''hooks'', jsonb_build_object(''key'', $1::text, ''seq'', c.n, ''payment'', p.id), $1) AS message_id
-     FROM c, p', $3, $4)`;
+        p AS (INSERT INTO payment (key, amount) VALUES ($1, $2::int) RETURNING id),
+        m AS (SELECT idempotency.publish(''hooks'', jsonb_build_object(''key'', $1::text, ''seq'', c.n, ''payment'', p.id), $1) AS message_id
+                FROM c, p),
+        s AS (INSERT INTO sent (message_id) SELECT m.message_id FROM m)
+   SELECT m.message_id FROM m', $3, $4)`;
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 async function send(i) {

@@ -116,7 +116,8 @@ SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerpr
                                         'checkpoint', 'derive_key', 'distribute',
                                         'create_topic', 'alter_topic', 'drop_topic', 'grant_topic', 'revoke_topic',
                                         'publish', 'claim', 'ack', 'nack', 'release', 'redrive', 'wait_for',
-                                        'roleref_in', 'roleref_out', 'roleref_eq']);
+                                        'roleref_in', 'roleref_out', 'roleref_eq',
+                                        '_outbox_claimed', '_outbox_attempt', '_outbox_claim', '_outbox_counts']);
 SELECT is((SELECT pg_get_function_arguments('idempotency.wait_for(text[],interval,bigint[])'::regprocedure)),
           'topics text[], timeout interval DEFAULT ''00:00:30''::interval, since bigint[] DEFAULT NULL::bigint[], OUT woken text[], OUT cursor bigint[]',
           'wait_for() arguments, defaults and result');

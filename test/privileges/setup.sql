@@ -210,7 +210,8 @@ SELECT idempotency.nack(c.claim, ARRAY[c.id]) FROM idempotency.claim('app_topic'
 SELECT c.claim AS app_claim, c.id AS app_claimed_id FROM idempotency.claim('app_topic', 1, '1 hour') AS c \gset
 RESET ROLE;
 INSERT INTO matrix.fixture VALUES ('app_token', :'app_token'), ('app_claim', :'app_claim'),
-    ('app_claimed_id', :'app_claimed_id'), ('app_derived', :'app_derived');
+    ('app_claimed_id', :'app_claimed_id'), ('app_derived', :'app_derived'),
+    ('app_topic_id', (SELECT id::text FROM idempotency.outbox_topic WHERE name = 'app_topic'));
 
 -- ---------------------------------------------------------------------
 -- priv_other: fewer of each, so a count tells whose rows a caller sees

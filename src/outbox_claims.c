@@ -1,0 +1,757 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox_claims.c
+ *	  The outbox's claims in shared memory (issue 26): a claim writes no
+ *	  row version, and per topic the counts of messages acked since the
+ *	  purge last wrote them into the topic's row.
+ *
+ * With the library preloaded, claim() (outbox_relay.c) locks the messages
+ * it hands out FOR UPDATE SKIP LOCKED for its statement's transaction and
+ * enters each one here: (database, install, message id) -> claim token,
+ * claimed until, attempt (the install: see ClaimKey).  The row stays as it is ('pending', available_at
+ * unchanged), so a claim costs a row lock, not a row version.  ack()
+ * deletes the row; nack() writes it (attempts, retry time, dead); release()
+ * writes nothing.  Each ends the entry when its transaction commits
+ * (end_at_commit below); a claim whose transaction aborts removes the
+ * entries it made.  What the entries give the SQL statements:
+ *
+ *	idempotency._outbox_claimed(id)			claimed, and its claim not lapsed?
+ *	idempotency._outbox_attempt(id, claim)	the claim's attempt, NULL if id
+ *											is not held by that claim
+ *	idempotency._outbox_counts(topic_id)	acked and retried since the purge
+ *											last wrote them into the topic's row
+ *	idempotency._outbox_claim(id)			the claim that holds id
+ *
+ * A lapsed entry stays until another claim takes the message over (then
+ * that claim writes the lapsed attempt into the row: see outbox_relay.c) or
+ * the table is full (then lapsed entries are dropped, and with them the
+ * attempts they counted).  A crash or restart empties the table: every
+ * claim lapses at once and the attempt in flight is not counted (attempts
+ * of earlier lapsed claims are in the row already).
+ *
+ * Locking: claims->lock (an LWLock) guards both hash tables: shared to look
+ * up, exclusive to add, change or remove an entry.  Nothing waits while
+ * holding it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/procarray.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/acl.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "compat.h"
+#include "idempotency.h"
+
+#define CLAIMS_TRANCHE "idempotency outbox claims"
+#define COUNT_TOPICS 4096		/* topics with unflushed counts */
+
+/*
+ * The message and topic ids restart at 1 when the extension is dropped and
+ * created again, and a database dropped and created again with CREATE
+ * DATABASE ... OID has the same oid: each key also names the install, by
+ * the OID of its outbox_message_id_seq (new with every CREATE EXTENSION),
+ * so that no entry passes to a message or topic that reuses its numbers.
+ */
+typedef struct ClaimKey
+{
+	Oid			db;
+	Oid			gen;			/* outbox_message_id_seq's OID */
+	int64		id;
+} ClaimKey;
+
+typedef struct ClaimEntry
+{
+	ClaimKey	key;
+	pg_uuid_t	token;
+	TimestampTz until;
+	int32		attempt;
+	int32		topic_id;
+	TransactionId xid;			/* the claim's transaction until it commits
+								 * (InvalidTransactionId after): a prepared
+								 * one ends without this backend's callback */
+} ClaimEntry;
+
+typedef struct CountKey
+{
+	Oid			db;
+	Oid			gen;			/* as in ClaimKey */
+	int32		topic_id;
+} CountKey;
+
+typedef struct CountEntry
+{
+	CountKey	key;
+	int64		delivered;
+	int64		retried;
+} CountEntry;
+
+typedef struct ClaimsShared
+{
+	LWLock	   *lock;
+} ClaimsShared;
+
+/* what this transaction does to the table at its end */
+typedef enum PendingKind
+{
+	PENDING_MADE,				/* a claim's entry: removed if it aborts */
+	PENDING_END,				/* ack/nack/release: removed at commit */
+	PENDING_COUNT				/* counts added (flush: subtracted) at commit */
+} PendingKind;
+
+typedef struct Pending
+{
+	PendingKind kind;
+	Oid			gen;			/* the install (ClaimKey), read when added */
+	int64		id;
+	pg_uuid_t	token;
+	int32		topic_id;
+	bool		delivered;		/* PENDING_END: count it delivered */
+	int64		delivered_n;	/* PENDING_COUNT */
+	int64		retried_n;
+	int			level;			/* the (sub)transaction's nesting level */
+} Pending;
+
+int			idem_outbox_claims_max = 65536;
+
+static ClaimsShared *claims = NULL;
+static HTAB *claim_hash = NULL;
+static HTAB *count_hash = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static List *pending = NIL;		/* of Pending, in TopTransactionContext */
+static bool callback_registered = false;
+static Oid	gen_relid = InvalidOid; /* outbox_message_id_seq, cached */
+
+static void claims_relcache(Oid relid);
+
+/* ---------------------------------------------------------------------
+ * Shared memory
+ * ---------------------------------------------------------------------
+ */
+static void
+claims_shmem_request(void)
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(ClaimsShared)) +
+						   hash_estimate_size(idem_outbox_claims_max, sizeof(ClaimEntry)) +
+						   hash_estimate_size(COUNT_TOPICS, sizeof(CountEntry)));
+	RequestNamedLWLockTranche(CLAIMS_TRANCHE, 1);
+}
+
+static void
+claims_shmem_startup(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	claims = ShmemInitStruct("idempotency outbox claims", sizeof(ClaimsShared), &found);
+	if (!found)
+		claims->lock = &(GetNamedLWLockTranche(CLAIMS_TRANCHE))->lock;
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(ClaimKey);
+	info.entrysize = sizeof(ClaimEntry);
+	claim_hash = ShmemInitHash("idempotency outbox claims hash",
+							   idem_outbox_claims_max, idem_outbox_claims_max,
+							   &info, HASH_ELEM | HASH_BLOBS);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(CountKey);
+	info.entrysize = sizeof(CountEntry);
+	count_hash = ShmemInitHash("idempotency outbox counts hash",
+							   COUNT_TOPICS, COUNT_TOPICS,
+							   &info, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* from _PG_init, before the prefix is reserved: the GUC; preloaded, the shared memory */
+void
+idem_outbox_claims_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomIntVariable("idempotency.outbox_claims",
+							"Most outbox messages claimed at once (claims live in shared memory).",
+							"A claim that finds the table full drops lapsed claims; if none, it claims fewer messages.",
+							&idem_outbox_claims_max,
+							65536, 64, INT_MAX / 64,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	idem_request_shmem(claims_shmem_request);
+	idem_relcache_add(claims_relcache);
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = claims_shmem_startup;
+}
+
+/* are claims held in shared memory?  (else claim() writes them into the row) */
+bool
+idem_outbox_claims_on(void)
+{
+	return claim_hash != NULL;
+}
+
+/*
+ * This database's install of the extension: the OID of its
+ * outbox_message_id_seq (InvalidOid without one), cached until a relcache
+ * invalidation names it.  Catalog reads: never with claims->lock held,
+ * never at the transaction's end (Pending keeps what was read).
+ */
+static Oid
+claims_gen(void)
+{
+	Oid			nsp;
+
+	if (OidIsValid(gen_relid))
+		return gen_relid;
+	idem_relcache_watch();
+	nsp = get_namespace_oid("idempotency", true);
+	if (OidIsValid(nsp))
+		gen_relid = get_relname_relid("outbox_message_id_seq", nsp);
+	return gen_relid;
+}
+
+static void
+claims_relcache(Oid relid)
+{
+	if (!OidIsValid(relid) || relid == gen_relid)
+		gen_relid = InvalidOid;
+}
+
+static inline ClaimKey
+claim_key_of(Oid gen, int64 id)
+{
+	ClaimKey	k;
+
+	memset(&k, 0, sizeof(k));
+	k.db = MyDatabaseId;
+	k.gen = gen;
+	k.id = id;
+	return k;
+}
+
+static inline ClaimKey
+claim_key(int64 id)
+{
+	return claim_key_of(claims_gen(), id);
+}
+
+/*
+ * Did the transaction that made an entry abort?  Only a prepared one can
+ * have (ROLLBACK PREPARED runs no callback of the backend that claimed); an
+ * entry of a transaction that aborted here is removed at its abort.
+ */
+static bool
+claim_aborted(TransactionId xid)
+{
+	return TransactionIdIsValid(xid) && !TransactionIdIsInProgress(xid) &&
+		!TransactionIdDidCommit(xid);
+}
+
+/* ---------------------------------------------------------------------
+ * At the transaction's end
+ * ---------------------------------------------------------------------
+ */
+static void
+count_add(Oid gen, int32 topic_id, int64 delivered, int64 retried)
+{
+	CountKey	k;
+	CountEntry *c;
+	bool		found;
+
+	memset(&k, 0, sizeof(k));
+	k.db = MyDatabaseId;
+	k.gen = gen;
+	k.topic_id = topic_id;
+	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+	found = c != NULL;
+	if (c == NULL && hash_get_num_entries(count_hash) < COUNT_TOPICS)
+		c = (CountEntry *) hash_search(count_hash, &k, HASH_ENTER_NULL, &found);
+	if (c == NULL)
+		return;					/* full: the counts are lost (documented) */
+	if (!found)
+		c->delivered = c->retried = 0;
+	c->delivered += delivered;
+	c->retried += retried;
+	if (c->delivered == 0 && c->retried == 0)
+		hash_search(count_hash, &k, HASH_REMOVE, NULL);
+}
+
+static void
+claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	ListCell   *lc;
+
+	if (pending == NIL)
+		return;
+	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		event != XACT_EVENT_PREPARE && event != XACT_EVENT_PARALLEL_COMMIT &&
+		event != XACT_EVENT_PARALLEL_ABORT)
+		return;
+	/*
+	 * prepared: its claims stay, their xid set (claim_aborted(): ROLLBACK
+	 * PREPARED undoes them); what its acks end lapses (documented)
+	 */
+	if (event != XACT_EVENT_PREPARE && claim_hash != NULL)
+	{
+		bool		commit = event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT;
+
+		LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+		foreach(lc, pending)
+		{
+			Pending    *p = (Pending *) lfirst(lc);
+			ClaimKey	k = claim_key_of(p->gen, p->id);
+			ClaimEntry *e;
+
+			if (p->kind == PENDING_COUNT)
+			{
+				if (commit)
+					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
+				continue;
+			}
+			if (p->kind != PENDING_MADE && !commit)
+				continue;
+			e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+			if (e == NULL || memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) != 0)
+				continue;
+			if (p->kind == PENDING_MADE && commit)
+			{
+				e->xid = InvalidTransactionId;	/* committed: no need to ask */
+				continue;
+			}
+			if (p->kind == PENDING_END && p->delivered)
+				count_add(p->gen, e->topic_id, 1, Max(e->attempt - 1, 0));
+			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+		}
+		LWLockRelease(claims->lock);
+	}
+	pending = NIL;				/* its memory goes with TopTransactionContext */
+}
+
+/*
+ * A subtransaction's pending ends and counts go with its abort (and the
+ * claims it made end at once: its row locks are gone); on commit they
+ * pass to its parent.
+ */
+static void
+claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_unused(),
+						SubTransactionId parentSubid pg_attribute_unused(),
+						void *arg pg_attribute_unused())
+{
+	int			level = GetCurrentTransactionNestLevel();
+	List	   *kept = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (pending == NIL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	if (event == SUBXACT_EVENT_ABORT_SUB && claim_hash != NULL)
+		LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	foreach(lc, pending)
+	{
+		Pending    *p = (Pending *) lfirst(lc);
+
+		if (p->level >= level)
+		{
+			if (event == SUBXACT_EVENT_COMMIT_SUB)
+				p->level = level - 1;
+			else
+			{
+				if (p->kind == PENDING_MADE && claim_hash != NULL)
+				{
+					ClaimKey	k = claim_key_of(p->gen, p->id);
+					ClaimEntry *e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+
+					if (e != NULL && memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) == 0)
+						hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+				}
+				continue;
+			}
+		}
+		kept = lappend(kept, p);
+	}
+	if (event == SUBXACT_EVENT_ABORT_SUB && claim_hash != NULL)
+		LWLockRelease(claims->lock);
+	MemoryContextSwitchTo(old);
+	pending = kept;
+}
+
+static void
+pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
+			bool delivered, int64 delivered_n, int64 retried_n)
+{
+	MemoryContext old;
+	Pending    *p;
+	Oid			gen = claims_gen();
+
+	if (!callback_registered)
+	{
+		RegisterXactCallback(claims_xact_callback, NULL);
+		RegisterSubXactCallback(claims_subxact_callback, NULL);
+		callback_registered = true;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	p = palloc0(sizeof(Pending));
+	p->kind = kind;
+	p->gen = gen;
+	p->id = id;
+	if (token)
+		p->token = *token;
+	p->topic_id = topic_id;
+	p->delivered = delivered;
+	p->delivered_n = delivered_n;
+	p->retried_n = retried_n;
+	p->level = GetCurrentTransactionNestLevel();
+	pending = lappend(pending, p);
+	MemoryContextSwitchTo(old);
+}
+
+/* ---------------------------------------------------------------------
+ * For outbox_relay.c and lifecycle.c
+ * ---------------------------------------------------------------------
+ */
+
+/* drop the lapsed entries (exclusive lock held); how many */
+static int
+claims_sweep(TimestampTz now)
+{
+	HASH_SEQ_STATUS seq;
+	ClaimEntry *e;
+	int			n = 0;
+
+	hash_seq_init(&seq, claim_hash);
+	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
+		if (e->until <= now || claim_aborted(e->xid))
+		{
+			hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
+			n++;
+		}
+	return n;
+}
+
+/*
+ * Is there room for one more entry (exclusive lock held)?  The table is a
+ * shared dynahash: HASH_ENTER_NULL fails only when the whole shared memory
+ * segment is used up, not at its max_size, so the entries are counted
+ * here; a full table drops its lapsed entries first.  (Growing past
+ * max_size took the spare memory the lock table grows into: 53200 for
+ * every session of the cluster.)
+ */
+static bool
+claims_room(TimestampTz now)
+{
+	if (hash_get_num_entries(claim_hash) < idem_outbox_claims_max)
+		return true;
+	return claims_sweep(now) > 0;
+}
+
+/*
+ * Claim message id (its row locked by this transaction) for token until
+ * until: CLAIM_NEW (*lapsed = -1), CLAIM_LAPSED (a lapsed claim taken over:
+ * *lapsed its attempt, the new one is *lapsed + 1), CLAIM_BUSY (claimed by
+ * another claim, not lapsed) or CLAIM_FULL.  row_attempts: the row's.
+ * With *lapsed >= max_attempts the entry is removed instead (the caller
+ * makes the message dead).
+ */
+int
+idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
+						TimestampTz until, TimestampTz now, int32 row_attempts,
+						int32 max_attempts, int32 *lapsed)
+{
+	ClaimKey	k = claim_key(id);
+	ClaimEntry *e;
+	bool		found;
+	int			result;
+
+	*lapsed = -1;
+	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+	found = e != NULL;
+	if (e != NULL && claim_aborted(e->xid))
+		found = false;			/* rolled back after PREPARE: as if never made */
+	if (e == NULL && claims_room(now))
+		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
+	if (e == NULL)
+	{
+		LWLockRelease(claims->lock);
+		return CLAIM_FULL;
+	}
+	if (found && e->until > now)
+	{
+		LWLockRelease(claims->lock);
+		return CLAIM_BUSY;
+	}
+	if (found)
+	{
+		*lapsed = Max(e->attempt, row_attempts);
+		if (*lapsed >= max_attempts)
+		{
+			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+			LWLockRelease(claims->lock);
+			return CLAIM_LAPSED;
+		}
+		e->attempt = *lapsed + 1;
+		result = CLAIM_LAPSED;
+	}
+	else
+	{
+		e->attempt = row_attempts + 1;
+		result = CLAIM_NEW;
+	}
+	e->token = *token;
+	e->until = until;
+	e->topic_id = topic_id;
+	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
+	LWLockRelease(claims->lock);
+	pending_add(PENDING_MADE, id, token, topic_id, false, 0, 0);
+	return result;
+}
+
+/* ack/nack/release of id by token: the entry ends when this transaction commits */
+void
+idem_outbox_claim_end(int64 id, const pg_uuid_t *token, bool delivered)
+{
+	pending_add(PENDING_END, id, token, 0, delivered, 0, 0);
+}
+
+/* a delivered message no entry counts (a durable claim's): counted at commit */
+void
+idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried)
+{
+	if (claim_hash != NULL)
+		pending_add(PENDING_COUNT, 0, NULL, topic_id, false, delivered, retried);
+}
+
+/*
+ * This database's unflushed counts, for the purge to write into the topics'
+ * rows: up to max of them into the arrays; returns how many.  Those of an
+ * earlier install of the extension in this database are dropped.  The purge
+ * subtracts what it wrote with idem_outbox_count_at_commit(-d, -r).
+ */
+int
+idem_outbox_counts_list(int32 *topic_ids, int64 *delivered, int64 *retried, int max)
+{
+	HASH_SEQ_STATUS seq;
+	CountEntry *c;
+	int			n = 0;
+	Oid			gen;
+
+	if (count_hash == NULL)
+		return 0;
+	gen = claims_gen();
+	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, count_hash);
+	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
+	{
+		if (c->key.db != MyDatabaseId)
+			continue;
+		if (c->key.gen != gen)
+		{
+			/* an install dropped since (DROP EXTENSION): its topics are gone */
+			if (OidIsValid(gen))
+				hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+			continue;
+		}
+		if (n >= max)
+		{
+			hash_seq_term(&seq);
+			break;
+		}
+		topic_ids[n] = c->key.topic_id;
+		delivered[n] = c->delivered;
+		retried[n] = c->retried;
+		n++;
+	}
+	LWLockRelease(claims->lock);
+	return n;
+}
+
+/* ---------------------------------------------------------------------
+ * SQL-callable (the extension's owner only: run by its statements)
+ * ---------------------------------------------------------------------
+ */
+
+/* _outbox_claimed(id) -> is id claimed, its claim not lapsed? */
+PG_FUNCTION_INFO_V1(idempotency_outbox_claimed);
+
+Datum
+idempotency_outbox_claimed(PG_FUNCTION_ARGS)
+{
+	ClaimKey	k;
+	ClaimEntry *e;
+	bool		claimed = false;
+	TransactionId xid = InvalidTransactionId;
+
+	if (claim_hash == NULL)
+		PG_RETURN_BOOL(false);
+	k = claim_key(PG_GETARG_INT64(0));
+	LWLockAcquire(claims->lock, LW_SHARED);
+	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+	if (e != NULL)
+	{
+		claimed = e->until > GetCurrentTimestamp();
+		xid = e->xid;
+	}
+	LWLockRelease(claims->lock);
+	PG_RETURN_BOOL(claimed && !claim_aborted(xid));
+}
+
+/* _outbox_attempt(id, claim) -> the claim's attempt of id, NULL unless it holds id */
+PG_FUNCTION_INFO_V1(idempotency_outbox_attempt);
+
+Datum
+idempotency_outbox_attempt(PG_FUNCTION_ARGS)
+{
+	ClaimKey	k;
+	ClaimEntry *e;
+	pg_uuid_t  *token = PG_GETARG_UUID_P(1);
+	int32		attempt = -1;
+	TransactionId xid = InvalidTransactionId;
+
+	if (claim_hash == NULL)
+		PG_RETURN_NULL();
+	k = claim_key(PG_GETARG_INT64(0));
+	LWLockAcquire(claims->lock, LW_SHARED);
+	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+	if (e != NULL && memcmp(&e->token, token, sizeof(pg_uuid_t)) == 0)
+	{
+		attempt = e->attempt;
+		xid = e->xid;
+	}
+	LWLockRelease(claims->lock);
+	if (attempt < 0 || claim_aborted(xid))
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(attempt);
+}
+
+/*
+ * May the caller see topic_id's counts?  A role in pg_read_all_stats sees
+ * every topic (as outbox_stats shows them); others, the topics they see
+ * in outbox_topic (its row-level security: owned or granted).
+ */
+static bool
+topic_visible(int32 topic_id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
+	bool		visible;
+
+	if (has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+		return true;
+	values[0] = Int32GetDatum(topic_id);
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT 1 FROM idempotency.outbox_topic AS t"
+							  " WHERE t.id OPERATOR(pg_catalog.=) $1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read idempotency.outbox_topic");
+	visible = SPI_processed > 0;
+	SPI_finish();
+	return visible;
+}
+
+/*
+ * _outbox_counts(topic_id) -> (delivered, retried): acked since the purge
+ * last wrote the counts into the topic's row
+ */
+PG_FUNCTION_INFO_V1(idempotency_outbox_counts);
+
+Datum
+idempotency_outbox_counts(PG_FUNCTION_ARGS)
+{
+	int32		topic_id = PG_GETARG_INT32(0);
+	TupleDesc	desc;
+	Datum		values[2] = {Int64GetDatum(0), Int64GetDatum(0)};
+	bool		nulls[2] = {false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "_outbox_counts must return a row");
+	if (claim_hash != NULL && topic_visible(topic_id))
+	{
+		CountKey	k;
+		CountEntry *c;
+
+		memset(&k, 0, sizeof(k));
+		k.db = MyDatabaseId;
+		k.gen = claims_gen();
+		k.topic_id = topic_id;
+		LWLockAcquire(claims->lock, LW_SHARED);
+		c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+		if (c != NULL)
+		{
+			values[0] = Int64GetDatum(c->delivered);
+			values[1] = Int64GetDatum(c->retried);
+		}
+		LWLockRelease(claims->lock);
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+/*
+ * _outbox_claim(id) -> (claim, claimed_until, attempt) of the claim in
+ * shared memory that holds id, lapsed or not (NULLs: none); for the view
+ * outbox_in_flight.  A token alone lets nobody ack: ack() also checks the
+ * caller's right to consume the message's topic; still, it is shown only
+ * to whom the topic is visible (as _outbox_counts), not to any caller who
+ * guesses message ids.
+ */
+PG_FUNCTION_INFO_V1(idempotency_outbox_claim);
+
+Datum
+idempotency_outbox_claim(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[3] = {0, 0, 0};
+	bool		nulls[3] = {true, true, true};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "_outbox_claim must return a row");
+	if (claim_hash != NULL)
+	{
+		ClaimKey	k = claim_key(PG_GETARG_INT64(0));
+		ClaimEntry *e;
+		pg_uuid_t  *token = palloc(sizeof(pg_uuid_t));
+		int32		topic_id = 0;
+		TransactionId xid = InvalidTransactionId;
+
+		LWLockAcquire(claims->lock, LW_SHARED);
+		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+		if (e != NULL)
+		{
+			*token = e->token;
+			values[0] = UUIDPGetDatum(token);
+			values[1] = TimestampTzGetDatum(e->until);
+			values[2] = Int32GetDatum(e->attempt);
+			nulls[0] = nulls[1] = nulls[2] = false;
+			topic_id = e->topic_id;
+			xid = e->xid;
+		}
+		LWLockRelease(claims->lock);
+		if (!nulls[0] && claim_aborted(xid))
+			nulls[0] = nulls[1] = nulls[2] = true;	/* rolled back after PREPARE */
+		/* another role's message: nothing (the function takes any id) */
+		if (!nulls[0] && !topic_visible(topic_id))
+			nulls[0] = nulls[1] = nulls[2] = true;
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
