@@ -126,7 +126,15 @@ public class IdempotencyFilter implements Filter {
 		public Options methods(String... m) { methods = new TreeSet<>(List.of(m)); return this; }
 		public Options required(boolean r) { required = r; return this; }
 		public Options lockWaitMillis(int ms) { lockWaitMillis = ms; return this; }
+		/** How long begin() waits for a duplicate in flight (Duration, as lease and renewEvery). */
+		public Options lockWait(Duration d) { lockWaitMillis = millis(d); return this; }
 		public Options retries(int n) { retries = n; return this; }
+		/** The key's lifetime; null: the server's idempotency.default_ttl. */
+		public Options ttl(Duration d) { ttl = d == null ? null : interval(d); return this; }
+		/** The key's lifetime as interval text ("7 days"). */
+		public Options ttlInterval(String interval) { ttl = interval; return this; }
+		/** @deprecated interval text: use ttl(Duration) or ttlInterval(String). */
+		@Deprecated
 		public Options ttl(String interval) { ttl = interval; return this; }
 		public Options header(String name) { headers.add(name); return this; }
 		public Options store(IntPredicate p) { store = p; return this; }
@@ -215,7 +223,11 @@ public class IdempotencyFilter implements Filter {
 			o.required(Boolean.parseBoolean(param(config, "required", "true")));
 			o.lockWaitMillis(Integer.parseInt(param(config, "lockWaitMillis", "200")));
 			o.retries(Integer.parseInt(param(config, "retries", "3")));
-			o.ttl(config.getInitParameter("ttl"));
+			// ttl: an ISO-8601 duration (PT24H, P7D), as lease and renewEvery; other text
+			// is interval text ("7 days"), as before
+			String ttl = config.getInitParameter("ttl");
+			if (ttl != null && ttl.matches("(?i)-?P.*")) o.ttl(duration(ttl));
+			else o.ttlInterval(ttl);
 			String headers = config.getInitParameter("headers");
 			if (headers != null) for (String h : headers.split("\\s*,\\s*")) if (!h.isEmpty()) o.header(h);
 			o.maxRequestBytes(Integer.parseInt(param(config, "maxRequestBytes", "1048576")));
@@ -227,6 +239,17 @@ public class IdempotencyFilter implements Filter {
 			}
 			options = o;
 		}
+	}
+
+	private static int millis(Duration d) {
+		if (d == null || d.isNegative() || d.toMillis() > Integer.MAX_VALUE)
+			throw new IllegalArgumentException("lockWait: a Duration from 0 to " + Integer.MAX_VALUE + " ms");
+		return (int) d.toMillis();
+	}
+
+	private static String interval(Duration d) {
+		if (d.isNegative()) throw new IllegalArgumentException("ttl: a Duration >= 0");
+		return d.toMillis() + " milliseconds";
 	}
 
 	/** An ISO-8601 duration (PT2S, PT0.7S) or a number of seconds. */
@@ -281,7 +304,7 @@ public class IdempotencyFilter implements Filter {
 			if (u != null && !u.isEmpty()) scope = scope + "|user:" + u;
 		}
 		Idempotency.Options o = new Idempotency.Options().scope(scope).lockWaitMillis(options.lockWaitMillis)
-			.retries(options.retries).ttl(options.ttl).store(options.store);
+			.retries(options.retries).ttlInterval(options.ttl).store(options.store);
 		o.headers = new ArrayList<>(options.headers);
 		String query = req.getQueryString();
 		String fingerprint = Idempotency.requestJson(req.getMethod(),

@@ -140,5 +140,21 @@ public class IdempotencyCheck {
 		b = Idempotency.run(conn, ks, "{}", all, c -> Response.of(201, "application/json", "{}"));
 		check("Options.store(s -> true) stores a 503, and it is replayed",
 			a.status == 503 && b.status == 503 && b.replayed, a.status + " " + b.status + " " + b.replayed);
+		// durations as Phases takes them: ttl(Duration), lockWait(Duration)
+		String kd = p + "ttl-duration";
+		Idempotency.Options hour = new Idempotency.Options().ttl(java.time.Duration.ofHours(1))
+			.lockWait(java.time.Duration.ofMillis(150));
+		Idempotency.run(conn, kd, "{}", hour, c -> Response.of(201, "application/json", "{}"));
+		long secs = -1;
+		try (java.sql.PreparedStatement ps = conn.prepareStatement(
+				"SELECT extract(epoch FROM expires_at - created_at)::bigint FROM idempotency.idempotency_key WHERE key = ?")) {
+			ps.setString(1, kd);
+			try (java.sql.ResultSet rs = ps.executeQuery()) { if (rs.next()) secs = rs.getLong(1); }
+		}
+		check("Options.ttl(Duration.ofHours(1)): the key lives 3600 s; lockWait(Duration.ofMillis(150)): 150 ms",
+			secs == 3600 && hour.lockWaitMillis == 150, secs + " " + hour.lockWaitMillis);
+		boolean refused = false;
+		try { new Idempotency.Options().ttl(java.time.Duration.ofSeconds(-1)); } catch (IllegalArgumentException e) { refused = true; }
+		check("Options.ttl(a negative Duration): IllegalArgumentException", refused, refused);
 	}
 }

@@ -92,10 +92,31 @@ public final class Idempotency {
 
 		public Options scope(String s) { scope = s; return this; }
 		public Options lockWaitMillis(int ms) { lockWaitMillis = ms; return this; }
+		/** How long begin() waits for a duplicate in flight (as Phases takes its durations). */
+		public Options lockWait(java.time.Duration d) { lockWaitMillis = millis(d, "lockWait"); return this; }
 		public Options retries(int n) { retries = n; return this; }
+		/** The key's lifetime; null: the server's idempotency.default_ttl. */
+		public Options ttl(java.time.Duration d) { ttl = d == null ? null : interval(d, "ttl"); return this; }
+		/** The key's lifetime as interval text ("7 days"), as Phases.Options.ttlInterval. */
+		public Options ttlInterval(String interval) { ttl = interval; return this; }
+		/** @deprecated interval text: use ttl(Duration) or ttlInterval(String). */
+		@Deprecated
 		public Options ttl(String interval) { ttl = interval; return this; }
 		public Options header(String name) { headers.add(name); return this; }
 		public Options store(IntPredicate p) { store = p; return this; }
+	}
+
+	/** A Duration as a whole number of milliseconds for an int setting; negative or too long: refused. */
+	static int millis(java.time.Duration d, String what) {
+		if (d == null || d.isNegative() || d.toMillis() > Integer.MAX_VALUE)
+			throw new IllegalArgumentException(what + ": a Duration from 0 to " + Integer.MAX_VALUE + " ms");
+		return (int) d.toMillis();
+	}
+
+	/** A Duration as interval text ("N milliseconds"); negative: refused. */
+	static String interval(java.time.Duration d, String what) {
+		if (d.isNegative()) throw new IllegalArgumentException(what + ": a Duration >= 0");
+		return d.toMillis() + " milliseconds";
 	}
 
 	private static final String BEGIN_SQL =
