@@ -12,6 +12,9 @@ CREATE DATABASE review_schema;
 CREATE ROLE regress_squatter NOLOGIN;
 GRANT CREATE ON DATABASE review_schema TO regress_squatter;
 \c review_schema
+-- the refusals' CONTEXT (PostgreSQL 18 prints the script's DO block and its
+-- line number in the install script, which moves with every edit of it)
+\set SHOW_CONTEXT never
 SET ROLE regress_squatter;
 CREATE SCHEMA idempotency;
 RESET ROLE;
