@@ -290,6 +290,7 @@ extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token, bool deliver
 extern void idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried);
 extern int	idem_outbox_counts_list(int32 *topic_ids, int64 *delivered,
 									int64 *retried, int max);
+extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,

@@ -299,8 +299,10 @@ purge_batch(int i, int all, Datum *values)
  * deletes them at once); write those counts into their topics' purged_*
  * columns.  A topic row another transaction holds (an open alter_topic()
  * or drop_topic()) is skipped; its counts wait for the next purge.  A
- * dropped topic's counts are dropped.  What was written is subtracted when
- * this transaction commits.
+ * dropped topic's counts are dropped.  The counts are taken out of shared
+ * memory when listed (idem_outbox_counts_list: no second purge beside this
+ * one writes them again) and put back if this transaction aborts; those of
+ * a skipped topic are put back at once.
  */
 #define PURGE_COUNT_TOPICS 1000
 static SPIPlanPtr plan_outbox_counts = NULL;
@@ -312,7 +314,7 @@ purge_outbox_counts(void)
 	int32	   *topic_ids = palloc(PURGE_COUNT_TOPICS * sizeof(int32));
 	int64	   *delivered = palloc(PURGE_COUNT_TOPICS * sizeof(int64));
 	int64	   *retried = palloc(PURGE_COUNT_TOPICS * sizeof(int64));
-	int			n = idem_outbox_counts_list(topic_ids, delivered, retried, PURGE_COUNT_TOPICS);
+	int			n;
 	Datum	   *d_ids;
 	Datum	   *d_delivered;
 	Datum	   *d_retried;
@@ -321,9 +323,14 @@ purge_outbox_counts(void)
 	uint64		done;
 	uint64		k;
 	int			i;
+	bool	   *written;
 
-	if (n == 0 || (TransactionIdIsValid(counts_written_by) &&
-				   TransactionIdEquals(counts_written_by, GetTopTransactionIdIfAny())))
+	/* once per transaction: a second call would take counts and write none */
+	if (TransactionIdIsValid(counts_written_by) &&
+		TransactionIdEquals(counts_written_by, GetTopTransactionIdIfAny()))
+		return;
+	n = idem_outbox_counts_list(topic_ids, delivered, retried, PURGE_COUNT_TOPICS);
+	if (n == 0)
 		return;
 	d_ids = palloc(n * sizeof(Datum));
 	d_delivered = palloc(n * sizeof(Datum));
@@ -360,6 +367,7 @@ purge_outbox_counts(void)
 							 "    WHERE g.id OPERATOR(pg_catalog.=) a.id)",
 							 3, types, values, NULL, SPI_OK_SELECT);
 	counts_written_by = GetTopTransactionIdIfAny();
+	written = palloc0(n * sizeof(bool));
 	for (k = 0; k < done; k++)
 	{
 		bool		isnull;
@@ -368,8 +376,12 @@ purge_outbox_counts(void)
 
 		for (i = 0; i < n; i++)
 			if (topic_ids[i] == id)
-				idem_outbox_count_at_commit(id, -delivered[i], -retried[i]);
+				written[i] = true;
 	}
+	/* the counts of a topic row another transaction holds wait for the next purge */
+	for (i = 0; i < n; i++)
+		if (!written[i])
+			idem_outbox_counts_put_back(topic_ids[i], delivered[i], retried[i]);
 }
 
 /*

@@ -115,7 +115,10 @@ typedef enum PendingKind
 {
 	PENDING_MADE,				/* a claim's entry: removed if it aborts */
 	PENDING_END,				/* ack/nack/release: removed at commit */
-	PENDING_COUNT				/* counts added (flush: subtracted) at commit */
+	PENDING_COUNT,				/* counts added at commit */
+	PENDING_RESTORE				/* counts the purge took out: put back if
+								 * it aborts (a taken count is in no entry
+								 * until then, so no two purges write it) */
 } PendingKind;
 
 typedef struct Pending
@@ -328,6 +331,12 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
 				continue;
 			}
+			if (p->kind == PENDING_RESTORE)
+			{
+				if (!commit)
+					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
+				continue;
+			}
 			if (p->kind != PENDING_MADE && !commit)
 				continue;
 			e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
@@ -378,6 +387,8 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 				p->level = level - 1;
 			else
 			{
+				if (p->kind == PENDING_RESTORE && claim_hash != NULL)
+					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
 				if (p->kind == PENDING_MADE && claim_hash != NULL)
 				{
 					ClaimKey	k = claim_key_of(p->gen, p->id);
@@ -545,9 +556,14 @@ idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried)
 
 /*
  * This database's unflushed counts, for the purge to write into the topics'
- * rows: up to max of them into the arrays; returns how many.  Those of an
- * earlier install of the extension in this database are dropped.  The purge
- * subtracts what it wrote with idem_outbox_count_at_commit(-d, -r).
+ * rows: up to max of them into the arrays; returns how many.  They are taken
+ * out of the table here, under its lock, so that a second purge running
+ * beside this one (purge() beside the worker) cannot write them too, and put
+ * back if this transaction (or its subtransaction) aborts; the purge puts
+ * back at once those of topics it skipped (idem_outbox_counts_put_back).  A
+ * prepared transaction takes them with it: COMMIT PREPARED writes them,
+ * ROLLBACK PREPARED loses them (documented).  Those of an earlier install of
+ * the extension in this database are dropped.
  */
 int
 idem_outbox_counts_list(int32 *topic_ids, int64 *delivered, int64 *retried, int max)
@@ -555,6 +571,7 @@ idem_outbox_counts_list(int32 *topic_ids, int64 *delivered, int64 *retried, int 
 	HASH_SEQ_STATUS seq;
 	CountEntry *c;
 	int			n = 0;
+	int			i;
 	Oid			gen;
 
 	if (count_hash == NULL)
@@ -582,9 +599,29 @@ idem_outbox_counts_list(int32 *topic_ids, int64 *delivered, int64 *retried, int 
 		delivered[n] = c->delivered;
 		retried[n] = c->retried;
 		n++;
+		/* dynahash allows removing the entry the scan just returned */
+		hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
 	}
 	LWLockRelease(claims->lock);
+	for (i = 0; i < n; i++)
+		pending_add(PENDING_RESTORE, 0, NULL, topic_ids[i], false, delivered[i], retried[i]);
 	return n;
+}
+
+/* counts idem_outbox_counts_list() took that the purge did not write: back now */
+void
+idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried)
+{
+	Oid			gen;
+
+	if (count_hash == NULL)
+		return;
+	gen = claims_gen();
+	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	count_add(gen, topic_id, delivered, retried);
+	LWLockRelease(claims->lock);
+	/* an abort puts back what the take registered: this cancels it */
+	pending_add(PENDING_RESTORE, 0, NULL, topic_id, false, -delivered, -retried);
 }
 
 /* ---------------------------------------------------------------------
