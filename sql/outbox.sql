@@ -569,6 +569,19 @@ SELECT published, delivered FROM idempotency.outbox_stats WHERE topic = 'counted
 SELECT purged_delivered FROM idempotency.outbox_topic WHERE name = 'counted-once';
 SET ROLE regress_alice;
 SELECT idempotency.drop_topic('counted-once', true);
+-- a claim that takes over a lapsed claim, in a transaction that rolls
+-- back, puts the lapsed claim back: its attempt still counts (review after
+-- stop 32: the entry was removed and the row's write of the lapsed attempt
+-- rolled back, so the attempt was counted nowhere)
+SELECT idempotency.create_topic('takeover') > 0 AS created;
+SELECT idempotency.publish('takeover', '{}') IS NOT NULL AS published;
+SELECT attempt AS first_attempt FROM idempotency.claim('takeover', 1, '1 millisecond');
+SELECT pg_sleep(0.05);
+BEGIN;
+SELECT attempt AS taken_over_then_rolled_back FROM idempotency.claim('takeover', 1, '1 hour');
+ROLLBACK;
+SELECT attempt AS next_attempt FROM idempotency.claim('takeover', 1, '1 hour');
+SELECT idempotency.drop_topic('takeover', true);
 RESET ROLE;
 SELECT outbox_rows() AS rows_left, (SELECT count(*) FROM idempotency.outbox_topic) AS topics_left;
 DROP FUNCTION outbox_rows();

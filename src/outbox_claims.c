@@ -132,6 +132,8 @@ typedef struct Pending
 	int64		delivered_n;	/* PENDING_COUNT */
 	int64		retried_n;
 	int			level;			/* the (sub)transaction's nesting level */
+	bool		took_over;		/* PENDING_MADE over a lapsed claim: put */
+	ClaimEntry	before;			/* this back if it aborts (its attempt counts) */
 } Pending;
 
 int			idem_outbox_claims_max = 65536;
@@ -270,6 +272,26 @@ claim_aborted(TransactionId xid)
 		!TransactionIdDidCommit(xid);
 }
 
+/*
+ * The same, with the exclusive lock held: an entry whose prepared
+ * transaction is seen committed forgets its xid, so that its status is
+ * never looked up again (an entry can outlive its transaction by a long
+ * time, and the commit log that holds the status is truncated in the end).
+ * Returns whether it aborted.
+ */
+static bool
+claim_resolve(ClaimEntry *e)
+{
+	if (!TransactionIdIsValid(e->xid) || TransactionIdIsInProgress(e->xid))
+		return false;
+	if (TransactionIdDidCommit(e->xid))
+	{
+		e->xid = InvalidTransactionId;
+		return false;
+	}
+	return true;
+}
+
 /* ---------------------------------------------------------------------
  * At the transaction's end
  * ---------------------------------------------------------------------
@@ -342,6 +364,11 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 			if (e == NULL || memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) != 0)
 				continue;
+			if (p->kind == PENDING_MADE && !commit && p->took_over)
+			{
+				*e = p->before;	/* the lapsed claim, its attempt counted */
+				continue;
+			}
 			if (p->kind == PENDING_MADE && commit)
 			{
 				e->xid = InvalidTransactionId;	/* committed: no need to ask */
@@ -395,7 +422,12 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 					ClaimEntry *e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 
 					if (e != NULL && memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) == 0)
-						hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+					{
+						if (p->took_over)
+							*e = p->before;
+						else
+							hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+					}
 				}
 				continue;
 			}
@@ -453,11 +485,12 @@ claims_sweep(TimestampTz now)
 
 	hash_seq_init(&seq, claim_hash);
 	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
-		if (e->until <= now || claim_aborted(e->xid))
-		{
-			hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
-			n++;
-		}
+	{
+		if (e->until > now && !claim_resolve(e))
+			continue;
+		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
+		n++;
+	}
 	return n;
 }
 
@@ -492,6 +525,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 {
 	ClaimKey	k = claim_key(id);
 	ClaimEntry *e;
+	ClaimEntry	before;
 	bool		found;
 	int			result;
 
@@ -499,7 +533,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
 	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 	found = e != NULL;
-	if (e != NULL && claim_aborted(e->xid))
+	if (e != NULL && claim_resolve(e))
 		found = false;			/* rolled back after PREPARE: as if never made */
 	if (e == NULL && claims_room(now))
 		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
@@ -513,6 +547,8 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 		LWLockRelease(claims->lock);
 		return CLAIM_BUSY;
 	}
+	if (found)
+		before = *e;
 	if (found)
 	{
 		*lapsed = Max(e->attempt, row_attempts);
@@ -536,6 +572,15 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
 	LWLockRelease(claims->lock);
 	pending_add(PENDING_MADE, id, token, topic_id, false, 0, 0);
+	if (result == CLAIM_LAPSED)
+	{
+		/* an abort puts the lapsed claim back, so its attempt still counts */
+		Pending    *p = (Pending *) llast(pending);
+
+		p->took_over = true;
+		p->before = before;
+		p->before.xid = InvalidTransactionId;	/* it lapsed: nothing to ask */
+	}
 	return result;
 }
 
