@@ -76,7 +76,7 @@ public final class Phases {
 		private static final long serialVersionUID = 1L;
 		public final boolean permanent;
 		/** The HTTP answer of a permanent error under serve (and the servlet filter). */
-		public final Idempotency.Response answer;
+		public final transient Idempotency.Response answer;
 
 		/** A retryable failure: a resend resumes after the last checkpoint. */
 		public PhaseError(String message) { this(message, null, false, null); }
