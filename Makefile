@@ -38,7 +38,8 @@ OBJS = \
 	src/outbox_notify.o \
 	src/outbox_topics.o \
 	src/outbox_publish.o \
-	src/outbox_relay.o
+	src/outbox_relay.o \
+	src/outbox_inflight.o
 
 EXTENSION = idempotency
 # (names relative to the source directory, also in a VPATH build)

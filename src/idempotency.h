@@ -10,7 +10,7 @@
  * the symbols of the built objects (nm); a file on no floor fails it too.
  *
  *	  floor top:      idempotency.c worker.c
- *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_notify.c outbox.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_notify.c outbox.c outbox_inflight.c
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
@@ -291,6 +291,16 @@ extern void idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 r
 extern int	idem_outbox_counts_list(int32 *topic_ids, int64 *delivered,
 									int64 *retried, int max);
 extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
+/* outbox_claims.c: for the SQL-callable readers (outbox_inflight.c) */
+typedef struct IdemOutboxClaim
+{
+	pg_uuid_t	token;
+	TimestampTz until;
+	int32		attempt;
+	int32		topic_id;
+} IdemOutboxClaim;
+extern bool idem_outbox_claim_read(int64 id, IdemOutboxClaim *out);
+extern void idem_outbox_counts_read(int32 topic_id, int64 *delivered, int64 *retried);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,

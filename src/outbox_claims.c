@@ -670,170 +670,60 @@ idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried)
 }
 
 /* ---------------------------------------------------------------------
- * SQL-callable (the extension's owner only: run by its statements)
+ * For the SQL-callable readers (outbox_inflight.c)
  * ---------------------------------------------------------------------
  */
 
-/* _outbox_claimed(id) -> is id claimed, its claim not lapsed? */
-PG_FUNCTION_INFO_V1(idempotency_outbox_claimed);
-
-Datum
-idempotency_outbox_claimed(PG_FUNCTION_ARGS)
+/*
+ * The claim in shared memory that holds id, lapsed or not, into *out; false
+ * when there is none (or its prepared transaction rolled back).
+ */
+bool
+idem_outbox_claim_read(int64 id, IdemOutboxClaim *out)
 {
 	ClaimKey	k;
 	ClaimEntry *e;
-	bool		claimed = false;
+	bool		found = false;
 	TransactionId xid = InvalidTransactionId;
 
 	if (claim_hash == NULL)
-		PG_RETURN_BOOL(false);
-	k = claim_key(PG_GETARG_INT64(0));
+		return false;
+	k = claim_key(id);
 	LWLockAcquire(claims->lock, LW_SHARED);
 	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
 	if (e != NULL)
 	{
-		claimed = e->until > GetCurrentTimestamp();
+		out->token = e->token;
+		out->until = e->until;
+		out->attempt = e->attempt;
+		out->topic_id = e->topic_id;
 		xid = e->xid;
+		found = true;
 	}
 	LWLockRelease(claims->lock);
-	PG_RETURN_BOOL(claimed && !claim_aborted(xid));
+	return found && !claim_aborted(xid);
 }
 
-/* _outbox_attempt(id, claim) -> the claim's attempt of id, NULL unless it holds id */
-PG_FUNCTION_INFO_V1(idempotency_outbox_attempt);
-
-Datum
-idempotency_outbox_attempt(PG_FUNCTION_ARGS)
+/* topic_id's acked counts not yet written by the purge (0 and 0: none) */
+void
+idem_outbox_counts_read(int32 topic_id, int64 *delivered, int64 *retried)
 {
-	ClaimKey	k;
-	ClaimEntry *e;
-	pg_uuid_t  *token = PG_GETARG_UUID_P(1);
-	int32		attempt = -1;
-	TransactionId xid = InvalidTransactionId;
+	CountKey	k;
+	CountEntry *c;
 
-	if (claim_hash == NULL)
-		PG_RETURN_NULL();
-	k = claim_key(PG_GETARG_INT64(0));
+	*delivered = *retried = 0;
+	if (count_hash == NULL)
+		return;
+	memset(&k, 0, sizeof(k));
+	k.db = MyDatabaseId;
+	k.gen = claims_gen();
+	k.topic_id = topic_id;
 	LWLockAcquire(claims->lock, LW_SHARED);
-	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
-	if (e != NULL && memcmp(&e->token, token, sizeof(pg_uuid_t)) == 0)
+	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+	if (c != NULL)
 	{
-		attempt = e->attempt;
-		xid = e->xid;
+		*delivered = c->delivered;
+		*retried = c->retried;
 	}
 	LWLockRelease(claims->lock);
-	if (attempt < 0 || claim_aborted(xid))
-		PG_RETURN_NULL();
-	PG_RETURN_INT32(attempt);
-}
-
-/*
- * May the caller see topic_id's counts?  A role in pg_read_all_stats sees
- * every topic (as outbox_stats shows them); others, the topics they see
- * in outbox_topic (its row-level security: owned or granted).
- */
-static bool
-topic_visible(int32 topic_id)
-{
-	Oid			types[1] = {INT4OID};
-	Datum		values[1];
-	bool		visible;
-
-	if (has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
-		return true;
-	values[0] = Int32GetDatum(topic_id);
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT 1 FROM idempotency.outbox_topic AS t"
-							  " WHERE t.id OPERATOR(pg_catalog.=) $1",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read idempotency.outbox_topic");
-	visible = SPI_processed > 0;
-	SPI_finish();
-	return visible;
-}
-
-/*
- * _outbox_counts(topic_id) -> (delivered, retried): acked since the purge
- * last wrote the counts into the topic's row
- */
-PG_FUNCTION_INFO_V1(idempotency_outbox_counts);
-
-Datum
-idempotency_outbox_counts(PG_FUNCTION_ARGS)
-{
-	int32		topic_id = PG_GETARG_INT32(0);
-	TupleDesc	desc;
-	Datum		values[2] = {Int64GetDatum(0), Int64GetDatum(0)};
-	bool		nulls[2] = {false, false};
-
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "_outbox_counts must return a row");
-	if (claim_hash != NULL && topic_visible(topic_id))
-	{
-		CountKey	k;
-		CountEntry *c;
-
-		memset(&k, 0, sizeof(k));
-		k.db = MyDatabaseId;
-		k.gen = claims_gen();
-		k.topic_id = topic_id;
-		LWLockAcquire(claims->lock, LW_SHARED);
-		c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
-		if (c != NULL)
-		{
-			values[0] = Int64GetDatum(c->delivered);
-			values[1] = Int64GetDatum(c->retried);
-		}
-		LWLockRelease(claims->lock);
-	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
-}
-
-/*
- * _outbox_claim(id) -> (claim, claimed_until, attempt) of the claim in
- * shared memory that holds id, lapsed or not (NULLs: none); for the view
- * outbox_in_flight.  A token alone lets nobody ack: ack() also checks the
- * caller's right to consume the message's topic; still, it is shown only
- * to whom the topic is visible (as _outbox_counts), not to any caller who
- * guesses message ids.
- */
-PG_FUNCTION_INFO_V1(idempotency_outbox_claim);
-
-Datum
-idempotency_outbox_claim(PG_FUNCTION_ARGS)
-{
-	TupleDesc	desc;
-	Datum		values[3] = {0, 0, 0};
-	bool		nulls[3] = {true, true, true};
-
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "_outbox_claim must return a row");
-	if (claim_hash != NULL)
-	{
-		ClaimKey	k = claim_key(PG_GETARG_INT64(0));
-		ClaimEntry *e;
-		pg_uuid_t  *token = palloc(sizeof(pg_uuid_t));
-		int32		topic_id = 0;
-		TransactionId xid = InvalidTransactionId;
-
-		LWLockAcquire(claims->lock, LW_SHARED);
-		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
-		if (e != NULL)
-		{
-			*token = e->token;
-			values[0] = UUIDPGetDatum(token);
-			values[1] = TimestampTzGetDatum(e->until);
-			values[2] = Int32GetDatum(e->attempt);
-			nulls[0] = nulls[1] = nulls[2] = false;
-			topic_id = e->topic_id;
-			xid = e->xid;
-		}
-		LWLockRelease(claims->lock);
-		if (!nulls[0] && claim_aborted(xid))
-			nulls[0] = nulls[1] = nulls[2] = true;	/* rolled back after PREPARE */
-		/* another role's message: nothing (the function takes any id) */
-		if (!nulls[0] && !topic_visible(topic_id))
-			nulls[0] = nulls[1] = nulls[2] = true;
-	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
