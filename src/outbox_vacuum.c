@@ -625,6 +625,6 @@ idem_outbox_vacuum_run(int i, uint32 seq)
 				 errdetail("The launcher tries again after %d s at the earliest, longer after each failure in a row; autovacuum still vacuums the table.",
 						   VACUUM_BACKOFF_S)));
 	else
-		elog(DEBUG1, VACUUM_WORKER_NAME " vacuumed idempotency.outbox_message in database \"%s\"",
+		elog(DEBUG1, VACUUM_WORKER_NAME " ran VACUUM of idempotency.outbox_message in database \"%s\" (skipped if another vacuum of it was in progress)",
 			 dbname);
 }

@@ -9,7 +9,8 @@
 # vacuumed away within seconds, in that database only; with the setting 0
 # nothing is vacuumed (the acks stay counted); a DROP EXTENSION while acks
 # are counted costs one DEBUG1 line of the worker, no error and no loop;
-# after CREATE EXTENSION again the new table is vacuumed.
+# after CREATE EXTENSION again the new table is vacuumed; while another
+# vacuum holds the table's lock the worker skips it without waiting.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -24,6 +25,7 @@ autovacuum = off
 idempotency.purge_interval = 0
 idempotency.outbox_vacuum_after = 100
 log_min_messages = debug1
+max_prepared_transactions = 2
 });
 $node->start;
 $node->safe_psql('postgres', q{
@@ -62,7 +64,7 @@ ok($node->poll_query_until('postgres', "SELECT ($vacuums) >= 1"),
 my $took = time - $t0;
 ok($took <= 10, "within seconds ($took s), with autovacuum off");
 is($node->safe_psql('postgres', $dead), '0', 'no dead row is left in outbox_message (pgstattuple)');
-ok($node->wait_for_log(qr/DEBUG:  idempotency outbox vacuum worker vacuumed idempotency\.outbox_message in database "postgres"/),
+ok($node->wait_for_log(qr/DEBUG:  idempotency outbox vacuum worker ran VACUUM of idempotency\.outbox_message in database "postgres"/),
 	'the worker says so at DEBUG1');
 is($node->safe_psql('plain', q{SELECT vacuum_count || ' ' || (last_vacuum IS NULL)
 		FROM pg_stat_user_tables WHERE relname = 'junk'}),
@@ -118,6 +120,27 @@ is($node->safe_psql('postgres', $vacuums), '0', 'the new outbox_message has not 
 is(deliver(150), '150', '150 messages acked in the new install');
 ok($node->poll_query_until('postgres', "SELECT ($vacuums) >= 1"),
 	'the new table is vacuumed');
+
+# --- another vacuum in progress (its lock held by a prepared transaction):
+# the worker skips the table at once, without a warning, and publishers and
+# relays go on meanwhile (lazy VACUUM's lock does not conflict with them)
+$node->safe_psql('postgres', q{
+	BEGIN;
+	LOCK TABLE idempotency.outbox_message IN SHARE UPDATE EXCLUSIVE MODE;
+	PREPARE TRANSACTION 'vacuum_lock';
+});
+$before = $node->safe_psql('postgres', $vacuums);
+$mark = -s $node->logfile;
+is(deliver(150), '150', 'with the table\'s SHARE UPDATE EXCLUSIVE lock held, 150 are published, claimed and acked');
+ok($node->wait_for_log(qr/outbox vacuum worker ran VACUUM of idempotency\.outbox_message in database "postgres"/, $mark),
+	'the worker runs and ends without waiting for the lock');
+is($node->safe_psql('postgres', $vacuums), $before, 'the table was skipped (SKIP_LOCKED)');
+unlike(substr(slurp_file($node->logfile), $mark), qr/skipping vacuum|lock not available/,
+	'without a warning');
+$node->safe_psql('postgres', q{COMMIT PREPARED 'vacuum_lock'});
+is(deliver(150), '150', 'the lock released, 150 more acked');
+ok($node->poll_query_until('postgres', "SELECT ($vacuums) > $before"),
+	'and the table is vacuumed again');
 unlike(substr(slurp_file($node->logfile), $offset), qr/outbox vacuum worker[^\n]*failed/,
 	'no vacuum failed');
 
