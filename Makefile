@@ -39,7 +39,8 @@ OBJS = \
 	src/outbox_topics.o \
 	src/outbox_publish.o \
 	src/outbox_relay.o \
-	src/outbox_inflight.o
+	src/outbox_inflight.o \
+	src/outbox_vacuum.o
 
 EXTENSION = idempotency
 # (names relative to the source directory, also in a VPATH build)

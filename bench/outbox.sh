@@ -29,7 +29,8 @@
 # Environment: OUTBOX_SECS (5), OUTBOX_ROUNDS (3; OUTBOX_B_ROUNDS (1) for b), OUTBOX_CLIENTS (4),
 # OUTBOX_N (2000 callgrind requests), OUTBOX_TOTAL (1000000),
 # OUTBOX_PARTS ("a b c d e"), OUTBOX_A_CLIENTS ("1 4 16"), OUTBOX_CALLGRIND
-# (0), OUTBOX_WAL_N (5000).  Prints a Markdown report (and appends it to
+# (0), OUTBOX_WAL_N (5000), OUTBOX_E_VACUUM_AFTER (for (e); unset: the
+# default of idempotency.outbox_vacuum_after; 0: autovacuum alone).  Prints a Markdown report (and appends it to
 # OUTBOX_REPORT when set).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -440,6 +441,11 @@ part_e() {
 	echo >>"$R"
 	echo "### (e) $TOTAL messages through one topic (retention 0, purge worker every 1 s)" >>"$R"
 	local chunk=20000 sent=0 step=$((TOTAL / 5))
+	if [ -n "${OUTBOX_E_VACUUM_AFTER:-}" ]; then
+		[[ $OUTBOX_E_VACUUM_AFTER =~ ^[0-9]+$ ]] || { echo "OUTBOX_E_VACUUM_AFTER: a number" >&2; exit 2; }
+		psql -qX -c "ALTER SYSTEM SET idempotency.outbox_vacuum_after = $OUTBOX_E_VACUUM_AFTER" \
+			-c "SELECT pg_reload_conf()" >/dev/null
+	fi
 	# a relay: claim 500 + ack, in its own transactions, until the topic is empty
 	local DRAIN="DO \$\$ DECLARE n int; BEGIN LOOP
 	  SELECT count(*) INTO n FROM (SELECT idempotency.ack(c.claim, array_agg(c.id))
@@ -447,14 +453,15 @@ part_e() {
 	  EXIT WHEN n = 0; COMMIT; END LOOP; END \$\$"
 	{
 		echo
-		echo "| messages published | table + indexes | heap | rows in the table | dead rows (n_dead_tup) | autovacuums |"
-		echo "|---:|---:|---:|---:|---:|---:|"
+		echo "| messages published | table + indexes | heap | indexes | rows in the table | dead rows (n_dead_tup) | vacuums by the outbox vacuum worker | autovacuums |"
+		echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 	} >>"$R"
 	snapshot() {
 		psql -qX -c "SELECT pg_stat_force_next_flush()" >/dev/null 2>&1
 		psql -qXAt -F ' | ' -c "SELECT '$1', pg_size_pretty(pg_total_relation_size('idempotency.outbox_message')),
 		       pg_size_pretty(pg_relation_size('idempotency.outbox_message')),
-		       (SELECT count(*) FROM idempotency.outbox_message), n_dead_tup, autovacuum_count
+		       pg_size_pretty(pg_indexes_size('idempotency.outbox_message')),
+		       (SELECT count(*) FROM idempotency.outbox_message), n_dead_tup, vacuum_count, autovacuum_count
 		  FROM pg_stat_user_tables WHERE relid = 'idempotency.outbox_message'::regclass" |
 			sed 's/^/| /; s/$/ |/' >>"$R"
 	}
@@ -480,7 +487,7 @@ part_e() {
 	snapshot "all delivered and purged"
 	{
 		echo
-		echo "Published in transactions of $chunk (1000 message keys) while two relays (claim 500 + ack) deliver; retention 0, so the purge worker (idempotency.purge_interval = 1 s, purge_batch = 10000) deletes what was acked; autovacuum at its defaults. $(( $(date +%s) - t0 )) s in all. $(psql -qXAt -c "SELECT format('outbox_stats: published %s, delivered %s, dead %s', published, delivered, dead) FROM idempotency.outbox_stats WHERE topic = 'million'")."
+		echo "Published in transactions of $chunk (1000 message keys) while two relays (claim 500 + ack) deliver; ack deletes the message (claims in shared memory), and the outbox vacuum worker vacuums the table after every idempotency.outbox_vacuum_after = $(psql -qXAt -c "SHOW idempotency.outbox_vacuum_after") acked messages (0: off); the purge worker every idempotency.purge_interval = 1 s (purge_batch = 10000) writes the acked counts; autovacuum at its defaults (naptime $(psql -qXAt -c "SHOW autovacuum_naptime")). $(( $(date +%s) - t0 )) s in all; load at the end: $(uptime | sed 's/.*load average/load average/'). $(psql -qXAt -c "SELECT format('outbox_stats: published %s, delivered %s, dead %s', published, delivered, dead) FROM idempotency.outbox_stats WHERE topic = 'million'")."
 	} >>"$R"
 }
 

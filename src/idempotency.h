@@ -10,7 +10,7 @@
  * the symbols of the built objects (nm); a file on no floor fails it too.
  *
  *	  floor top:      idempotency.c worker.c
- *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_notify.c outbox.c outbox_inflight.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_notify.c outbox.c outbox_inflight.c outbox_vacuum.c
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
@@ -18,7 +18,8 @@
  *	  floor ground:   keyid.c stats.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
  *
  *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
- *	  worker.c          the purge background worker (GUCs purge_*, database)
+ *	  worker.c          the purge background worker and the outbox's
+ *	                    vacuum worker (GUCs purge_*, database)
  *	  once.c            once()
  *	  lookup.c          lookup()
  *	  http.c            http_response()
@@ -31,6 +32,9 @@
  *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
  *	  outbox_notify.c   NOTIFY at commit, for topics that ask for it
  *	  outbox.c          what they share: a topic, its rights, the cache
+ *	  outbox_vacuum.c   acked counts per database in shared memory, and
+ *	                    the VACUUM of the outbox table the worker runs
+ *	                    (GUC outbox_vacuum_after)
  *	  guard.c           begin(), complete(), fail()
  *	  machine.c         create_machine(), transition()  (write helpers,
  *	  versioned.c       update_versioned()                over target.c)
@@ -385,6 +389,20 @@ extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
 
 /* outbox.c */
 extern void idem_outbox_init(void);
+
+/* outbox_vacuum.c: the outbox table vacuumed after enough acks (issue 26) */
+extern int	idem_outbox_vacuum_after;
+extern void idem_outbox_vacuum_init(void);
+extern void idem_outbox_vacuum_count(int64 n);
+extern void idem_outbox_vacuum_attach(void);
+extern int	idem_outbox_vacuum_due(TimestampTz now, Oid *db, long *wait_ms);
+extern uint32 idem_outbox_vacuum_next(int slot);
+extern void idem_outbox_vacuum_begin(int slot, uint32 seq);
+extern void idem_outbox_vacuum_skip(int slot);
+extern bool idem_outbox_vacuum_end(int slot, TimestampTz now);
+extern bool idem_outbox_vacuum_full(void);
+extern void idem_outbox_vacuum_forget_others(const Oid *dbs, int n);
+extern void idem_outbox_vacuum_run(int slot, uint32 seq);
 
 /* lifecycle.c */
 #define PURGE_NTABLES 4		/* keys, tokens, seen messages, outbox messages */

@@ -530,6 +530,8 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 			idem_outbox_claim_end(id, token, ends == ENDS_ACK);
 	}
 	SPI_finish();
+	if (ends == ENDS_ACK)
+		idem_outbox_vacuum_count((int64) n);	/* outbox_vacuum.c: n dead rows */
 	if (notify && topic != NULL)
 	{
 		idem_wake_at_commit(topic_id);	/* wakeup.c: wait_for() */

@@ -40,8 +40,22 @@
  * postmaster restarts it WORKER_RESTART_S after a crash.  When no worker
  * slot is free (max_worker_processes) the cycle says so once and ends.
  *
+ * The outbox's vacuum (outbox_vacuum.c, issue 26).  The launcher's latch
+ * is also set by the commit that takes a database's count of acked outbox
+ * messages to idempotency.outbox_vacuum_after.  Whenever it wakes (in its
+ * own wait and while it waits for a purge worker) it reaps the outbox
+ * vacuum worker that ended and, if none runs, starts one for the database
+ * with the most acks at or over the setting: one at a time in the cluster,
+ * beside the purge, not waited for (its end sets the latch).  Only the
+ * databases the purge would visit (read from pg_database each time); a
+ * database without a free worker slot is tried again a second later.  The
+ * worker connects, looks for the extension (none: it ends at once, DEBUG1)
+ * and runs VACUUM of idempotency.outbox_message (outbox_vacuum.c says how
+ * and what a failure does).
+ *
  * They show in pg_stat_activity with backend_type "idempotency purge
- * launcher" and "idempotency purge worker".
+ * launcher", "idempotency purge worker" and "idempotency outbox vacuum
+ * worker".
  *
  * No locks of their own.
  *
@@ -87,10 +101,24 @@ char	   *idem_database = NULL;
 
 #define LAUNCHER_NAME "idempotency purge launcher"
 #define WORKER_NAME "idempotency purge worker"
+#define VACUUM_NAME "idempotency outbox vacuum worker"
 #define WORKER_RESTART_S 10
+#define VACUUM_RETRY_MS 1000	/* no worker slot free for a vacuum */
 
 PGDLLEXPORT void idempotency_purge_launcher_main(Datum main_arg);
 PGDLLEXPORT void idempotency_purge_worker_main(Datum main_arg);
+PGDLLEXPORT void idempotency_outbox_vacuum_main(Datum main_arg);
+
+/* what the launcher hands an outbox vacuum worker (bgw_extra) */
+typedef struct VacuumArg
+{
+	int			slot;			/* outbox_vacuum.c's slot of the database */
+	uint32		seq;			/* the run's number */
+} VacuumArg;
+
+/* the outbox vacuum worker running, if any (the launcher's) */
+static BackgroundWorkerHandle *vacuum_handle = NULL;
+static int	vacuum_slot = -1;
 
 /* a database the launcher will purge this cycle */
 typedef struct PurgeTarget
@@ -234,6 +262,27 @@ idempotency_purge_worker_main(Datum main_arg)
 	proc_exit(0);
 }
 
+/*
+ * The outbox vacuum worker: VACUUM of the database's outbox table
+ * (outbox_vacuum.c), then it exits; the launcher learns from the slot how
+ * it went.  A dropped database ends it at its start (FATAL, one line).
+ */
+void
+idempotency_outbox_vacuum_main(Datum main_arg)
+{
+	Oid			dboid = DatumGetObjectId(main_arg);
+	VacuumArg	arg;
+
+	memcpy(&arg, MyBgworkerEntry->bgw_extra, sizeof(arg));
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	pgstat_report_appname(VACUUM_NAME);
+	idem_outbox_vacuum_run(arg.slot, arg.seq);
+	proc_exit(0);
+}
+
 /* ---------------------------------------------------------------------
  * The launcher
  * ---------------------------------------------------------------------
@@ -241,10 +290,12 @@ idempotency_purge_worker_main(Datum main_arg)
 
 /*
  * The databases to purge this cycle, allocated in cxt: every one that
- * accepts connections and is not a template, or idempotency.database only.
+ * accepts connections and is not a template, or idempotency.database only
+ * (a configured one that does not exist is logged unless quiet).  With
+ * all, *all gets the oid of every database there is (an OidList in cxt).
  */
 static List *
-databases_to_purge(MemoryContext cxt)
+databases_to_purge(MemoryContext cxt, bool quiet, List **all)
 {
 	List	   *targets = NIL;
 	Relation	rel;
@@ -264,6 +315,12 @@ databases_to_purge(MemoryContext cxt)
 		PurgeTarget *t;
 		MemoryContext old;
 
+		if (all != NULL)
+		{
+			old = MemoryContextSwitchTo(cxt);
+			*all = lappend_oid(*all, db->oid);
+			MemoryContextSwitchTo(old);
+		}
 		if (named)
 		{
 			if (strcmp(NameStr(db->datname), idem_database) != 0)
@@ -286,12 +343,118 @@ databases_to_purge(MemoryContext cxt)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
-	if (named && !found_named)
+	if (named && !found_named && !quiet)
 		ereport(LOG,
 				(errmsg(LAUNCHER_NAME ": database \"%s\" (idempotency.database) does not exist",
 						idem_database),
 				 errhint("Set idempotency.database to '' to purge every database where the extension is installed.")));
 	return targets;
+}
+
+/*
+ * The outbox vacuum, each time the launcher wakes: reap the worker that
+ * ended, then, if none runs, start one for the database due (the one with
+ * the most acks at or over idempotency.outbox_vacuum_after).  Returns how
+ * long the launcher may sleep before it must look again (ms; -1: until its
+ * latch is set).
+ */
+static long
+vacuum_tick(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext cxt;
+	List	   *targets;
+	List	   *all = NIL;
+	ListCell   *lc;
+	bool		full;
+	bool		allowed = false;
+	BackgroundWorker worker;
+	VacuumArg	arg;
+	long		wait_ms;
+	Oid			db;
+	int			slot;
+
+	if (vacuum_handle != NULL)
+	{
+		pid_t		pid;
+		BgwHandleStatus status = GetBackgroundWorkerPid(vacuum_handle, &pid);
+
+		if (status == BGWH_POSTMASTER_DIED)
+			proc_exit(1);
+		if (status != BGWH_STOPPED)
+			return -1;			/* its end sets the latch */
+		idem_outbox_vacuum_end(vacuum_slot, now);
+		pfree(vacuum_handle);
+		vacuum_handle = NULL;
+		vacuum_slot = -1;
+	}
+
+	full = idem_outbox_vacuum_full();
+	slot = idem_outbox_vacuum_due(now, &db, &wait_ms);
+	if (slot < 0 && !full)
+		return wait_ms;
+
+	/* may it be vacuumed (as the purge would visit it)?  which databases exist? */
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency outbox vacuum launch",
+								ALLOCSET_DEFAULT_SIZES);
+	targets = databases_to_purge(cxt, true, full ? &all : NULL);
+	if (full)
+	{
+		Oid		   *dbs = MemoryContextAlloc(cxt, sizeof(Oid) * Max(list_length(all), 1));
+		int			n = 0;
+
+		foreach(lc, all)
+			dbs[n++] = lfirst_oid(lc);
+		idem_outbox_vacuum_forget_others(dbs, n);
+	}
+	foreach(lc, targets)
+		if (((PurgeTarget *) lfirst(lc))->oid == db)
+			allowed = true;
+	MemoryContextDelete(cxt);
+	if (slot < 0)
+		return wait_ms;
+	if (!allowed)
+	{
+		elog(DEBUG1, LAUNCHER_NAME ": the outbox of database %u is not vacuumed (a template, no connections allowed, or not idempotency.database)",
+			 db);
+		idem_outbox_vacuum_skip(slot);
+		return 0;
+	}
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempotency_outbox_vacuum_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, VACUUM_NAME " for database %u", db);
+	snprintf(worker.bgw_type, BGW_MAXLEN, VACUUM_NAME);
+	worker.bgw_main_arg = ObjectIdGetDatum(db);
+	worker.bgw_notify_pid = MyProcPid;
+	arg.slot = slot;
+	arg.seq = idem_outbox_vacuum_next(slot);
+	memcpy(worker.bgw_extra, &arg, sizeof(arg));
+	if (!RegisterDynamicBackgroundWorker(&worker, &vacuum_handle))
+	{
+		vacuum_handle = NULL;
+		elog(DEBUG1, LAUNCHER_NAME ": no background worker slot free to vacuum the outbox of database %u; trying again in %d ms",
+			 db, VACUUM_RETRY_MS);
+		return VACUUM_RETRY_MS;
+	}
+	vacuum_slot = slot;
+	idem_outbox_vacuum_begin(slot, arg.seq);
+	return -1;
+}
+
+/* the shorter of two waits in ms, -1 meaning none */
+static long
+shorter_wait(long a, long b)
+{
+	if (a < 0)
+		return b;
+	if (b < 0)
+		return a;
+	return Min(a, b);
 }
 
 /*
@@ -321,7 +484,8 @@ wait_for_worker(const PurgeTarget *t, BackgroundWorkerHandle *handle)
 		if (now >= deadline)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) ((deadline - now + 999) / 1000), PG_WAIT_EXTENSION);
+						 shorter_wait((long) ((deadline - now + 999) / 1000), vacuum_tick()),
+						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -390,21 +554,24 @@ idempotency_purge_launcher_main(Datum main_arg pg_attribute_unused())
 	pgstat_report_appname(LAUNCHER_NAME);
 	cycle_cxt = AllocSetContextCreate(TopMemoryContext, "idempotency purge cycle",
 									  ALLOCSET_DEFAULT_SIZES);
+	idem_outbox_vacuum_attach();	/* acks set the latch: vacuum_tick() */
 	ereport(LOG,
-			(errmsg(LAUNCHER_NAME " started: interval %d s, batch %d, timeout %d s, databases: %s",
+			(errmsg(LAUNCHER_NAME " started: interval %d s, batch %d, timeout %d s, databases: %s, outbox vacuum after %d acked messages",
 					idem_purge_interval_s, idem_purge_batch, idem_purge_timeout_s,
 					idem_database && idem_database[0] ? idem_database :
-					"every one with the extension")));
+					"every one with the extension", idem_outbox_vacuum_after)));
 
 	/*
 	 * A cycle starts when purge_interval has passed since the last one ended
 	 * (at once the first time), whatever else sets the latch meanwhile (the
-	 * workers' start and end do, and SIGHUP).
+	 * workers' start and end do, SIGHUP, and acks: the outbox vacuum, looked
+	 * at each time the latch wakes the launcher).
 	 */
 	for (;;)
 	{
 		int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
 		long		timeout = -1;
+		long		vacuum_wait;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -419,7 +586,7 @@ idempotency_purge_launcher_main(Datum main_arg pg_attribute_unused())
 
 			if (last_end == 0 || now >= due)
 			{
-				List	   *targets = databases_to_purge(cycle_cxt);
+				List	   *targets = databases_to_purge(cycle_cxt, false, NULL);
 				ListCell   *lc;
 
 				foreach(lc, targets)
@@ -434,8 +601,11 @@ idempotency_purge_launcher_main(Datum main_arg pg_attribute_unused())
 				now = last_end;
 			}
 			timeout = (long) ((due - now + 999) / 1000);
-			events |= WL_TIMEOUT;
 		}
+		vacuum_wait = vacuum_tick();
+		timeout = shorter_wait(timeout, vacuum_wait);
+		if (timeout >= 0)
+			events |= WL_TIMEOUT;
 		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
