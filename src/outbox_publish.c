@@ -15,7 +15,8 @@
  * for a topic created with notify => true).
  *
  * Locking: the topic's lock shared and the message key's lock, both until
- * the transaction ends (outbox.c).
+ * the transaction ends (outbox.c); RowExclusiveLock on outbox_message, as
+ * the INSERT takes it, until the transaction ends.
  *
  *-------------------------------------------------------------------------
  */
