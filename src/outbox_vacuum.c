@@ -24,6 +24,8 @@
  *	  failed      whether its VACUUM raised an error (the worker's)
  *	  failures,   failed vacuums in a row, and when the next may start
  *	  not_before  (the launcher's)
+ *	  horizon     the table's removal horizon when the last vacuum done
+ *	              began (the worker's)
  *
  * ack() adds the messages it deleted to a total of its transaction
  * (idem_outbox_vacuum_count); a transaction callback adds that total to the
@@ -70,8 +72,12 @@
 
 #include <limits.h>
 
+#include "access/relation.h"
+#include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "commands/vacuum.h"
@@ -84,7 +90,9 @@
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/lwlock.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/guc.h"
@@ -109,6 +117,7 @@ typedef struct VacuumSlot
 	bool		failed;			/* and whether its VACUUM failed */
 	int			failures;		/* in a row (the launcher's) */
 	TimestampTz not_before;		/* the launcher's */
+	TransactionId horizon;		/* at the last vacuum done (the worker's) */
 } VacuumSlot;
 
 typedef struct VacuumShared
@@ -167,6 +176,7 @@ vacuum_shmem_startup(void)
 			s->failed = false;
 			s->failures = 0;
 			s->not_before = 0;
+			s->horizon = InvalidTransactionId;
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -226,6 +236,7 @@ slot_of(Oid db, bool make)
 			s->failed = false;
 			s->failures = 0;
 			s->not_before = 0;
+			s->horizon = InvalidTransactionId;
 			pg_atomic_write_u32(&s->db, db);
 			i = free_slot;
 		}
@@ -498,9 +509,13 @@ idem_outbox_vacuum_forget_others(const Oid *dbs, int n)
  * ---------------------------------------------------------------------
  */
 
-/* the worker's word for the launcher: run seq of slot i done, failed or not */
+/*
+ * The worker's word for the launcher: run seq of slot i done, failed or
+ * not; a vacuum done keeps the horizon it began with (InvalidTransactionId:
+ * none was run)
+ */
 static void
-report(int i, uint32 seq, bool failed)
+report(int i, uint32 seq, bool failed, TransactionId horizon)
 {
 	VacuumSlot *s;
 
@@ -512,6 +527,8 @@ report(int i, uint32 seq, bool failed)
 	{
 		s->done = seq;
 		s->failed = failed;
+		if (!failed && TransactionIdIsValid(horizon))
+			s->horizon = horizon;
 	}
 	SpinLockRelease(&vac->mutex);
 }
@@ -530,22 +547,42 @@ vacuum_table(Oid relid)
 	ExecVacuum(make_parsestate(NULL), stmt, true);
 }
 
-/* this database's idempotency.outbox_message (InvalidOid: no extension); *dbname its name */
+/*
+ * This database's idempotency.outbox_message (InvalidOid: no extension);
+ * *dbname its name.  Only the extension's own table: after its schema was
+ * renamed, a table of that name is another role's (test/t/017).
+ */
 static Oid
-outbox_table(char **dbname)
+outbox_table(char **dbname, TransactionId *horizon)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	Oid			relid = InvalidOid;
+	Oid			ext;
 	char	   *name;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	if (OidIsValid(get_extension_oid("idempotency", true)))
+	ext = get_extension_oid("idempotency", true);
+	if (OidIsValid(ext))
 	{
 		Oid			nsp = get_namespace_oid("idempotency", true);
 
 		if (OidIsValid(nsp))
 			relid = get_relname_relid("outbox_message", nsp);
+		if (OidIsValid(relid) && getExtensionOfObject(RelationRelationId, relid) != ext)
+			relid = InvalidOid;
+	}
+	/* the oldest deletion not removable yet (a lock taken: not waited for) */
+	*horizon = InvalidTransactionId;
+	if (OidIsValid(relid) && ConditionalLockRelationOid(relid, AccessShareLock))
+	{
+		Relation	rel = try_relation_open(relid, NoLock);
+
+		if (rel != NULL)
+		{
+			*horizon = GetOldestNonRemovableTransactionId(rel);
+			relation_close(rel, NoLock);
+		}
 	}
 	name = get_database_name(MyDatabaseId);
 	*dbname = MemoryContextStrdup(TopMemoryContext, name ? name : "?");
@@ -603,7 +640,8 @@ void
 idem_outbox_vacuum_run(int i, uint32 seq)
 {
 	char	   *dbname;
-	Oid			relid = outbox_table(&dbname);
+	TransactionId horizon;
+	Oid			relid = outbox_table(&dbname, &horizon);
 	bool		first_failure;
 	char	   *failure;
 
@@ -611,13 +649,29 @@ idem_outbox_vacuum_run(int i, uint32 seq)
 	{
 		elog(DEBUG1, VACUUM_WORKER_NAME " found no extension idempotency in database \"%s\"",
 			 dbname);
-		report(i, seq, false);
+		report(i, seq, false, InvalidTransactionId);
+		return;
+	}
+
+	/*
+	 * The horizon where the last vacuum left it (a long transaction, a
+	 * prepared one, a replication slot): every deletion since is newer, so
+	 * a VACUUM could remove nothing and would only read the table again
+	 * (test/t/017).  The count is spent; the acks after the horizon moves
+	 * start the next vacuum.
+	 */
+	if (TransactionIdIsValid(horizon) && vac != NULL && i >= 0 && i < VACUUM_DATABASES &&
+		TransactionIdEquals(vac->slots[i].horizon, horizon))
+	{
+		elog(DEBUG1, VACUUM_WORKER_NAME " skipped the vacuum of idempotency.outbox_message in database \"%s\": its removal horizon (%u) has not moved since the last vacuum",
+			 dbname, horizon);
+		report(i, seq, false, InvalidTransactionId);
 		return;
 	}
 	first_failure = vac == NULL || i < 0 || i >= VACUUM_DATABASES ||
 		vac->slots[i].failures == 0;
 	failure = vacuum_caught(relid);
-	report(i, seq, failure != NULL);
+	report(i, seq, failure != NULL, horizon);
 	if (failure != NULL)
 		ereport(first_failure ? LOG : DEBUG1,
 				(errmsg(VACUUM_WORKER_NAME ": the vacuum of idempotency.outbox_message in database \"%s\" failed: %s",
