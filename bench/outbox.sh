@@ -39,7 +39,7 @@
 # built and installed into pg_config's prefix when missing; never committed.
 # Environment: OUTBOX_SECS (5), OUTBOX_ROUNDS (3; OUTBOX_B_ROUNDS (1) for b), OUTBOX_CLIENTS (4),
 # OUTBOX_N (2000 callgrind requests), OUTBOX_TOTAL (1000000),
-# OUTBOX_PARTS ("a b bi bc c d e"), OUTBOX_BI_MSGS (20000), OUTBOX_A_CLIENTS ("1 4 16"), OUTBOX_CALLGRIND
+# OUTBOX_PARTS ("a b bi bc c d e"), OUTBOX_B_BATCHES ("1 10 100"), OUTBOX_B_RATE (8000), OUTBOX_BI_MSGS (20000), OUTBOX_A_CLIENTS ("1 4 16"), OUTBOX_CALLGRIND
 # (0), OUTBOX_WAL_N (5000).  Prints a Markdown report (and appends it to
 # OUTBOX_REPORT when set).
 set -u
@@ -53,6 +53,8 @@ CLIENTS=${OUTBOX_CLIENTS:-4}
 N=${OUTBOX_N:-2000}
 TOTAL=${OUTBOX_TOTAL:-1000000}
 PARTS=${OUTBOX_PARTS:-a b bi bc c d e}
+B_BATCHES=${OUTBOX_B_BATCHES:-1 10 100}
+B_RATE=${OUTBOX_B_RATE:-8000}	# (b) fills batch x B_RATE x OUTBOX_SECS messages (at most 200000)
 BI_MSGS=${OUTBOX_BI_MSGS:-20000}
 A_CLIENTS=${OUTBOX_A_CLIENTS:-1 4 16}
 CALLGRIND=${OUTBOX_CALLGRIND:-0}
@@ -249,9 +251,9 @@ part_b() {
 	local b c r sys
 	: >"$WORK/b.dat"
 	for r in $(seq "$B_ROUNDS"); do
-		for b in 1 10 100; do
+		for b in $B_BATCHES; do
 			for c in 1 4; do
-				local need=$(( b * 2000 * SECS ))
+				local need=$(( b * B_RATE * SECS ))
 				[ $need -gt 200000 ] && need=200000
 				for sys in ours keyed pgmq; do
 					psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
@@ -269,7 +271,7 @@ part_b() {
 					before=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
 					pgbench -n -M prepared -c $c -j $c -T "$SECS" -D batch=$b -D topic=$topic -f "$f" >"$WORK/b.out" 2>&1
 					after=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
-					[ "$after" -eq 0 ] && echo "# warning: $sys batch $b x$c ran dry" >&2
+					[ "$after" -eq 0 ] && { echo "# warning: $sys batch $b x$c ran dry" >&2; echo "$sys batch $b x$c (round $r)" >>"$WORK/b.dry"; }
 					echo "$r $sys $b $c $(( (before - after) / SECS ))" >>"$WORK/b.dat"
 				done
 			done
@@ -279,7 +281,7 @@ part_b() {
 		echo
 		echo "| batch | relays | ours | ours, 1000 keys | pgmq 1.5.1 | ours / pgmq |"
 		echo "|---:|---:|---:|---:|---:|---:|"
-		for b in 1 10 100; do
+		for b in $B_BATCHES; do
 			for c in 1 4; do
 				local o k p
 				o=$(awk -v b=$b -v c=$c '$2 == "ours" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
@@ -289,7 +291,8 @@ part_b() {
 			done
 		done
 		echo
-		echo "One statement per batch (claim and ack, or read and delete, in one transaction), pgbench -M prepared, ${SECS} s, median of $B_ROUNDS rounds, each from a freshly filled and vacuumed queue of up to 200000 messages with a 100-byte pad; target ours / pgmq ≥ 1.5."
+		echo "One statement per batch (claim and ack, or read and delete, in one transaction), pgbench -M prepared, ${SECS} s, median of $B_ROUNDS rounds, each from a freshly filled and vacuumed queue of batch × $B_RATE × ${SECS} messages, at most 200000, with a 100-byte pad; target ours / pgmq ≥ 1.5."
+		[ -s "$WORK/b.dry" ] && echo "Ran dry (the queue emptied before the ${SECS} s were up, so the rate is a lower bound): $(paste -sd ';' "$WORK/b.dry" | sed 's/;/; /g')." 
 	} >>"$R"
 }
 

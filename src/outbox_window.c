@@ -22,8 +22,8 @@
  *	  outbox_message_key_idx under the same snapshot);
  *	- candidates are locked in that order, FOR UPDATE SKIP LOCKED
  *	  (table_tuple_lock, LockWaitSkip) until `want` are claimed: a row whose
- *	  newest version had to be followed is checked again (topic, 'pending',
- *	  available); under REPEATABLE READ a row changed or deleted since the
+ *	  newest version had to be followed is checked again (id, topic,
+ *	  'pending', available); under REPEATABLE READ a row changed or deleted since the
  *	  snapshot fails with 40001, as the statement's row lock did;
  *	- each locked row is entered in shared memory (claim_take(), which the
  *	  SQL claims beyond the window share): a lapsed claim is taken over, its
@@ -541,9 +541,13 @@ window_pass(Window *w, Datum *values, int32 window, int32 want, Got *got,
 				elog(ERROR, "unexpected table_tuple_lock status: %u", res);
 		}
 		taken++;
-		/* a newer version was locked: the statement's quals again */
+		/*
+		 * A newer version was locked: the statement's quals again, and its
+		 * id (redrive() gives a dead message a new one: not this candidate)
+		 */
 		if (tmfd.traversed &&
-			(DatumGetInt32(slot_getattr(lslot, w->att[M_TOPIC], &isnull)) != topic_id ||
+			(DatumGetInt64(slot_getattr(lslot, w->att[M_ID], &isnull)) != id ||
+			 DatumGetInt32(slot_getattr(lslot, w->att[M_TOPIC], &isnull)) != topic_id ||
 			 !is_pending(lslot, w) ||
 			 DatumGetTimestampTz(slot_getattr(lslot, w->att[M_AVAILABLE], &isnull)) > now ||
 			 (idem_outbox_claim_read(id, &c) && c.until > now)))
