@@ -14,6 +14,17 @@
 #       10, 100, with 1 and 4 relays (pgbench clients), against pgmq 1.5.1
 #       read + delete of the same batches (messages per second; unkeyed
 #       messages, and ours also with 1000 message keys)
+#   (bi) the same claim + ack / read + delete, counted instead of timed:
+#       instructions and CPU time per delivered message, summed over the
+#       backends of a fixed number of transactions (perf stat on the
+#       postmaster, whose children inherit the counters), less the cost of
+#       the clients' connections; and at batch 1 the WAL flushes per
+#       message (pg_stat_wal.wal_sync, their time with track_wal_io_timing)
+#       and pg_test_fsync's flush rate: numbers the machine's load does not
+#       move (OUTBOX_BI_MSGS messages per point at batch 10 and 100, a
+#       tenth of them at batch 1, where every message is a commit)
+#   (bc) instructions per delivered message, one relay, under callgrind in
+#       postgres --single (where perf has no hardware counter)
 #   (c) commit-to-handler latency p50/p99: our Node relay blocked in
 #       wait_for() (woken through shared memory), against a pgmq reader
 #       polling every 100 ms
@@ -28,9 +39,10 @@
 # built and installed into pg_config's prefix when missing; never committed.
 # Environment: OUTBOX_SECS (5), OUTBOX_ROUNDS (3; OUTBOX_B_ROUNDS (1) for b), OUTBOX_CLIENTS (4),
 # OUTBOX_N (2000 callgrind requests), OUTBOX_TOTAL (1000000),
-# OUTBOX_PARTS ("a b c d e"), OUTBOX_A_CLIENTS ("1 4 16"), OUTBOX_CALLGRIND
-# (0), OUTBOX_WAL_N (5000), OUTBOX_E_VACUUM_AFTER (for (e); unset: the
-# default of idempotency.outbox_vacuum_after; 0: autovacuum alone).  Prints a Markdown report (and appends it to
+# OUTBOX_PARTS ("a b bi bc c d e"), OUTBOX_B_BATCHES ("1 10 100"), OUTBOX_B_RATE (8000),
+# OUTBOX_BI_MSGS (20000), OUTBOX_A_CLIENTS ("1 4 16"), OUTBOX_CALLGRIND (0),
+# OUTBOX_WAL_N (5000), OUTBOX_E_VACUUM_AFTER (for (e); unset: the default of
+# idempotency.outbox_vacuum_after; 0: autovacuum alone).  Prints a Markdown report (and appends it to
 # OUTBOX_REPORT when set).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -42,7 +54,10 @@ B_ROUNDS=${OUTBOX_B_ROUNDS:-1}
 CLIENTS=${OUTBOX_CLIENTS:-4}
 N=${OUTBOX_N:-2000}
 TOTAL=${OUTBOX_TOTAL:-1000000}
-PARTS=${OUTBOX_PARTS:-a b c d e}
+PARTS=${OUTBOX_PARTS:-a b bi bc c d e}
+B_BATCHES=${OUTBOX_B_BATCHES:-1 10 100}
+B_RATE=${OUTBOX_B_RATE:-8000}	# (b) fills batch x B_RATE x OUTBOX_SECS messages (at most 200000)
+BI_MSGS=${OUTBOX_BI_MSGS:-20000}
 A_CLIENTS=${OUTBOX_A_CLIENTS:-1 4 16}
 CALLGRIND=${OUTBOX_CALLGRIND:-0}
 WAL_N=${OUTBOX_WAL_N:-5000}
@@ -238,9 +253,9 @@ part_b() {
 	local b c r sys
 	: >"$WORK/b.dat"
 	for r in $(seq "$B_ROUNDS"); do
-		for b in 1 10 100; do
+		for b in $B_BATCHES; do
 			for c in 1 4; do
-				local need=$(( b * 2000 * SECS ))
+				local need=$(( b * B_RATE * SECS ))
 				[ $need -gt 200000 ] && need=200000
 				for sys in ours keyed pgmq; do
 					psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
@@ -258,7 +273,7 @@ part_b() {
 					before=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
 					pgbench -n -M prepared -c $c -j $c -T "$SECS" -D batch=$b -D topic=$topic -f "$f" >"$WORK/b.out" 2>&1
 					after=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
-					[ "$after" -eq 0 ] && echo "# warning: $sys batch $b x$c ran dry" >&2
+					[ "$after" -eq 0 ] && { echo "# warning: $sys batch $b x$c ran dry" >&2; echo "$sys batch $b x$c (round $r)" >>"$WORK/b.dry"; }
 					echo "$r $sys $b $c $(( (before - after) / SECS ))" >>"$WORK/b.dat"
 				done
 			done
@@ -268,7 +283,7 @@ part_b() {
 		echo
 		echo "| batch | relays | ours | ours, 1000 keys | pgmq 1.5.1 | ours / pgmq |"
 		echo "|---:|---:|---:|---:|---:|---:|"
-		for b in 1 10 100; do
+		for b in $B_BATCHES; do
 			for c in 1 4; do
 				local o k p
 				o=$(awk -v b=$b -v c=$c '$2 == "ours" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
@@ -278,7 +293,171 @@ part_b() {
 			done
 		done
 		echo
-		echo "One statement per batch (claim and ack, or read and delete, in one transaction), pgbench -M prepared, ${SECS} s, median of $B_ROUNDS rounds, each from a freshly filled and vacuumed queue of up to 200000 messages with a 100-byte pad; target ours / pgmq ≥ 1.5."
+		echo "One statement per batch (claim and ack, or read and delete, in one transaction), pgbench -M prepared, ${SECS} s, median of $B_ROUNDS rounds, each from a freshly filled and vacuumed queue of batch × $B_RATE × ${SECS} messages, at most 200000, with a 100-byte pad; target ours / pgmq ≥ 1.5."
+		[ -s "$WORK/b.dry" ] && echo "Ran dry (the queue emptied before the ${SECS} s were up, so the rate is a lower bound): $(paste -sd ';' "$WORK/b.dry" | sed 's/;/; /g')." 
+	} >>"$R"
+}
+
+# ---------------------------------------------------------------------------
+part_bi() {
+	echo >>"$R"
+	echo "### (b), counted: instructions and CPU time per delivered message; WAL flushes at batch 1" >>"$R"
+	command -v perf >/dev/null || { apt-get update -qq && apt-get install -y -qq linux-perf >/dev/null; }
+	if ! perf stat -e task-clock -x, true >/dev/null 2>&1; then
+		echo >>"$R"
+		echo "(not measured: perf does not run here)" >>"$R"
+		return 0
+	fi
+	# instructions need a hardware counter (a virtual machine may have none:
+	# then the column stays empty, and part bc counts them under callgrind)
+	local hw=instructions,
+	perf stat -e instructions -x, true 2>&1 | grep -q "not supported" && hw=
+	local pm b c sys f topic need t got before after i0 i1 ms
+	pm=$(head -1 "$CLUSTER_DIR/data/postmaster.pid")
+	# nothing forked by the postmaster during a count but the clients' backends
+	psql -qX -c "ALTER SYSTEM SET autovacuum = off" -c "ALTER SYSTEM SET track_wal_io_timing = on" \
+		-c "SELECT pg_reload_conf()" >/dev/null
+	echo 'SELECT count(*) FROM (SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim(:topic, :batch) c GROUP BY c.claim) a;' >"$WORK/ours.sql"
+	echo "SELECT pgmq.delete('relay', ARRAY(SELECT msg_id FROM pgmq.read('relay', 30, :batch)));" >"$WORK/pgmq.sql"
+	echo "SELECT 1;" >"$WORK/one.sql"
+	counted() {	# pgbench args... -> "instructions task-clock-ms" of the backends it used
+		local base
+		base=$(pgrep -P "$pm" | tr '\n' ' ')
+		perf stat -e ${hw}task-clock -x, -o "$WORK/perf.out" -p "$pm" &
+		local perf=$!
+		sleep 0.5
+		pgbench "$@" >"$WORK/bi.out" 2>&1
+		# its backends exit after it: wait until the postmaster reaped them
+		# (no psql here: its backend would be counted too)
+		for _ in $(seq 100); do
+			local p new=0
+			for p in $(pgrep -P "$pm"); do [[ " $base " == *" $p "* ]] || new=1; done
+			[ $new = 0 ] && break
+			sleep 0.05
+		done
+		kill -INT "$perf"
+		wait "$perf" 2>/dev/null
+		awk -F, '$3 ~ /^instructions/ { i = $1 + 0 } $3 ~ /task-clock/ { t = $1 } END { printf "%d %.1f\n", i, t }' "$WORK/perf.out"
+	}
+	wal() { psql -qXAt -F ' ' -c "SELECT wal_sync, wal_sync_time, wal_write FROM pg_stat_wal"; }
+	: >"$WORK/bi.dat"
+	for c in 1 4; do
+		# the clients' connections alone (backend start, one statement, exit)
+		echo "conn $c $(counted -n -c $c -j $c -t 1 -f "$WORK/one.sql")" >>"$WORK/bi.dat"
+	done
+	for b in 1 10 100; do
+		for c in 1 4; do
+			need=$BI_MSGS
+			[ $b = 1 ] && need=$((BI_MSGS / 10))
+			t=$(( need / (b * c) ))
+			for sys in ours keyed pgmq; do
+				psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
+				psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
+				case $sys in
+					ours) fill_ours relay $((need + need / 10 + b * c)) 0 ;;
+					keyed) fill_ours keyed $((need + need / 10 + b * c)) 1000 ;;
+					pgmq) fill_pgmq relay $((need + need / 10 + b * c)) ;;
+				esac
+				psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" -c "CHECKPOINT" >/dev/null
+				f=$WORK/ours.sql topic=relay
+				[ $sys = pgmq ] && f=$WORK/pgmq.sql
+				[ $sys = keyed ] && topic=keyed
+				before=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
+				i0=$(wal)
+				got=$(counted -n -M prepared -c $c -j $c -t $t -D batch=$b -D topic=$topic -f "$f")
+				i1=$(wal)
+				after=$(psql -qXAt -c "SELECT (SELECT count(*) FROM idempotency.outbox_message WHERE state = 'pending') + (SELECT count(*) FROM pgmq.q_relay)")
+				echo "run $sys $b $c $((before - after)) $got $i0 $i1 $(awk '/^tps = / { printf "%d", $3 }' "$WORK/bi.out")" >>"$WORK/bi.dat"
+			done
+		done
+	done
+	psql -qX -c "ALTER SYSTEM RESET autovacuum" -c "ALTER SYSTEM RESET track_wal_io_timing" \
+		-c "SELECT pg_reload_conf()" >/dev/null
+	ms=$("$PG_BINDIR/pg_test_fsync" -s 2 -f "$WORK/fsync.test" 2>/dev/null |
+		awk '/fdatasync/ && /ops\/sec/ { for (i = 1; i <= NF; i++) if ($i == "usecs/op") { print $(i - 1) / 1000; exit } }')
+	rm -f "$WORK/fsync.test"
+	{
+		echo
+		echo "| batch | relays | ours: instructions per message | ours, 1000 keys | pgmq | ours / pgmq (instructions) | ours: CPU µs per message | ours, 1000 keys | pgmq | ours / pgmq (CPU) |"
+		echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for b in 1 10 100; do
+			for c in 1 4; do
+				awk -v b=$b -v c=$c '
+					$1 == "conn" && $2 == c { ci = $3; ct = $4 }
+					$1 == "run" && $3 == b && $4 == c { n[$2] = $5; i[$2] = $6; t[$2] = $7 }
+					END {
+						for (s in n) { pi[s] = n[s] ? (i[s] - ci) / n[s] : 0; pt[s] = n[s] ? (t[s] - ct) * 1000 / n[s] : 0 }
+						if (i["ours"] > 0)
+							printf "| %d | %d | %d | %d | %d | %.2f |", b, c, pi["ours"], pi["keyed"], pi["pgmq"], pi["ours"] / pi["pgmq"]
+						else
+							printf "| %d | %d | - | - | - | - |", b, c
+						printf " %.1f | %.1f | %.1f | %.2f |\n", pt["ours"], pt["keyed"], pt["pgmq"], pt["pgmq"] ? pt["ours"] / pt["pgmq"] : 0
+					}' "$WORK/bi.dat"
+			done
+		done
+		echo
+		echo "A fixed number of claim + ack (read + delete) transactions, pgbench -M prepared, one statement each, fsync on, autovacuum off, from a freshly filled and vacuumed queue: $BI_MSGS messages per point at batch 10 and 100, $((BI_MSGS / 10)) at batch 1. Instructions (user and kernel; "-" where the machine has no hardware counter, as in a virtual machine: then see part bc) and CPU time (task-clock) summed over the backends by perf stat on the postmaster (children inherit the counters), less those of the same clients' connections alone; the WAL writer, checkpointer and the purge worker are not counted (nor are they for pgmq). A ratio of 0.67 or less is what 1.5 × pgmq's throughput takes where both are bound by CPU."
+		echo
+		echo "| batch 1 | relays | WAL flushes per message | ms per flush (wal_sync_time) | WAL writes per message | tps |"
+		echo "|---|---:|---:|---:|---:|---:|"
+		for c in 1 4; do
+			for sys in ours pgmq; do
+				awk -v c=$c -v s=$sys '$1 == "run" && $2 == s && $3 == 1 && $4 == c {
+					n = $5; ds = $11 - $8; dt = $12 - $9; dw = $13 - $10
+					printf "| %s | %d | %.2f | %.2f | %.2f | %d |\n", s, c, n ? ds / n : 0, ds ? dt / ds : 0, n ? dw / n : 0, $14 }' "$WORK/bi.dat"
+			done
+		done
+		echo
+		echo "pg_stat_wal over the batch-1 runs (synchronous_commit on): each message is its own transaction, and its commit waits for one WAL flush unless another backend's flush covered it. pg_test_fsync on the cluster's file system: ${ms:-?} ms per fdatasync. A relay doing one message per commit cannot go faster than one flush per message; if both systems flush once per message, the ratio at batch 1 is bounded by the flush, not by our CPU."
+	} >>"$R"
+}
+
+# ---------------------------------------------------------------------------
+part_bc() {
+	echo >>"$R"
+	echo "### (b), in instructions: claim + ack against read + delete under callgrind, one relay" >>"$R"
+	command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+	local DATA=$CLUSTER_DIR/data sys b t
+	psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
+	fill_ours relay 5000 0
+	fill_ours keyed 5000 1000
+	fill_pgmq relay 5000
+	psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" -c "CHECKPOINT" >/dev/null
+	as_pg "$PG_BINDIR/pg_ctl" -D "$DATA" -w stop >/dev/null
+	local P="PREPARE ours(int) AS SELECT count(*) FROM (SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('relay', \$1) c GROUP BY c.claim) a;
+PREPARE keyed(int) AS SELECT count(*) FROM (SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('keyed', \$1) c GROUP BY c.claim) a;
+PREPARE pgmq(int) AS SELECT pgmq.delete('relay', ARRAY(SELECT msg_id FROM pgmq.read('relay', 30, \$1)));"
+	cg() {	# sys batch transactions -> instructions of the session
+		local f="$WORK/cg-$1-$2-$3.sql" i
+		{
+			echo "$P"
+			for i in $(seq 1 5); do echo "EXECUTE $1($2);"; done	# warm-up: plans kept, caches filled
+			for i in $(seq 1 "$3"); do echo "EXECUTE $1($2);"; done
+		} >"$f"
+		chmod 644 "$f"
+		as_pg valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
+			"$PG_BINDIR/postgres" --single -D "$DATA" postgres <"$f" >/dev/null 2>&1
+		awk '/^summary:|^totals:/ { print $2; exit }' "$WORK/cg.out"
+	}
+	: >"$WORK/bc.dat"
+	for b in 1 10 100; do
+		t=$(( b == 1 ? 400 : b == 10 ? 80 : 16 ))
+		for sys in ours keyed pgmq; do
+			# the same session without the counted transactions, subtracted
+			echo "$sys $b $t $(cg $sys $b 0) $(cg $sys $b $t)" >>"$WORK/bc.dat"
+		done
+	done
+	as_pg "$PG_BINDIR/pg_ctl" -D "$DATA" -l "$CLUSTER_DIR/server.log" -w start >/dev/null
+	{
+		echo
+		echo "| batch | ours: instructions per message | ours, 1000 keys | pgmq 1.5.1 | ours / pgmq |"
+		echo "|---:|---:|---:|---:|---:|"
+		for b in 1 10 100; do
+			awk -v b=$b '$2 == b { v[$1] = ($5 - $4) / ($2 * $3) }
+				END { printf "| %d | %d | %d | %d | %.2f |\n", b, v["ours"], v["keyed"], v["pgmq"], v["ours"] / v["pgmq"] }' "$WORK/bc.dat"
+		done
+		echo
+		echo "One relay in \`postgres --single\` under callgrind (instructions of the whole server process, user space; the same in any load): after 5 warm-up transactions, 400 transactions of batch 1, 80 of 10, 16 of 100 (claim + ack in one statement, or read + delete), less the same session without them; queues of 5000 messages (100-byte pad), each queue vacuumed once before. A single relay only: there is no concurrency in single-user mode (part bi gives CPU time with 4 relays)."
 	} >>"$R"
 }
 

@@ -10,7 +10,7 @@
  * the symbols of the built objects (nm); a file on no floor fails it too.
  *
  *	  floor top:      idempotency.c worker.c
- *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_notify.c outbox.c outbox_inflight.c outbox_vacuum.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_window.c outbox_topics.c outbox_notify.c outbox.c outbox_inflight.c outbox_vacuum.c
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
@@ -29,6 +29,7 @@
  *	  outbox_publish.c  publish()                 (the outbox:
  *	  outbox_relay.c    claim(), ack(), nack(),    outbox.h)
  *	                    release(), redrive()
+ *	  outbox_window.c   claim()'s window in C (claims in shared memory)
  *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
  *	  outbox_notify.c   NOTIFY at commit, for topics that ask for it
  *	  outbox.c          what they share: a topic, its rights, the cache

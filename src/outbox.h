@@ -5,12 +5,15 @@
  *
  *	  outbox_publish.c  publish(): the hot path, the message id
  *	  outbox_relay.c    claim(), ack(), nack(), release(), redrive()
+ *	  outbox_window.c   claim() with claims in shared memory: the window
+ *	                    scanned in C, what a claim does with a locked row
  *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
  *	  outbox_notify.c   NOTIFY at commit, for topics created with notify => true
  *	  outbox.c          what they share: argument checks, a topic and the
  *	                    caller's rights (lookup, lock, the publish()
  *	                    cache), a message key's lock; the outbox's design
  *
+ * outbox_relay.c uses outbox_window.c, which uses only the ground floor.
  * The first three use the last two; outbox_notify.c and outbox.c use none
  * of the others.  The rest of the extension sees only idempotency.h.
  *
@@ -19,7 +22,9 @@
 #ifndef OUTBOX_H
 #define OUTBOX_H
 
+#include "executor/spi.h"
 #include "fmgr.h"
+#include "nodes/execnodes.h"
 #include "storage/lockdefs.h"
 #include "utils/snapshot.h"
 #include "utils/timestamp.h"
@@ -62,6 +67,14 @@ extern void idem_outbox_topic_for_publish(const char *name, Topic *out);
 extern void idem_outbox_topics_changed(void);
 extern Oid	idem_outbox_message_seq(void);
 extern void idem_outbox_key_lock(text *topic, text *key);
+
+/* outbox_window.c */
+extern int32 idem_outbox_claim_scan(Datum *values, int32 want,
+									ReturnSetInfo *rsinfo, bool *full);
+extern int32 idem_outbox_claim_run_shared(SPIPlanPtr *plan, const char *sql,
+										  Oid *argtypes, Datum *values,
+										  int32 remaining,
+										  ReturnSetInfo *rsinfo);
 
 /* outbox_notify.c */
 extern void idem_outbox_notify(const char *topic);

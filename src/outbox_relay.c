@@ -16,7 +16,9 @@
  *
  * Claims in shared memory (outbox_claims.c, the library preloaded): claim()
  * locks the rows it hands out and writes none, ack() deletes them; without
- * it claims are written into the rows (0.5.0's way).  See outbox.c.
+ * it claims are written into the rows (0.5.0's way).  See outbox.c.  With
+ * them the window is an index scan in C (outbox_window.c), which also
+ * enters each locked row in shared memory for the claims beyond it.
  *
  * Locking: concurrent claims skip each other's locked rows (FOR UPDATE
  * SKIP LOCKED) and re-check state and available_at on the row they lock;
@@ -154,7 +156,9 @@ static SPIPlanPtr plan_redrive_pick = NULL;
 	"   ORDER BY u.available_at, u.id LIMIT $2))"
 
 /*
- * With claims in shared memory (outbox_claims.c): lock the candidates that
+ * With claims in shared memory (outbox_claims.c) the window is scanned in C
+ * (outbox_window.c, the same rules without the statement); this statement
+ * is its fallback for a table not of the shipped shape.  It locks the candidates that
  * no live claim holds, FOR UPDATE SKIP LOCKED, and write nothing; the
  * caller enters each one in shared memory.  The lock makes a message that
  * an ack deleted (or a nack changed) after this statement's snapshot was
@@ -210,24 +214,8 @@ static const char *const claim_window_lock_sql =
 static const char *const claim_beyond_lock_sql =
 "WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_LOCK_SORTED;
 
-/*
- * A claim that took over lapsed claims writes their attempts into the rows
- * (so a crash loses at most the attempt in flight), and makes those at
- * max_attempts dead.
- */
-static const char *const claim_lapsed_sql =
-"UPDATE idempotency.outbox_message AS m"
-"   SET attempts = l.attempts, claim = NULL,"
-"       state = CASE WHEN l.dead THEN 'dead' ELSE 'pending' END,"
-"       last_error = '{\"error\": \"visibility timeout: the claim lapsed without ack or nack\"}'::pg_catalog.jsonb"
-"  FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))"
-"       AS l(id, attempts, dead)"
-" WHERE m.id OPERATOR(pg_catalog.=) l.id"
-"   AND m.state OPERATOR(pg_catalog.=) 'pending'";
-
 static SPIPlanPtr plan_claim_lock = NULL;
 static SPIPlanPtr plan_claim_beyond_lock = NULL;
-static SPIPlanPtr plan_claim_lapsed = NULL;
 
 static SPIPlanPtr plan_claim_beyond = NULL;
 static SPIPlanPtr plan_window_full = NULL;
@@ -273,110 +261,6 @@ claim_run(SPIPlanPtr *plan, const char *sql, Oid *argtypes, Datum *values,
 }
 
 /*
- * claim_run() with claims in shared memory: each locked row is entered
- * there (outbox_claims.c); a lapsed claim taken over has its attempt
- * written into the row, and one at max_attempts goes dead (the statement
- * runs again for its place, as in claim_run()).
- */
-static int32
-claim_run_shared(SPIPlanPtr *plan, const char *sql, Oid *argtypes, Datum *values,
-				 int32 remaining, int32 topic_id, ReturnSetInfo *rsinfo)
-{
-	int32		claimed = 0;
-	pg_uuid_t  *token = DatumGetUUIDP(values[2]);
-	TimestampTz until = DatumGetTimestampTz(values[3]);
-	TimestampTz now = DatumGetTimestampTz(values[4]);
-	int32		max_attempts = DatumGetInt32(values[5]);
-
-	for (;;)
-	{
-		uint64		n;
-		uint64		i;
-		int			nl = 0;
-		int			ndead = 0;
-		Datum	   *l_ids;
-		Datum	   *l_attempts;
-		Datum	   *l_dead;
-
-		values[1] = Int32GetDatum(remaining - claimed);
-		n = idem_run_as_owner(plan, sql, 8, argtypes, values, NULL, SPI_OK_SELECT);
-		if (n == 0)
-			return claimed;
-		l_ids = palloc(n * sizeof(Datum));
-		l_attempts = palloc(n * sizeof(Datum));
-		l_dead = palloc(n * sizeof(Datum));
-		for (i = 0; i < n; i++)
-		{
-			Datum		cols[11];
-			bool		nulls[11];
-			int64		id;
-			int32		row_attempts;
-			int32		lapsed;
-			int			r;
-
-			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cols, nulls);
-			id = DatumGetInt64(cols[0]);
-			row_attempts = DatumGetInt32(cols[6]);
-			if (DatumGetBool(cols[10]) && row_attempts >= max_attempts)
-			{
-				/* a durable claim lapsed at max_attempts: dead */
-				r = CLAIM_LAPSED;
-				lapsed = row_attempts;
-			}
-			else
-			{
-				r = idem_outbox_claim_enter(id, topic_id, token, until, now,
-											row_attempts, max_attempts, &lapsed);
-				if (r == CLAIM_NEW && DatumGetBool(cols[10]))
-				{
-					r = CLAIM_LAPSED;	/* its attempt is in the row already */
-					lapsed = row_attempts;
-				}
-			}
-			if (r == CLAIM_BUSY)
-				continue;
-			if (r == CLAIM_FULL)
-			{
-				ereport(WARNING,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("idempotency.outbox_claims (%d) messages are claimed: claim() hands out fewer",
-								idem_outbox_claims_max),
-						 errhint("Raise idempotency.outbox_claims (a restart is needed) or claim smaller batches.")));
-				break;
-			}
-			if (r == CLAIM_LAPSED)
-			{
-				l_ids[nl] = cols[0];
-				l_attempts[nl] = Int32GetDatum(lapsed);
-				l_dead[nl] = BoolGetDatum(lapsed >= max_attempts);
-				nl++;
-				if (lapsed >= max_attempts)
-				{
-					ndead++;
-					continue;
-				}
-			}
-			cols[6] = Int32GetDatum(r == CLAIM_LAPSED ? lapsed + 1 : row_attempts + 1);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, cols, nulls);
-			claimed++;
-		}
-		if (nl > 0)
-		{
-			Oid			ltypes[3] = {INT8ARRAYOID, INT4ARRAYOID, BOOLARRAYOID};
-			Datum		lvalues[3];
-
-			lvalues[0] = PointerGetDatum(construct_array(l_ids, nl, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			lvalues[1] = PointerGetDatum(construct_array(l_attempts, nl, INT4OID, 4, true, TYPALIGN_INT));
-			lvalues[2] = PointerGetDatum(construct_array(l_dead, nl, BOOLOID, 1, true, TYPALIGN_CHAR));
-			idem_run_as_owner(&plan_claim_lapsed, claim_lapsed_sql, 3, ltypes, lvalues,
-							  NULL, SPI_OK_UPDATE);
-		}
-		if (ndead == 0 || claimed >= remaining)
-			return claimed;
-	}
-}
-
-/*
  * claim(topic, batch_size, visibility) -> the claimed messages (outbox_claim)
  *
  * See outbox.c's file comment for the order and the concurrency.  First from the
@@ -399,6 +283,8 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	Topic		t;
 	int32		n;
 	bool		shared;
+	bool		full = false;
+	bool		full_known = false;
 
 	idem_outbox_not_null(fcinfo, 1, "batch_size");
 	idem_outbox_not_null(fcinfo, 2, "visibility");
@@ -423,18 +309,22 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	values[6] = CStringGetTextDatum(topic);
 	values[7] = Int32GetDatum(window);
 	shared = idem_outbox_claims_on();
+	n = -1;
 	if (shared)
-		n = claim_run_shared(&plan_claim_lock, claim_window_lock_sql, argtypes, values,
-							 batch, t.id, rsinfo);
+		n = idem_outbox_claim_scan(values, batch, rsinfo, &full);	/* outbox_window.c */
+	if (n >= 0)
+		full_known = true;
+	else if (shared)
+		n = idem_outbox_claim_run_shared(&plan_claim_lock, claim_window_lock_sql, argtypes,
+										 values, batch, rsinfo);
 	else
 		n = claim_run(&plan_claim, claim_window_sql, argtypes, values, batch, rsinfo);
 
-	if (n < batch)
+	if (n < batch && !full_known)
 	{
 		Oid			wtypes[3] = {INT4OID, TIMESTAMPTZOID, INT4OID};
 		Datum		wvalues[3];
 		bool		isnull;
-		bool		full;
 
 		/* was the window full?  (then messages beyond it may be claimable) */
 		wvalues[0] = values[0];
@@ -450,13 +340,13 @@ idempotency_claim(PG_FUNCTION_ARGS)
 						  "  LIMIT $3) AS w",
 						  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
 		full = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		if (full && shared)
-			(void) claim_run_shared(&plan_claim_beyond_lock, claim_beyond_lock_sql,
-									argtypes, values, batch - n, t.id, rsinfo);
-		else if (full)
-			(void) claim_run(&plan_claim_beyond, claim_beyond_sql, argtypes, values,
-							 batch - n, rsinfo);
 	}
+	if (n < batch && full && shared)
+		(void) idem_outbox_claim_run_shared(&plan_claim_beyond_lock, claim_beyond_lock_sql,
+											argtypes, values, batch - n, rsinfo);
+	else if (n < batch && full)
+		(void) claim_run(&plan_claim_beyond, claim_beyond_sql, argtypes, values,
+						 batch - n, rsinfo);
 	SPI_finish();
 	return (Datum) 0;
 }
