@@ -127,20 +127,40 @@ typedef struct PurgeTarget
 	char		name[NAMEDATALEN];
 } PurgeTarget;
 
+/*
+ * What every worker of this file shares: a database connection (to no
+ * database for the launcher: shared catalogs only), started once recovery
+ * has finished, named by its type (and, for a database's worker, the
+ * database).  db InvalidOid: the launcher.
+ */
+static void
+worker_describe(BackgroundWorker *w, const char *function, const char *type,
+				int restart_s, Oid db)
+{
+	memset(w, 0, sizeof(*w));
+	w->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	w->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	w->bgw_restart_time = restart_s;
+	snprintf(w->bgw_library_name, BGW_MAXLEN, "idempotency");
+	snprintf(w->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(w->bgw_type, BGW_MAXLEN, "%s", type);
+	if (OidIsValid(db))
+	{
+		snprintf(w->bgw_name, BGW_MAXLEN, "%s for database %u", type, db);
+		w->bgw_main_arg = ObjectIdGetDatum(db);
+		w->bgw_notify_pid = MyProcPid;
+	}
+	else
+		snprintf(w->bgw_name, BGW_MAXLEN, "%s", type);
+}
+
 static void
 purge_worker_register(void)
 {
 	BackgroundWorker worker;
 
-	memset(&worker, 0, sizeof(worker));
-	/* a database connection to no database: shared catalogs only */
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = WORKER_RESTART_S;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempotency_purge_launcher_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, LAUNCHER_NAME);
-	snprintf(worker.bgw_type, BGW_MAXLEN, LAUNCHER_NAME);
+	worker_describe(&worker, "idempotency_purge_launcher_main", LAUNCHER_NAME,
+					WORKER_RESTART_S, InvalidOid);
 	RegisterBackgroundWorker(&worker);
 }
 
@@ -431,16 +451,8 @@ vacuum_tick(void)
 		return 0;
 	}
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempotency_outbox_vacuum_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, VACUUM_NAME " for database %u", db);
-	snprintf(worker.bgw_type, BGW_MAXLEN, VACUUM_NAME);
-	worker.bgw_main_arg = ObjectIdGetDatum(db);
-	worker.bgw_notify_pid = MyProcPid;
+	worker_describe(&worker, "idempotency_outbox_vacuum_main", VACUUM_NAME,
+					BGW_NEVER_RESTART, db);
 	arg.slot = slot;
 	arg.seq = idem_outbox_vacuum_next(slot);
 	memcpy(worker.bgw_extra, &arg, sizeof(arg));
@@ -521,16 +533,8 @@ purge_database(const PurgeTarget *t)
 	BackgroundWorkerHandle *handle;
 	pid_t		pid;
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idempotency_purge_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, WORKER_NAME " for database %u", t->oid);
-	snprintf(worker.bgw_type, BGW_MAXLEN, WORKER_NAME);
-	worker.bgw_main_arg = ObjectIdGetDatum(t->oid);
-	worker.bgw_notify_pid = MyProcPid;
+	worker_describe(&worker, "idempotency_purge_worker_main", WORKER_NAME,
+					BGW_NEVER_RESTART, t->oid);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
