@@ -55,18 +55,35 @@ $fn$;
 COMMENT ON FUNCTION idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8) IS
 'Portable edition, internal: a placeholder setting idempotency.* in milliseconds (a bare number in unit_ms, else an interval)';
 
--- "idempotency key "k"" or "idempotency key "k" in scope "s"" (each clipped
--- to 64 bytes), as the C edition names keys in messages
+-- "idempotency key "k"" or "idempotency key "k" in scope "s"", each clipped
+-- to 100 bytes at a character boundary, as the C edition names keys in
+-- messages (error paths only)
 CREATE FUNCTION idempotency._describe(key pg_catalog.text, scope pg_catalog.text)
 RETURNS pg_catalog.text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $fn$
-SELECT 'idempotency key "' OPERATOR(pg_catalog.||)
-       CASE WHEN pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 64 THEN key
-            ELSE pg_catalog.convert_from(pg_catalog.substr(pg_catalog.convert_to(key, pg_catalog.getdatabaseencoding()), 1, 64), pg_catalog.getdatabaseencoding()) OPERATOR(pg_catalog.||) '...' END
-       OPERATOR(pg_catalog.||) '"' OPERATOR(pg_catalog.||)
-       CASE WHEN scope OPERATOR(pg_catalog.=) '' THEN ''
-            ELSE ' in scope "' OPERATOR(pg_catalog.||) scope OPERATOR(pg_catalog.||) '"' END
+DECLARE
+    k pg_catalog.text := key;
+    s pg_catalog.text := scope;
+BEGIN
+    IF pg_catalog.octet_length(k) OPERATOR(pg_catalog.>) 100 THEN
+        k := pg_catalog.left(k, 100);
+        WHILE pg_catalog.octet_length(k) OPERATOR(pg_catalog.>) 100 LOOP
+            k := pg_catalog.left(k, -1);
+        END LOOP;
+        k := k OPERATOR(pg_catalog.||) '...';
+    END IF;
+    IF pg_catalog.octet_length(s) OPERATOR(pg_catalog.>) 100 THEN
+        s := pg_catalog.left(s, 100);
+        WHILE pg_catalog.octet_length(s) OPERATOR(pg_catalog.>) 100 LOOP
+            s := pg_catalog.left(s, -1);
+        END LOOP;
+        s := s OPERATOR(pg_catalog.||) '...';
+    END IF;
+    RETURN 'idempotency key "' OPERATOR(pg_catalog.||) k OPERATOR(pg_catalog.||) '"' OPERATOR(pg_catalog.||)
+           CASE WHEN s OPERATOR(pg_catalog.=) '' THEN ''
+                ELSE ' in scope "' OPERATOR(pg_catalog.||) s OPERATOR(pg_catalog.||) '"' END;
+END
 $fn$;
 COMMENT ON FUNCTION idempotency._describe(pg_catalog.text, pg_catalog.text) IS
 'Portable edition, internal: how messages name a key and its scope';
