@@ -203,6 +203,7 @@ BEGIN
                                   HINT = 'Retry the transaction; it will see the stored result.';
                     END IF;
                     v_ins := false;
+                    v_locked := false;
                 WHEN serialization_failure THEN
                     RAISE EXCEPTION 'could not serialize access due to concurrent use of %', idempotency._describe(p_key, p_scope)
                         USING ERRCODE = 'serialization_failure',
