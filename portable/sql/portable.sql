@@ -20,7 +20,7 @@ SELECT proowner::regrole AS owner, prosecdef, proconfig
 SET ROLE regress_bob;
 BEGIN;
 SELECT outcome FROM idempotency.begin('p-1', '{"other": true}');
-SELECT count(*) FROM idempotency.idempotency_key;
+SELECT owner, status FROM idempotency.idempotency_key WHERE key = 'p-1';
 ROLLBACK;
 RESET ROLE;
 

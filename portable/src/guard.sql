@@ -48,31 +48,33 @@ DECLARE
     r       record;
     res     idempotency.begin_result;
 BEGIN
-    PERFORM idempotency._check_key(p_key, p_scope);
-    v_owner := idempotency._caller();
-    IF p_ttl IS NULL THEN
-        v_exp := v_now + pg_catalog.make_interval(secs => idempotency._setting_ms('idempotency.default_ttl', 1000, 86400000) / 1000.0);
-    ELSE
-        v_exp := v_now + p_ttl;
-        IF v_exp <= v_now THEN
-            RAISE EXCEPTION 'ttl must be positive' USING ERRCODE = 'invalid_parameter_value';
-        END IF;
+    -- IK003 (the full check only when the quick one is not enough: a
+    -- key and scope no longer in bytes than max_key_length in characters)
+    IF p_key IS NULL OR p_scope IS NULL OR p_key = ''
+       OR pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope)
+          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 2048) THEN
+        PERFORM idempotency._check_key(p_key, p_scope);
     END IF;
-    IF p_lease IS NOT NULL THEN
-        v_clock := pg_catalog.clock_timestamp();
-        v_lend := v_clock + p_lease;
-        IF v_lend <= v_clock THEN
-            RAISE EXCEPTION 'lease must be positive' USING ERRCODE = 'invalid_parameter_value';
+    v_owner := idempotency._caller();
+    -- 22023 for a bad ttl or lease, before anything else as in the C
+    -- edition; the default ttl is read only when a row is written
+    IF p_ttl IS NOT NULL OR p_lease IS NOT NULL THEN
+        IF p_ttl IS NOT NULL THEN
+            v_exp := v_now + p_ttl;
+            IF v_exp <= v_now THEN
+                RAISE EXCEPTION 'ttl must be positive' USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
+        IF p_lease IS NOT NULL THEN
+            v_clock := pg_catalog.clock_timestamp();
+            v_lend := v_clock + p_lease;
+            IF v_lend <= v_clock THEN
+                RAISE EXCEPTION 'lease must be positive' USING ERRCODE = 'invalid_parameter_value';
+            END IF;
         END IF;
     END IF;
 
     LOOP
-        -- each turn follows a change another transaction committed
-        v_loops := v_loops + 1;
-        IF v_loops > 1000 THEN
-            RAISE EXCEPTION 'could not take % after 1000 attempts', idempotency._describe(p_key, p_scope)
-                USING ERRCODE = 'lock_not_available';
-        END IF;
         IF NOT v_locked THEN
             SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts, k.created_at,
                    k.expires_at, k.locked_until, k.recovery_point, k.recovery_state, k.xmin AS x
@@ -108,14 +110,8 @@ BEGIN
 
         -- replay: finished, nothing to write
         IF v_live AND (r.status = 'completed' OR (r.status = 'failed' AND NOT r.retryable)) THEN
-            res.outcome := 'replay';
-            res.status := r.status;
-            res.response := r.response;
-            res.attempts := r.attempts;
-            res.created_at := r.created_at;
-            res.recovery_point := r.recovery_point;
-            res.recovery_state := r.recovery_state;
-            RETURN res;
+            RETURN ROW('replay', r.status, r.response, r.attempts, r.created_at,
+                       r.recovery_point, r.recovery_state)::idempotency.begin_result;
         END IF;
 
         -- a live lease keeps everybody else out; a lapsed one is taken over
@@ -146,6 +142,10 @@ BEGIN
                       HINT = CASE WHEN pg_catalog.pg_is_in_recovery()
                                   THEN 'Send requests that do work to the primary server.'
                                   ELSE 'Begin new keys in a read-write transaction.' END;
+        END IF;
+
+        IF v_exp IS NULL THEN
+            v_exp := v_now + pg_catalog.make_interval(secs => idempotency._setting_ms('idempotency.default_ttl', 1000, 86400000) / 1000.0);
         END IF;
 
         -- Take the key: lock the row that is there, or insert the row.  A
@@ -218,7 +218,13 @@ BEGIN
                 RETURN res;
             END IF;
             -- locked the row (look at it again as it is now), or another
-            -- transaction's row came first (look again)
+            -- transaction's row came first (look again); each turn follows a
+            -- change another transaction committed
+            v_loops := v_loops + 1;
+            IF v_loops > 1000 THEN
+                RAISE EXCEPTION 'could not take % after 1000 attempts', idempotency._describe(p_key, p_scope)
+                    USING ERRCODE = 'lock_not_available';
+            END IF;
             CONTINUE;
         END IF;
 
@@ -283,7 +289,11 @@ DECLARE
     p_scope ALIAS FOR $2;
     v_clock pg_catalog.timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    PERFORM idempotency._check_key(p_key, p_scope);
+    IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
+          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 2048) THEN
+        PERFORM idempotency._check_key(p_key, p_scope);
+    END IF;
     -- Only rows: a key another transaction holds in single-transaction
     -- mode is a row that transaction has not committed, invisible here
     -- (the C edition sees its lock and answers in_progress).
@@ -330,9 +340,12 @@ DECLARE
     v_msg pg_catalog.text;
     r record;
 BEGIN
-    PERFORM idempotency._check_key(p_key, p_scope);
+    IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
+          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 2048) THEN
+        PERFORM idempotency._check_key(p_key, p_scope);
+    END IF;
     v_owner := idempotency._caller();
-    v_msg := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
     SELECT k.status, k.attempts, k.expires_at, k.locked_until, k.xmin AS x INTO r
       FROM idempotency.idempotency_key AS k
      WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
@@ -341,10 +354,12 @@ BEGIN
        AND (r.locked_until IS NULL OR idempotency._mine(r.x)) THEN
         -- begun in this transaction
         IF p_attempt IS NOT NULL AND p_attempt OPERATOR(pg_catalog.<>) r.attempts THEN
+            v_msg := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
             RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
                 DETAIL = pg_catalog.format('This transaction began attempt %s.', r.attempts);
         END IF;
     ELSIF p_attempt IS NOT NULL THEN
+        v_msg := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
         -- a lease begun earlier: the row locked, so that a takeover cannot
         -- slip in between this check and the write
         SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
