@@ -83,3 +83,24 @@ COMMIT;
 \echo :LAST_ERROR_SQLSTATE
 SELECT key, status FROM idempotency.idempotency_key WHERE key LIKE 'p-%' ORDER BY key;
 DELETE FROM idempotency.idempotency_key WHERE key LIKE 'p-%';
+
+-- once(), the text form (the calling form both editions accept): the
+-- statement decides each argument's type; a text of more than one
+-- statement is refused before anything in it runs (42601)
+SELECT * FROM idempotency.once('p-once-1', '{"n": 1}',
+  'INSERT INTO portable_effect (note) VALUES ($1 || $2::int) RETURNING note', 'once-', '7');
+SELECT * FROM idempotency.once('p-once-1', '{"n": 1}',
+  'INSERT INTO portable_effect (note) VALUES ($1 || $2::int) RETURNING note', 'once-', '7');
+SELECT * FROM idempotency.once('p-once-2', NULL,
+  'SELECT 1; INSERT INTO portable_effect (note) VALUES (''sneaked in'')');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.once('p-once-2', NULL, 'SELECT 1 INTO portable_nope');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.once('p-once-2', NULL, 'SELECT $1::int', '1', '2');
+\echo :LAST_ERROR_SQLSTATE
+-- a statement without RETURNING stores null
+SELECT * FROM idempotency.once('p-once-3', NULL, 'DELETE FROM portable_effect WHERE note = $1', 'none such');
+SELECT note FROM portable_effect ORDER BY note;
+SELECT to_regclass('portable_nope') IS NULL AS no_table, count(*) AS p_once_2_rows
+  FROM idempotency.idempotency_key WHERE key = 'p-once-2';
+DELETE FROM idempotency.idempotency_key WHERE key LIKE 'p-once-%';
