@@ -125,3 +125,13 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/idemp
 .PHONY: dist
 dist:
 	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
+
+# the portable edition (portable/README.md): its install script generated
+# from this one, and the C edition's key-guard tests run against it on a
+# server without the C library (not part of `make test` yet)
+.PHONY: portable portable-check
+portable:
+	$(MAKE) -C portable PG_CONFIG=$(PG_CONFIG)
+
+portable-check:
+	$(MAKE) -C portable check PG_CONFIG=$(PG_CONFIG)
