@@ -551,3 +551,9 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The secret tables: row security and no policy, so a role that may SELECT
+-- them without owning them (pg_read_all_data, a grant by name) sees no row;
+-- their owner, superusers and BYPASSRLS roles read them.
+ALTER TABLE idempotency.lock_secret ENABLE ROW LEVEL SECURITY;
+ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;

@@ -87,6 +87,10 @@ CREATE UNIQUE INDEX lock_secret_one_row ON idempotency.lock_secret ((true));
 COMMENT ON TABLE idempotency.lock_secret IS
 'Secret key of the hash that names key locks; readable by the extension owner only';
 REVOKE ALL ON idempotency.lock_secret FROM PUBLIC;
+-- row security and no policy: a role that may SELECT the table without
+-- owning it (pg_read_all_data, a grant by name) sees no row; its owner,
+-- superusers and BYPASSRLS roles read it
+ALTER TABLE idempotency.lock_secret ENABLE ROW LEVEL SECURITY;
 INSERT INTO idempotency.lock_secret (secret)
 SELECT pg_catalog.substr(pg_catalog.sha256(
            pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) OPERATOR(pg_catalog.||)
@@ -673,6 +677,8 @@ CREATE TABLE idempotency.derive_secret (
 COMMENT ON TABLE idempotency.derive_secret IS
 'Secret key of derive_key() (its oldest row); readable by the extension owner only; never change it';
 REVOKE ALL ON idempotency.derive_secret FROM PUBLIC;
+-- row security and no policy, as lock_secret
+ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;
 SELECT pg_catalog.pg_extension_config_dump('idempotency.derive_secret', '');
 INSERT INTO idempotency.derive_secret (secret)
 SELECT pg_catalog.sha256(
