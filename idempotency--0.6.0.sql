@@ -806,9 +806,14 @@ CREATE INDEX outbox_message_dead_idx ON idempotency.outbox_message (topic_id, id
 -- and the messages of the topics it owns or may consume.  Only the
 -- functions write (as the extension's owner).
 ALTER TABLE idempotency.outbox_grant ENABLE ROW LEVEL SECURITY;
+-- (a grant counts only while the topic's owner exists: a dropped owner's
+-- topic belongs to no role, and the topic and message policies below read
+-- the grants through this one)
 CREATE POLICY outbox_grant_own_rows ON idempotency.outbox_grant
     FOR SELECT
     USING (grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+           AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                        WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid)
            OR topic_owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
 ALTER TABLE idempotency.outbox_topic ENABLE ROW LEVEL SECURITY;
 CREATE POLICY outbox_topic_own_rows ON idempotency.outbox_topic
@@ -1073,6 +1078,7 @@ SELECT t.name AS topic, t.owner,
     OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
                 WHERE g.topic_id OPERATOR(pg_catalog.=) t.id
                   AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))
+       AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid)
     OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
  GROUP BY t.id, c.delivered, c.retried;
 COMMENT ON VIEW idempotency.outbox_stats IS
