@@ -181,7 +181,8 @@ purge_worker_register(void)
  * defaults) and, once connected, puts back each one that a database or
  * role setting changed, as an override nothing later in the worker's life
  * can change; runs as the bootstrap superuser it connected as; and pins
- * search_path to pg_catalog.  It logs (DEBUG1) the names it put back.
+ * search_path to "pg_catalog, pg_temp".  It logs (DEBUG1) the names it put
+ * back.
  * ---------------------------------------------------------------------
  */
 
