@@ -34,6 +34,7 @@ OBJS = \
 	src/recovery.o \
 	src/wakeup.o \
 	src/outbox_claims.o \
+	src/outbox_counts.o \
 	src/outbox.o \
 	src/outbox_notify.o \
 	src/outbox_topics.o \

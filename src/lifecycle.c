@@ -295,7 +295,7 @@ purge_batch(int i, int all, Datum *values)
 }
 
 /*
- * Acked outbox messages are counted in shared memory (outbox_claims.c: ack
+ * Acked outbox messages are counted in shared memory (outbox_counts.c: ack
  * deletes them at once); write those counts into their topics' purged_*
  * columns.  A topic row another transaction holds (an open alter_topic()
  * or drop_topic()) is skipped; its counts wait for the next purge.  A

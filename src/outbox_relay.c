@@ -417,7 +417,12 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 		if (ends == ENDS_ACK && durable)
 			idem_outbox_count_at_commit(topic_id, 1, Max(attempts - 1, 0));
 		else if (ends != ENDS_NOTHING)
-			idem_outbox_claim_end(id, token, ends == ENDS_ACK);
+		{
+			int32		attempt = idem_outbox_claim_end(id, token);
+
+			if (ends == ENDS_ACK)
+				idem_outbox_count_at_commit(topic_id, 1, Max(attempt - 1, 0));
+		}
 	}
 	SPI_finish();
 	if (ends == ENDS_ACK)
@@ -457,7 +462,7 @@ static SPIPlanPtr plan_release_shared = NULL;
  * With claims in shared memory the row is deleted (one dead row version
  * per message, no index entry added), and counted delivered in shared
  * memory until the purge adds the counts to its topic's row
- * (outbox_claims.c).  Without: it becomes 'delivered' until the purge.
+ * (outbox_counts.c).  Without: it becomes 'delivered' until the purge.
  */
 PG_FUNCTION_INFO_V1(idempotency_ack);
 
