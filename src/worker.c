@@ -53,6 +53,10 @@
  * and runs VACUUM of idempotency.outbox_message (outbox_vacuum.c says how
  * and what a failure does).
  *
+ * The launcher also frees the shared memory of databases that are gone
+ * where no session's hook saw the drop (owners.c), at its start and every
+ * OWNERS_SWEEP_S.
+ *
  * They show in pg_stat_activity with backend_type "idempotency purge
  * launcher", "idempotency purge worker" and "idempotency outbox vacuum
  * worker".
