@@ -175,5 +175,24 @@ is($node->safe_psql('postgres', q{SELECT string_agg(id || ':' || attempt, ',') F
 is($node->safe_psql('postgres', q{SELECT state FROM idempotency.outbox_message WHERE id = 1}),
 	'dead', 'message 1 is dead');
 
+# a clean restart keeps the statistics (pg_stat/idempotency.stat) of the
+# databases and roles that exist, none of those dropped
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('kept', '{}', 'scope');
+	SELECT idempotency.complete('kept', '{}', 'scope');
+	COMMIT;
+});
+$node->restart;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency.stats() AS s
+		WHERE s.dbid NOT IN (SELECT oid FROM pg_database)
+		   OR s.userid NOT IN (SELECT oid FROM pg_roles)}),
+	'0', 'after a restart: no statistics of a dropped database or role');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency.stats
+		WHERE database = 'postgres' AND role = current_user}),
+	'1', 'and those of the others are kept');
+is($node->safe_psql('other', q{SELECT count(*) FROM idempotency.outbox_in_flight}),
+	'0', 'and no claim');
+
 $node->stop;
 done_testing();
