@@ -392,8 +392,9 @@ extern bool idem_outbox_topic_visible(int32 topic_id);
 
 /* outbox_counts.c: acked counts in shared memory (preloaded) */
 extern void idem_outbox_counts_init(void);
-extern void idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried);
-extern int	idem_outbox_counts_list(int32 *topic_ids, int64 *delivered,
+extern void idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered,
+									int64 retried);
+extern int	idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 									int64 *retried, int max);
 extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
 
