@@ -572,6 +572,31 @@ SELECT idempotency.purge() >= 0 AS purged_again;
 SELECT published, delivered FROM idempotency.outbox_stats WHERE topic = 'counted-once';
 SELECT purged_delivered FROM idempotency.outbox_topic WHERE name = 'counted-once';
 SELECT idempotency.drop_topic('counted-once', true);
+-- an ack counts as its transaction does: one rolled back to a savepoint
+-- counts nothing (the message is pending again), one prepared counts from
+-- COMMIT PREPARED on, one prepared and rolled back counts nothing
+SELECT idempotency.create_topic('counted-2pc') > 0 AS created;
+SELECT count(idempotency.publish('counted-2pc', pg_catalog.jsonb_build_object('n', g))) AS published
+  FROM generate_series(1, 3) AS g;
+BEGIN;
+SAVEPOINT before_ack;
+SELECT idempotency.ack(c.claim, ARRAY[c.id]) AS acked FROM idempotency.claim('counted-2pc', 1) AS c;
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+ROLLBACK TO SAVEPOINT before_ack;
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+COMMIT;
+BEGIN;
+SELECT idempotency.ack(c.claim, ARRAY[c.id]) AS acked FROM idempotency.claim('counted-2pc', 1) AS c;
+PREPARE TRANSACTION 'outbox_2pc_ack';
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+ROLLBACK PREPARED 'outbox_2pc_ack';
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+BEGIN;
+SELECT idempotency.ack(c.claim, ARRAY[c.id]) AS acked FROM idempotency.claim('counted-2pc', 1) AS c;
+PREPARE TRANSACTION 'outbox_2pc_ack';
+COMMIT PREPARED 'outbox_2pc_ack';
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+SELECT idempotency.drop_topic('counted-2pc', true);
 -- a claim that takes over a lapsed claim, in a transaction that rolls
 -- back, puts the lapsed claim back: its attempt still counts (review after
 -- stop 32: the entry was removed and the row's write of the lapsed attempt

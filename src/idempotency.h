@@ -293,7 +293,7 @@ extern int	idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *to
 									TimestampTz until, TimestampTz now,
 									int32 row_attempts, int32 max_attempts,
 									int32 *lapsed);
-extern int32 idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
+extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
 extern Oid	idem_outbox_install(void);
 /* outbox_claims.c: for the SQL-callable readers (outbox_inflight.c) */
 typedef struct IdemOutboxClaim

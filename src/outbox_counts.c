@@ -24,14 +24,16 @@
  * folded into the base, or dropped if it aborted; so an aborted or
  * rolled-back-after-PREPARE ack or purge changes nothing, and a prepared
  * one counts from COMMIT PREPARED on.  A purge writes only from the base
- * less what purges still open took (their deltas), so no two purges write
- * the same count.
+ * less what other purges took and did not roll back (their deltas not yet
+ * folded), so no two purges write the same count.
  *
  * Full: the table has COUNT_TOPICS entries for the cluster, and a role
- * (the topics' owner) has at most COUNT_SHARE of them; a topic whose entry
- * has no free delta.  Then the ack writes its count into the topic's row
- * itself, in its transaction (the purge's statement): slower, never lost.
- * A crash or restart empties the table and loses the counts not written.
+ * (the topics' owner) has at most COUNT_SHARE of them, so that no role
+ * takes the places of others; an entry has COUNT_DELTAS deltas.  An ack
+ * that finds no place (no entry and none free, or no delta free after
+ * folding) writes its count into the topic's row itself, in its
+ * transaction, with the purge's UPDATE: slower, never lost.  A crash or
+ * restart empties the table and loses the counts not yet written.
  *
  * Locking: counts->lock (an LWLock) guards the hash table: shared to look
  * up, exclusive to add, change or remove an entry.  Nothing waits while

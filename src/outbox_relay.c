@@ -418,11 +418,18 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 			topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 			topic_owner = DatumGetObjectId(SPI_getbinval(tup, desc, 7, &isnull));
 		}
-		if (ends == ENDS_NOTHING)
-			continue;
-		if (!(ends == ENDS_ACK && durable))
-			attempts = idem_outbox_claim_end(id, token);	/* the entry's */
-		retried += Max(attempts - 1, 0);
+		if (ends == ENDS_ACK && !durable)
+		{
+			IdemOutboxClaim c;	/* the attempt is the entry's */
+
+			if (idem_outbox_claim_read(id, &c) &&
+				memcmp(&c.token, token, sizeof(pg_uuid_t)) == 0)
+				attempts = c.attempt;
+		}
+		if (ends == ENDS_ACK)
+			retried += Max(attempts - 1, 0);
+		if (ends != ENDS_NOTHING && !(ends == ENDS_ACK && durable))
+			idem_outbox_claim_end(id, token);
 	}
 	/* ack: the messages delivered, as the snapshots that see the delete see them */
 	if (ends == ENDS_ACK && n > 0)
