@@ -42,7 +42,8 @@ OBJS = \
 	src/outbox_relay.o \
 	src/outbox_window.o \
 	src/outbox_inflight.o \
-	src/outbox_vacuum.o
+	src/outbox_vacuum.o \
+	src/owners.o
 
 EXTENSION = idempotency
 # (names relative to the source directory, also in a VPATH build)

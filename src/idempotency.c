@@ -47,4 +47,5 @@ _PG_init(void)
 	idem_keytable_init();
 	idem_outbox_init();
 	idem_wakeup_init();		/* shared memory (preloaded) */
+	idem_owners_init();		/* object_access_hook (preloaded) */
 }

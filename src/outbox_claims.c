@@ -87,6 +87,15 @@ typedef struct ClaimEntry
 	TransactionId xid;			/* the claim's transaction until it commits
 								 * (InvalidTransactionId after): a prepared
 								 * one ends without this backend's callback */
+	/*
+	 * The lapsed claim this one took over, while xid is set (prior_attempt
+	 * 0: none): ROLLBACK PREPARED of xid puts it back, so that its attempt
+	 * still counts, as a plain rollback does (the row's attempts, which
+	 * the takeover wrote, roll back with it)
+	 */
+	pg_uuid_t	prior_token;
+	TimestampTz prior_until;
+	int32		prior_attempt;
 } ClaimEntry;
 
 typedef struct ClaimsShared
@@ -245,20 +254,27 @@ claim_aborted(TransactionId xid)
  * The same, with the exclusive lock held: an entry whose prepared
  * transaction is seen committed forgets its xid, so that its status is
  * never looked up again (an entry can outlive its transaction by a long
- * time, and the commit log that holds the status is truncated in the end).
- * Returns whether it aborted.
+ * time, and the commit log that holds the status is truncated in the end);
+ * one whose prepared transaction rolled back becomes the lapsed claim it
+ * took over, if any.  Returns whether it aborted with nothing to put back
+ * (the caller treats it as never made).
  */
 static bool
 claim_resolve(ClaimEntry *e)
 {
 	if (!TransactionIdIsValid(e->xid) || TransactionIdIsInProgress(e->xid))
 		return false;
-	if (TransactionIdDidCommit(e->xid))
+	if (!TransactionIdDidCommit(e->xid) && e->prior_attempt == 0)
+		return true;
+	if (!TransactionIdDidCommit(e->xid))
 	{
-		e->xid = InvalidTransactionId;
-		return false;
+		e->token = e->prior_token;
+		e->until = e->prior_until;
+		e->attempt = e->prior_attempt;
 	}
-	return true;
+	e->xid = InvalidTransactionId;
+	e->prior_attempt = 0;
+	return false;
 }
 
 /* ---------------------------------------------------------------------
@@ -304,6 +320,7 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			if (p->kind == PENDING_MADE && commit)
 			{
 				e->xid = InvalidTransactionId;	/* committed: no need to ask */
+				e->prior_attempt = 0;
 				continue;
 			}
 			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
@@ -399,9 +416,13 @@ pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id)
  * ---------------------------------------------------------------------
  */
 
-/* drop the lapsed entries (exclusive lock held); how many */
+/*
+ * Drop the lapsed entries, and those of this database's earlier installs
+ * (not gen: one whose DROP EXTENSION was prepared, so that owners.c did not
+ * free them at its commit), exclusive lock held; how many
+ */
 static int
-claims_sweep(TimestampTz now)
+claims_sweep(TimestampTz now, Oid gen)
 {
 	HASH_SEQ_STATUS seq;
 	ClaimEntry *e;
@@ -410,7 +431,11 @@ claims_sweep(TimestampTz now)
 	hash_seq_init(&seq, claim_hash);
 	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
 	{
-		if (e->until > now && !claim_resolve(e))
+		bool		aborted = claim_resolve(e);
+		bool		gone = OidIsValid(gen) && e->key.db == MyDatabaseId &&
+			e->key.gen != gen;
+
+		if (!aborted && !gone && e->until > now)
 			continue;
 		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
 		n++;
@@ -427,11 +452,36 @@ claims_sweep(TimestampTz now)
  * every session of the cluster.)
  */
 static bool
-claims_room(TimestampTz now)
+claims_room(TimestampTz now, Oid gen)
 {
 	if (hash_get_num_entries(claim_hash) < idem_outbox_claims_max)
 		return true;
-	return claims_sweep(now) > 0;
+	return claims_sweep(now, gen) > 0;
+}
+
+/*
+ * Free the entries of database db and install gen (InvalidOid: of every
+ * install): owners.c, when a database or an install is gone.
+ */
+void
+idem_outbox_claims_forget(Oid db, Oid gen)
+{
+	HASH_SEQ_STATUS seq;
+	ClaimEntry *e;
+
+	if (claim_hash == NULL)
+		return;
+	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, claim_hash);
+	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
+	{
+		if (e->key.db != db)
+			continue;
+		if (OidIsValid(gen) && e->key.gen != gen)
+			continue;
+		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(claims->lock);
 }
 
 /*
@@ -459,7 +509,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	found = e != NULL;
 	if (e != NULL && claim_resolve(e))
 		found = false;			/* rolled back after PREPARE: as if never made */
-	if (e == NULL && claims_room(now))
+	if (e == NULL && claims_room(now, k.gen))
 		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
 	if (e == NULL)
 	{
@@ -483,11 +533,15 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 			return CLAIM_LAPSED;
 		}
 		e->attempt = *lapsed + 1;
+		e->prior_token = before.token;
+		e->prior_until = before.until;
+		e->prior_attempt = before.attempt;
 		result = CLAIM_LAPSED;
 	}
 	else
 	{
 		e->attempt = row_attempts + 1;
+		e->prior_attempt = 0;
 		result = CLAIM_NEW;
 	}
 	e->token = *token;
@@ -504,6 +558,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 		p->took_over = true;
 		p->before = before;
 		p->before.xid = InvalidTransactionId;	/* it lapsed: nothing to ask */
+		p->before.prior_attempt = 0;
 	}
 	return result;
 }
@@ -515,6 +570,37 @@ idem_outbox_claim_end(int64 id, const pg_uuid_t *token)
 	pending_add(PENDING_END, id, token, 0);
 }
 
+/* the databases that have entries here, up to max of them into dbs; how many */
+int
+idem_outbox_claims_databases(Oid *dbs, int max)
+{
+	HASH_SEQ_STATUS seq;
+	ClaimEntry *e;
+	int			n = 0;
+	int			i;
+
+	if (claim_hash == NULL)
+		return 0;
+	LWLockAcquire(claims->lock, LW_SHARED);
+	hash_seq_init(&seq, claim_hash);
+	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
+	{
+		for (i = 0; i < n; i++)
+			if (dbs[i] == e->key.db)
+				break;
+		if (i < n)
+			continue;
+		if (n == max)
+		{
+			hash_seq_term(&seq);
+			break;
+		}
+		dbs[n++] = e->key.db;
+	}
+	LWLockRelease(claims->lock);
+	return n;
+}
+
 /* ---------------------------------------------------------------------
  * For the SQL-callable readers (outbox_inflight.c)
  * ---------------------------------------------------------------------
@@ -522,7 +608,8 @@ idem_outbox_claim_end(int64 id, const pg_uuid_t *token)
 
 /*
  * The claim in shared memory that holds id, lapsed or not, into *out; false
- * when there is none (or its prepared transaction rolled back).
+ * when there is none (or its prepared transaction rolled back, taking over
+ * no lapsed claim).
  */
 bool
 idem_outbox_claim_read(int64 id, IdemOutboxClaim *out)
@@ -545,6 +632,14 @@ idem_outbox_claim_read(int64 id, IdemOutboxClaim *out)
 		out->topic_id = e->topic_id;
 		xid = e->xid;
 		found = true;
+		/* rolled back after PREPARE: the lapsed claim it took over, if any */
+		if (e->prior_attempt > 0 && claim_aborted(xid))
+		{
+			out->token = e->prior_token;
+			out->until = e->prior_until;
+			out->attempt = e->prior_attempt;
+			xid = InvalidTransactionId;
+		}
 	}
 	LWLockRelease(claims->lock);
 	return found && !claim_aborted(xid);

@@ -478,3 +478,59 @@ idempotency_outbox_counts(PG_FUNCTION_ARGS)
 	values[1] = Int64GetDatum(retried);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
+
+/*
+ * Free the counts of database db and install gen (InvalidOid: of every
+ * install): owners.c, when a database or an install is gone.
+ */
+void
+idem_outbox_counts_forget(Oid db, Oid gen)
+{
+	HASH_SEQ_STATUS seq;
+	CountEntry *c;
+
+	if (count_hash == NULL)
+		return;
+	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, count_hash);
+	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
+	{
+		if (c->key.db != db)
+			continue;
+		if (OidIsValid(gen) && c->key.gen != gen)
+			continue;
+		hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(counts->lock);
+}
+
+/* the databases that have entries here, up to max of them into dbs; how many */
+int
+idem_outbox_counts_databases(Oid *dbs, int max)
+{
+	HASH_SEQ_STATUS seq;
+	CountEntry *e;
+	int			n = 0;
+	int			i;
+
+	if (count_hash == NULL)
+		return 0;
+	LWLockAcquire(counts->lock, LW_SHARED);
+	hash_seq_init(&seq, count_hash);
+	while ((e = (CountEntry *) hash_seq_search(&seq)) != NULL)
+	{
+		for (i = 0; i < n; i++)
+			if (dbs[i] == e->key.db)
+				break;
+		if (i < n)
+			continue;
+		if (n == max)
+		{
+			hash_seq_term(&seq);
+			break;
+		}
+		dbs[n++] = e->key.db;
+	}
+	LWLockRelease(counts->lock);
+	return n;
+}
