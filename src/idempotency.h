@@ -297,7 +297,7 @@ extern int	idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *to
 									TimestampTz until, TimestampTz now,
 									int32 row_attempts, int32 max_attempts,
 									int32 *lapsed);
-extern int32 idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
+extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
 extern Oid	idem_outbox_install(void);
 /* outbox_claims.c: for the SQL-callable readers (outbox_inflight.c) */
 typedef struct IdemOutboxClaim
@@ -398,8 +398,9 @@ extern bool idem_outbox_topic_visible(int32 topic_id);
 
 /* outbox_counts.c: acked counts in shared memory (preloaded) */
 extern void idem_outbox_counts_init(void);
-extern void idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried);
-extern int	idem_outbox_counts_list(int32 *topic_ids, int64 *delivered,
+extern void idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered,
+									int64 retried);
+extern int	idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 									int64 *retried, int max);
 extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
 extern void idem_outbox_counts_forget(Oid db, Oid gen);

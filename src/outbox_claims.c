@@ -570,21 +570,11 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	return result;
 }
 
-/*
- * ack/nack/release of id by token: the entry ends when this transaction
- * commits.  Returns the claim's attempt (0: token holds no entry of id),
- * for ack() to count the retries.
- */
-int32
+/* ack/nack/release of id by token: the entry ends when this transaction commits */
+void
 idem_outbox_claim_end(int64 id, const pg_uuid_t *token)
 {
-	IdemOutboxClaim c;
-
 	pending_add(PENDING_END, id, token, 0);
-	if (!idem_outbox_claim_read(id, &c) ||
-		memcmp(&c.token, token, sizeof(pg_uuid_t)) != 0)
-		return 0;
-	return c.attempt;
 }
 
 /* the databases that have entries here, up to max of them into dbs; how many */

@@ -44,6 +44,11 @@ is($node->safe_psql('postgres', q{SET ROLE regress_filler;
 		  FROM idempotency.outbox_stats}),
 	"$n $n $n", "every one of the filler's $n acked messages is counted");
 
+# the filler holds at most its share of the places (512): the acks that
+# found none wrote their counts into their topics' rows
+is($node->safe_psql('postgres', q{SELECT sum(purged_delivered) FROM idempotency.outbox_topic}),
+	$n - 512, "the filler's counts beyond its 512 places are in its topics' rows");
+
 # another role, another database: its ack is counted too
 $node->safe_psql('other', q{
 	SET ROLE regress_other;
@@ -54,6 +59,8 @@ $node->safe_psql('other', q{
 is($node->safe_psql('other', q{SET ROLE regress_other;
 		SELECT published || ' ' || delivered FROM idempotency.outbox_stats}),
 	'1 1', "another role's ack in another database is counted");
+is($node->safe_psql('other', q{SELECT purged_delivered FROM idempotency.outbox_topic}),
+	'0', 'in a place of shared memory (not in the row): the filler took none of its places');
 
 # the same role in the filler's database, on a new topic
 $node->safe_psql('postgres', q{
@@ -65,6 +72,8 @@ $node->safe_psql('postgres', q{
 is($node->safe_psql('postgres', q{SET ROLE regress_other;
 		SELECT published || ' ' || delivered FROM idempotency.outbox_stats}),
 	'1 1', "another role's ack in the filler's database is counted");
+is($node->safe_psql('postgres', q{SELECT purged_delivered FROM idempotency.outbox_topic WHERE name = 'late'}),
+	'0', 'also in shared memory');
 
 # the purges write the counts into the rows: nothing counted twice or lost
 # (a purge writes at most 1000 topics' counts)
