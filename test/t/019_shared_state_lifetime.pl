@@ -132,6 +132,23 @@ is($node->safe_psql('other', q{SELECT count(*) FROM idempotency.outbox_in_flight
 	'3', 'and its 3 claims are kept');
 $node->safe_psql('other', q{ROLLBACK PREPARED 'hold'});
 
+# DROP EXTENSION prepared, then COMMIT PREPARED (in a session without the
+# dropping session's callbacks): a claim that finds the table full frees
+# the earlier install's 3 claims
+$node->safe_psql('other', q{
+	BEGIN;
+	DROP EXTENSION idempotency CASCADE;
+	PREPARE TRANSACTION 'dropx';
+	COMMIT PREPARED 'dropx';
+	CREATE EXTENSION idempotency;
+	SELECT idempotency.create_topic('t');
+	SELECT count(idempotency.publish('t', jsonb_build_object('n', i))) FROM generate_series(1, 64) i;
+});
+$node->psql('other', q{SELECT count(*) FROM idempotency.claim('t', 64, '1 ms')},
+	stdout => \$stdout, stderr => \$stderr);
+is($stdout, '64', 'DROP EXTENSION committed prepared: a full table frees its claims, 64 claimed');
+is($stderr, '', 'without a warning');
+
 # DROP ROLE: the role's statistics
 $node->safe_psql('postgres', q{
 	CREATE ROLE gone;
