@@ -5,7 +5,10 @@
 # with another request is IK001 and writes nothing; a shipped order gets a
 # stored 409 and no ledger row; a new key for a paid order writes no second
 # row; a stale version is refused; a duplicate held past the procedure's own
-# lock_wait gets IK002 after that wait.
+# lock_wait gets IK002 after that wait; under REPEATABLE READ a second key at
+# once gets 40001, stores nothing, and its retry answers already_paid; the
+# application's schema dumped and restored as the application role keeps the
+# procedure with its lock_wait.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -139,6 +142,34 @@ my $tab2 = $second->query_until(qr/called\n/, '');
 like($tab2, qr/^\{"status": 200, "payment": \{"id": \d+, "kind": "payment", "amount": 14.00, "order_id": 14\}, "already_paid": true\}\n/,
 	'second key: 200 already_paid');
 is(shop_sql(sprintf($ledger, 14)), '1', 'two keys at once: one ledger row');
+
+# --- the same under REPEATABLE READ: the second key's snapshot predates the
+# payment, so it gets 40001 and stores nothing; its retry with the same key
+# answers already_paid (the page's table: 40001, retry with the same key)
+shop_sql(q{INSERT INTO orders (id, total) VALUES (15, 15.00)});
+$first->query_safe(q{SET default_transaction_isolation = 'repeatable read'});
+$second->query_safe(q{SET default_transaction_isolation = 'repeatable read'});
+$second->query_safe(q{\set ON_ERROR_STOP 0});
+my $rr1 = $first->query_safe(q{BEGIN; CALL pay_order('rr-1', 15, 15.00, 1);});
+like($rr1, qr/"status": 201/, 'repeatable read, first key: 201 (not committed yet)');
+$second->query_until(qr/calling\n/,
+	"\\echo calling\nCALL pay_order('rr-2', 15, 15.00, 1);\n\\echo sqlstate :LAST_ERROR_SQLSTATE\n\\echo called\n");
+ok( $node->poll_query_until('shop', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE wait_event_type = 'Lock' AND wait_event = 'transactionid'
+		   AND query LIKE 'CALL pay_order(''rr-2''%'}),
+	'repeatable read, second key waits for the order row');
+$first->query_safe('COMMIT');
+my $rr2 = $second->query_until(qr/called\n/, '');
+like($rr2, qr/^sqlstate 40001\n/m, 'repeatable read, second key: 40001 once the first commits');
+is( shop_sql(sprintf($ledger, 15)) . ' '
+	  . shop_sql(q{SELECT count(*) FROM idempotency.idempotency_key WHERE key = 'rr-2'}),
+	'1 0', 'repeatable read, second key: one ledger row, its key not stored');
+like(shop_sql(q{SET default_transaction_isolation = 'repeatable read'; CALL pay_order('rr-2', 15, 15.00, 1)}),
+	qr/^\{"status": 200, .*"already_paid": true\}$/, 'repeatable read, its retry with the same key: already_paid');
+$first->query_safe(q{RESET default_transaction_isolation});
+$second->quit;	# (its error stays in its stderr) a fresh session for what follows
+$second = $node->background_psql('shop', @shop);
 
 # --- a stale version (the order changed since the client read it) -------------
 shop_sql(q{SELECT idempotency.update_versioned('orders', 12, 1, '{"total": 14.00}')});
