@@ -498,6 +498,7 @@ SELECT t.name AS topic, t.owner,
     OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
                 WHERE g.topic_id OPERATOR(pg_catalog.=) t.id
                   AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))
+       AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid)
     OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
  GROUP BY t.id, c.delivered, c.retried;
 COMMENT ON VIEW idempotency.outbox_stats IS
@@ -551,6 +552,21 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The secret tables: row security and no policy, so a role that may SELECT
+-- them without owning them (pg_read_all_data, a grant by name) sees no row;
+-- their owner, superusers and BYPASSRLS roles read them.
+ALTER TABLE idempotency.lock_secret ENABLE ROW LEVEL SECURITY;
+ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;
+
+-- A topic whose owner was dropped belongs to no role: a grant counts only
+-- while the topic's owner exists (the topic and message policies read the
+-- grants through this one; outbox_stats above checks it itself).
+ALTER POLICY outbox_grant_own_rows ON idempotency.outbox_grant
+    USING (grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+           AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                        WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid)
+           OR topic_owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
 
 -- == key health for monitoring roles ==
 -- What an operator watches (docs/operations.md): per role and scope, the

@@ -87,6 +87,10 @@ CREATE UNIQUE INDEX lock_secret_one_row ON idempotency.lock_secret ((true));
 COMMENT ON TABLE idempotency.lock_secret IS
 'Secret key of the hash that names key locks; readable by the extension owner only';
 REVOKE ALL ON idempotency.lock_secret FROM PUBLIC;
+-- row security and no policy: a role that may SELECT the table without
+-- owning it (pg_read_all_data, a grant by name) sees no row; its owner,
+-- superusers and BYPASSRLS roles read it
+ALTER TABLE idempotency.lock_secret ENABLE ROW LEVEL SECURITY;
 INSERT INTO idempotency.lock_secret (secret)
 SELECT pg_catalog.substr(pg_catalog.sha256(
            pg_catalog.uuid_send(pg_catalog.gen_random_uuid()) OPERATOR(pg_catalog.||)
@@ -673,6 +677,8 @@ CREATE TABLE idempotency.derive_secret (
 COMMENT ON TABLE idempotency.derive_secret IS
 'Secret key of derive_key() (its oldest row); readable by the extension owner only; never change it';
 REVOKE ALL ON idempotency.derive_secret FROM PUBLIC;
+-- row security and no policy, as lock_secret
+ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;
 SELECT pg_catalog.pg_extension_config_dump('idempotency.derive_secret', '');
 INSERT INTO idempotency.derive_secret (secret)
 SELECT pg_catalog.sha256(
@@ -800,9 +806,14 @@ CREATE INDEX outbox_message_dead_idx ON idempotency.outbox_message (topic_id, id
 -- and the messages of the topics it owns or may consume.  Only the
 -- functions write (as the extension's owner).
 ALTER TABLE idempotency.outbox_grant ENABLE ROW LEVEL SECURITY;
+-- (a grant counts only while the topic's owner exists: a dropped owner's
+-- topic belongs to no role, and the topic and message policies below read
+-- the grants through this one)
 CREATE POLICY outbox_grant_own_rows ON idempotency.outbox_grant
     FOR SELECT
     USING (grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+           AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                        WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid)
            OR topic_owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
 ALTER TABLE idempotency.outbox_topic ENABLE ROW LEVEL SECURITY;
 CREATE POLICY outbox_topic_own_rows ON idempotency.outbox_topic
@@ -1067,6 +1078,7 @@ SELECT t.name AS topic, t.owner,
     OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
                 WHERE g.topic_id OPERATOR(pg_catalog.=) t.id
                   AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))
+       AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid)
     OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
  GROUP BY t.id, c.delivered, c.retried;
 COMMENT ON VIEW idempotency.outbox_stats IS

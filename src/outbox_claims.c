@@ -23,7 +23,12 @@
  * the table is full (then lapsed entries are dropped, and with them the
  * attempts they counted).  A crash or restart empties the table: every
  * claim lapses at once and the attempt in flight is not counted (attempts
- * of earlier lapsed claims are in the row already).
+ * of earlier lapsed claims are in the row already).  A takeover keeps the
+ * lapsed claim it took over in its entry until its transaction commits:
+ * ROLLBACK PREPARED, which runs none of this backend's callbacks, puts it
+ * back when the entry is next looked at (claim_resolve), as an abort here
+ * does at once.  DROP DATABASE and DROP EXTENSION free their entries
+ * (owners.c); a full table also drops its database's earlier installs'.
  *
  * The acked counts are outbox_counts.c's.
  *
@@ -64,11 +69,13 @@
 
 /*
  * The message and topic ids restart at 1 when the extension is dropped and
- * created again, and a database dropped and created again with CREATE
- * DATABASE ... OID has the same oid: each key also names the install, by
- * the OID of its outbox_message_id_seq (new with every CREATE EXTENSION),
- * so that no entry passes to a message or topic that reuses its numbers
- * (outbox_counts.c keys its counts by the same: idem_outbox_install()).
+ * created again: each key also names the install, by the OID of its
+ * outbox_message_id_seq (new with every CREATE EXTENSION in a database), so
+ * that no entry passes to a message or topic that reuses its numbers
+ * (outbox_counts.c keys its counts by the same: idem_outbox_install()).  A
+ * database dropped and created again with CREATE DATABASE ... OID from the
+ * same template has the same oid and the same sequence OID: its entries
+ * are kept apart by being freed at the drop (owners.c).
  */
 typedef struct ClaimKey
 {

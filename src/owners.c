@@ -92,10 +92,18 @@ typedef struct Gone
 	int			level;			/* the (sub)transaction's nesting level */
 } Gone;
 
+/* ---------------------------------------------------------------------
+ * Local state
+ * ---------------------------------------------------------------------
+ */
 static object_access_hook_type prev_object_access_hook = NULL;
 static List *gone = NIL;		/* of Gone, in TopTransactionContext */
 static bool callbacks_registered = false;
 
+/* ---------------------------------------------------------------------
+ * The drops, freed at their commit
+ * ---------------------------------------------------------------------
+ */
 static void
 owners_free(const Gone *g)
 {
@@ -214,6 +222,11 @@ idem_owners_init(void)
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = owners_object_access;
 }
+
+/* ---------------------------------------------------------------------
+ * The launcher's sweep
+ * ---------------------------------------------------------------------
+ */
 
 /* is database db gone (no row, or one a failed DROP DATABASE left invalid)? */
 static bool

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(138);
+SELECT plan(139);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -83,11 +83,17 @@ SELECT is((SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
                 'idempotency.seen_message', 'idempotency.state_machine', 'idempotency.token'],
           'every table is marked for pg_dump (pg_extension_config_dump)');
 
--- row-level security: plain roles read their own rows only
+-- row-level security: plain roles read their own rows only; the secret
+-- tables have it with no policy (no row for a role that may SELECT them
+-- without owning them, such as pg_read_all_data)
 SELECT is((SELECT array_agg(relname::text ORDER BY relname) FROM pg_class
              WHERE relnamespace = 'idempotency'::regnamespace AND relkind = 'r' AND relrowsecurity),
-          ARRAY['idempotency_key', 'outbox_grant', 'outbox_message', 'outbox_topic', 'seen_message', 'token'],
-          'row-level security on every table whose rows belong to roles');
+          ARRAY['derive_secret', 'idempotency_key', 'lock_secret', 'outbox_grant', 'outbox_message',
+                'outbox_topic', 'seen_message', 'token'],
+          'row-level security on every table whose rows belong to roles, and on the secret tables');
+SELECT is((SELECT count(*)::int FROM pg_policy
+             WHERE polrelid IN ('idempotency.lock_secret'::regclass, 'idempotency.derive_secret'::regclass)),
+          0, 'the secret tables have no policy');
 SELECT policies_are('idempotency', 'idempotency_key', ARRAY['idempotency_key_own_rows']);
 SELECT policy_cmd_is('idempotency', 'idempotency_key', 'idempotency_key_own_rows', 'SELECT',
                      'the policy is for SELECT only');

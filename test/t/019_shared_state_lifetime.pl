@@ -5,8 +5,9 @@
 # (as its outbox and topics are the template's, the message, topic and
 # sequence numbers are the same), and a full claim table is given back by
 # DROP DATABASE and by DROP EXTENSION, not held until the claims lapse.
-# A claim that took over a lapsed claim, prepared and rolled back, leaves
-# the lapsed attempt counted, as a plain rollback does.
+# A drop that does not commit frees nothing; DROP ROLE frees the role's
+# statistics.  A claim that took over a lapsed claim, prepared and rolled
+# back, leaves the lapsed attempt counted, as a plain rollback does.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -108,6 +109,62 @@ my $other = $node->safe_psql('postgres', q{SELECT oid FROM pg_database WHERE dat
 is($node->safe_psql('other', "SELECT count(*) FROM idempotency.stats() WHERE dbid = $other"),
 	'0', 'DROP EXTENSION frees its statistics entries');
 
+# a drop that does not commit frees nothing: other's install has 3 claims
+$node->safe_psql('other', q{
+	SELECT idempotency.create_topic('t');
+	SELECT count(idempotency.publish('t', jsonb_build_object('n', i))) FROM generate_series(1, 3) i;
+	SELECT count(*) FROM idempotency.claim('t', 3, '1 hour');
+});
+$node->safe_psql('other', q{
+	BEGIN;
+	SAVEPOINT s;
+	DROP EXTENSION idempotency CASCADE;
+	ROLLBACK TO SAVEPOINT s;
+	COMMIT;
+});
+is($node->safe_psql('other', q{SELECT count(*) FROM idempotency.outbox_in_flight}),
+	'3', 'DROP EXTENSION rolled back to a savepoint: the 3 claims are kept');
+$node->safe_psql('other', q{BEGIN; SELECT 1; PREPARE TRANSACTION 'hold'});
+my ($ret) = $node->psql('postgres', 'DROP DATABASE other', stderr => \$stderr,
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($stderr, qr/55006/, 'DROP DATABASE of a database with a prepared transaction fails (55006)');
+is($node->safe_psql('other', q{SELECT count(*) FROM idempotency.outbox_in_flight}),
+	'3', 'and its 3 claims are kept');
+$node->safe_psql('other', q{ROLLBACK PREPARED 'hold'});
+
+# DROP EXTENSION prepared, then COMMIT PREPARED (in a session without the
+# dropping session's callbacks): a claim that finds the table full frees
+# the earlier install's 3 claims
+$node->safe_psql('other', q{
+	BEGIN;
+	DROP EXTENSION idempotency CASCADE;
+	PREPARE TRANSACTION 'dropx';
+	COMMIT PREPARED 'dropx';
+	CREATE EXTENSION idempotency;
+	SELECT idempotency.create_topic('t');
+	SELECT count(idempotency.publish('t', jsonb_build_object('n', i))) FROM generate_series(1, 64) i;
+});
+$node->psql('other', q{SELECT count(*) FROM idempotency.claim('t', 64, '1 ms')},
+	stdout => \$stdout, stderr => \$stderr);
+is($stdout, '64', 'DROP EXTENSION committed prepared: a full table frees its claims, 64 claimed');
+is($stderr, '', 'without a warning');
+
+# DROP ROLE: the role's statistics
+$node->safe_psql('postgres', q{
+	CREATE ROLE gone;
+	SET ROLE gone;
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('g', '{}', 'scope');
+	SELECT idempotency.complete('g', '{}', 'scope');
+	COMMIT;
+});
+my $role = $node->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'gone'});
+is($node->safe_psql('postgres', "SELECT count(*) FROM idempotency.stats() WHERE userid = $role"),
+	'1', 'a role with a statistics entry');
+$node->safe_psql('postgres', 'DROP ROLE gone');
+is($node->safe_psql('postgres', "SELECT count(*) FROM idempotency.stats() WHERE userid = $role"),
+	'0', 'DROP ROLE frees its statistics entries');
+
 # a prepared takeover rolled back: the lapsed attempt still counts
 $node->safe_psql('postgres', q{
 	SELECT idempotency.create_topic('p', max_attempts => 2);
@@ -134,6 +191,25 @@ is($node->safe_psql('postgres', q{SELECT string_agg(id || ':' || attempt, ',') F
 	'2:1', 'at max_attempts the lapsed message 1 is not handed out again: message 2 is');
 is($node->safe_psql('postgres', q{SELECT state FROM idempotency.outbox_message WHERE id = 1}),
 	'dead', 'message 1 is dead');
+
+# a clean restart keeps the statistics (pg_stat/idempotency.stat) of the
+# databases and roles that exist, none of those dropped
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT outcome FROM idempotency.begin('kept', '{}', 'scope');
+	SELECT idempotency.complete('kept', '{}', 'scope');
+	COMMIT;
+});
+$node->restart;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency.stats() AS s
+		WHERE s.dbid NOT IN (SELECT oid FROM pg_database)
+		   OR s.userid NOT IN (SELECT oid FROM pg_roles)}),
+	'0', 'after a restart: no statistics of a dropped database or role');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency.stats
+		WHERE database = 'postgres' AND role = current_user}),
+	'1', 'and those of the others are kept');
+is($node->safe_psql('other', q{SELECT count(*) FROM idempotency.outbox_in_flight}),
+	'0', 'and no claim');
 
 $node->stop;
 done_testing();
