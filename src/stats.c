@@ -330,6 +330,14 @@ stats_evict(void)
 	for (i = 0; i < victims && i < n; i++)
 		hash_search(stats_hash, &entries[i]->key, HASH_REMOVE, NULL);
 	pfree(entries);
+
+	/* never silently: the DBA learns that counters were dropped, and why */
+	ereport(LOG,
+			(errmsg("idempotency.stats is full: the %ld least-used of %ld entries were evicted",
+					Min(victims, n), n),
+			 errdetail("Their counters are lost; idempotency.stats_max is %d.",
+					   idem_stats_max),
+			 errhint("Raise idempotency.stats_max (needs a restart) to keep more (database, role, scope) entries.")));
 }
 
 /*

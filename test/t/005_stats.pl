@@ -115,6 +115,9 @@ is( $node->safe_psql('postgres', q{
 	'1 20 1', 'the most used entry is kept, its counters whole');
 is( $node->safe_psql('postgres', q{SELECT ik004_not_held FROM idempotency.stats WHERE scope = 'cold-30'}),
 	'1', 'the newest entry is there');
+like(slurp_file($node->logfile),
+	qr/LOG:  idempotency\.stats is full: the 1 least-used of 10 entries were evicted\n.*DETAIL:  Their counters are lost; idempotency\.stats_max is 10\./s,
+	'an eviction is never silent: a LOG line says how many entries were dropped and the setting');
 
 # --- the postgres_exporter recipe: every query runs for a pg_monitor role -------
 # (prove runs in the repository's top directory)
