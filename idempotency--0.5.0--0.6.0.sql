@@ -498,6 +498,7 @@ SELECT t.name AS topic, t.owner,
     OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
                 WHERE g.topic_id OPERATOR(pg_catalog.=) t.id
                   AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))
+       AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid)
     OR pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
  GROUP BY t.id, c.delivered, c.retried;
 COMMENT ON VIEW idempotency.outbox_stats IS
@@ -551,3 +552,99 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The secret tables: row security and no policy, so a role that may SELECT
+-- them without owning them (pg_read_all_data, a grant by name) sees no row;
+-- their owner, superusers and BYPASSRLS roles read them.
+ALTER TABLE idempotency.lock_secret ENABLE ROW LEVEL SECURITY;
+ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;
+
+-- A topic whose owner was dropped belongs to no role: a grant counts only
+-- while the topic's owner exists (the topic and message policies read the
+-- grants through this one; outbox_stats above checks it itself).
+ALTER POLICY outbox_grant_own_rows ON idempotency.outbox_grant
+    USING (grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+           AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                        WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid)
+           OR topic_owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
+
+-- == key health for monitoring roles ==
+-- What an operator watches (docs/operations.md): per role and scope, the
+-- keys by status, the oldest key in progress, leases past their end and the
+-- purge backlog, as aggregates only: no key, request fingerprint or
+-- response leaves the function.  SECURITY DEFINER because row security
+-- shows every other role, a monitoring role included, none of a role's
+-- rows; search_path pinned so that nothing of the caller's is found.  Not
+-- PUBLIC: EXECUTE to pg_read_all_stats (and so to pg_monitor), as for the
+-- other roles' rows of idempotency.stats; each application role reads its
+-- own keys in the table.  One sequential scan of the key table (no index
+-- serves counts by status); docs/operations.md gives its cost at 1 M keys.
+CREATE FUNCTION idempotency.key_health(
+    OUT userid                 pg_catalog.oid,
+    OUT scope                  pg_catalog.text,
+    OUT in_progress            pg_catalog.int8,
+    OUT completed              pg_catalog.int8,
+    OUT failed_retryable       pg_catalog.int8,
+    OUT failed_final           pg_catalog.int8,
+    OUT oldest_in_progress_age pg_catalog.interval,
+    OUT lapsed_leases          pg_catalog.int8,
+    OUT longest_lapse          pg_catalog.interval,
+    OUT expired                pg_catalog.int8,
+    OUT oldest_expired_age     pg_catalog.interval)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT k.owner::pg_catalog.oid, k.scope,
+       pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                     AND k.status OPERATOR(pg_catalog.=) 'in_progress'),
+       pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                     AND k.status OPERATOR(pg_catalog.=) 'completed'),
+       pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                     AND k.status OPERATOR(pg_catalog.=) 'failed' AND k.retryable),
+       pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                     AND k.status OPERATOR(pg_catalog.=) 'failed' AND NOT k.retryable),
+       pg_catalog.now() OPERATOR(pg_catalog.-)
+           pg_catalog.min(k.created_at) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                                  AND k.status OPERATOR(pg_catalog.=) 'in_progress'),
+       pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                     AND k.status OPERATOR(pg_catalog.=) 'in_progress'
+                                     AND k.locked_until OPERATOR(pg_catalog.<=) pg_catalog.now()),
+       pg_catalog.now() OPERATOR(pg_catalog.-)
+           pg_catalog.min(k.locked_until) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()
+                                                    AND k.status OPERATOR(pg_catalog.=) 'in_progress'
+                                                    AND k.locked_until OPERATOR(pg_catalog.<=) pg_catalog.now()),
+       pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()),
+       pg_catalog.now() OPERATOR(pg_catalog.-)
+           pg_catalog.min(k.expires_at) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now())
+  FROM idempotency.idempotency_key AS k
+ GROUP BY k.owner::pg_catalog.oid, k.scope
+$$;
+COMMENT ON FUNCTION idempotency.key_health() IS
+'Counts and ages of every role''s keys per scope, no key or response (pg_read_all_stats, e.g. pg_monitor, only); use the view idempotency.key_health';
+REVOKE ALL ON FUNCTION idempotency.key_health() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idempotency.key_health() TO pg_read_all_stats;
+
+-- the role's name beside its oid (NULL for a dropped role's rows, which the
+-- purge removes when they expire).  Read with the caller's right to EXECUTE
+-- the function: another role given SELECT on the view needs EXECUTE too.
+CREATE VIEW idempotency.key_health AS
+SELECT h.userid, r.rolname AS role, h.scope,
+       h.in_progress, h.completed, h.failed_retryable, h.failed_final,
+       h.oldest_in_progress_age, h.lapsed_leases, h.longest_lapse,
+       h.expired, h.oldest_expired_age
+  FROM idempotency.key_health() AS h
+  LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) h.userid;
+COMMENT ON VIEW idempotency.key_health IS
+'Key health per role and scope for monitoring (pg_read_all_stats, e.g. pg_monitor): keys by status, the oldest in progress, lapsed leases, the purge backlog; never a key, request or response';
+COMMENT ON COLUMN idempotency.key_health.in_progress IS 'live keys in progress (lease mode: a single-transaction key has no row until it is finished)';
+COMMENT ON COLUMN idempotency.key_health.completed IS 'live keys completed';
+COMMENT ON COLUMN idempotency.key_health.failed_retryable IS 'live keys failed retryably (the next begin() retries)';
+COMMENT ON COLUMN idempotency.key_health.failed_final IS 'live keys failed for good (replayed until they expire or forget())';
+COMMENT ON COLUMN idempotency.key_health.oldest_in_progress_age IS 'now() minus created_at of the oldest live key in progress; NULL when none';
+COMMENT ON COLUMN idempotency.key_health.lapsed_leases IS 'live keys in progress whose lease has ended and that no begin() has taken over yet';
+COMMENT ON COLUMN idempotency.key_health.longest_lapse IS 'now() minus the earliest lease end among them; NULL when none';
+COMMENT ON COLUMN idempotency.key_health.expired IS 'purge backlog: rows past expires_at that purge() or the purge worker has not deleted yet (they behave as absent)';
+COMMENT ON COLUMN idempotency.key_health.oldest_expired_age IS 'now() minus the earliest expires_at among them; NULL when none';
+REVOKE ALL ON idempotency.key_health FROM PUBLIC;
+GRANT SELECT ON idempotency.key_health TO pg_read_all_stats;

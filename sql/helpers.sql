@@ -127,6 +127,9 @@ SELECT idempotency.update_versioned('item', 1, 2, '{"qty": 1}', version_column =
 \echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.update_versioned('item', 1, NULL, '{"qty": 1}');
 \echo :LAST_ERROR_SQLSTATE
+-- no such row, and no version read from it (NULL): the missing row, P0002
+SELECT idempotency.update_versioned('item', 99, NULL, '{"qty": 1}');
+\echo :LAST_ERROR_SQLSTATE
 SELECT qty, version FROM item;
 
 -- dedup insert: the new row with its defaults and generated values, then

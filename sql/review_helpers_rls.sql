@@ -36,6 +36,23 @@ SELECT idempotency.transition('rls_orders', 1, 'paid', 'rls_order');
 SELECT idempotency.update_versioned('rls_orders', 1, 1, '{"note": "x"}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rls_orders ORDER BY id;
+-- insert_once() of a key held by a row the caller's SELECT policies hide:
+-- 42501 naming row security (not 40001 "retry", which can never succeed),
+-- nothing written; a key no row holds is inserted as before
+CREATE TABLE rls_seen (id int PRIMARY KEY, who text NOT NULL);
+INSERT INTO rls_seen VALUES (1, 'other');
+ALTER TABLE rls_seen ENABLE ROW LEVEL SECURITY;
+CREATE POLICY mine ON rls_seen FOR SELECT USING (who = 'clerk');
+CREATE POLICY add_mine ON rls_seen FOR INSERT WITH CHECK (who = 'clerk');
+GRANT SELECT, INSERT ON rls_seen TO regress_rls_clerk;
+SET ROLE regress_rls_clerk;
+SELECT * FROM idempotency.insert_once('rls_seen', '{"id": 1, "who": "clerk"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.insert_once('rls_seen', '{"id": 2, "who": "clerk"}');
+SELECT * FROM idempotency.insert_once('rls_seen', '{"id": 2, "who": "clerk"}');
+RESET ROLE;
+SELECT * FROM rls_seen ORDER BY id;
+DROP TABLE rls_seen;
 \set VERBOSITY default
 DROP TABLE rls_orders;
 DROP FUNCTION rls_skip();

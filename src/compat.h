@@ -53,7 +53,8 @@
  *		below), VirtualTransactionId, SPITupleTable (SPI_tuptable),
  *		FunctionCallInfoBaseData (flinfo, context, resultinfo, nargs),
  *		ReturnSetInfo (setResult, setDesc), ErrorData, Query
- *		(utilityStmt), JsonbValue read back from JsonbIterator.
+ *		(utilityStmt), JsonbValue read back from JsonbIterator,
+ *		config_generic (name, context, source: worker.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -76,6 +77,7 @@
 #include "nodes/pg_list.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
 #include "utils/tuplestore.h"
@@ -303,6 +305,22 @@ idem_valid_prefix(int encoding, const char *src, int len, char *dest)
 	memcpy(dest, src, n);
 	dest[n] = '\0';
 	return n;
+}
+
+/* ---------------------------------------------------------------------
+ * every setting (worker.c): 16 returns the count through an argument and
+ * a copy of the array, 15 the array itself and GetNumConfigOptions()
+ * ---------------------------------------------------------------------
+ */
+static inline struct config_generic **
+idem_guc_variables(int *n)
+{
+#if PG_VERSION_NUM >= 160000
+	return get_guc_variables(n);
+#else
+	*n = GetNumConfigOptions();
+	return get_guc_variables();
+#endif
 }
 
 #endif							/* IDEMPOTENCY_COMPAT_H */

@@ -112,12 +112,6 @@ iso8601_utc(TimestampTz ts)
 					tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
-static char *
-hex_prefix(const uint8 *h)
-{
-	return psprintf("%02x%02x%02x%02x%02x%02x", h[0], h[1], h[2], h[3], h[4], h[5]);
-}
-
 /*
  * The row descriptor of the calling function's named result type, built
  * once per call site and kept in fn_extra (a named type: no pg_proc
@@ -343,8 +337,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_REUSED),
 				 errmsg("%s was already used with a different request", idem_describe_key(&id)),
-				 errdetail("The stored request fingerprint starts %s, this request's starts %s.",
-						   hex_prefix(stored.request_hash), hex_prefix(hash)),
+				 errdetail("The key's stored request and this one differ; neither, nor anything computed from them, is shown."),
 				 errhint("Use a new idempotency key for a new request (HTTP 422).")));
 
 	if (replayable(&stored, now))

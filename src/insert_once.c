@@ -22,6 +22,8 @@
  *		side effects);
  *	  - a left-out key column has a volatile or generated default, whose
  *		value the probe cannot know: 23505 at once;
+ *	  - row security (enabled for the caller) hides the conflicting row
+ *		from the probe: 42501 once a second insert conflicted too;
  *	  - otherwise the conflicting row was deleted between the two
  *		statements: insert again, three times at most, then 40001.
  * A client that retries on 40001 therefore never retries forever.
@@ -50,6 +52,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
@@ -329,6 +332,19 @@ insert_once_body(FunctionCallInfo fcinfo)
 						 errdetail("Key column \"%s\" is not in row, and its default is volatile or generated, so the row that holds the key cannot be looked up.",
 								   unknowable),
 						 errhint("Name every conflict column in row.")));
+			/*
+			 * Hidden, not deleted: after one more try, a row that still
+			 * holds the key but stays unseen is one row security hides
+			 * from the caller; retrying would never find it.
+			 */
+			if (tries >= 1 && check_enable_rls(t.relid, InvalidOid, true) == RLS_ENABLED)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("insert_once() on table \"%s\" found the key held by a row that row-level security hides",
+								t.relname),
+						 errdetail("No SELECT policy of the table lets role %s read the row that holds the key; nothing was written.",
+								   GetUserNameFromId(GetUserId(), false)),
+						 errhint("Grant the role a SELECT policy that covers the row, or use another key.")));
 			if (tries < 3)
 				continue;
 			ereport(ERROR,

@@ -101,6 +101,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -168,8 +169,8 @@ static SPIPlanPtr plan_topic = NULL;
 
 /*
  * Find topic name and the caller's rights on it; raise 42704 if there is no
- * such topic (unless missing_ok: then return false) and 42501 if the caller
- * lacks right.  snap: InvalidSnapshot for the statement's own, or one to read
+ * such topic, or its owner was dropped (unless missing_ok: then return
+ * false), and 42501 if the caller lacks right.  snap: InvalidSnapshot for the statement's own, or one to read
  * with (GetLatestSnapshot(): see "Dropping a topic" in the file comment).
  * Inside SPI_connect().
  */
@@ -213,6 +214,18 @@ idem_outbox_topic_lookup(const char *name, TopicRight right, Topic *out, Snapsho
 	out->may_publish = out->owner == me || DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 	out->may_consume = out->owner == me || DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
 	out->notify = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+
+	/* its owner was dropped: the topic belongs to no role, nobody may use it */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(out->owner)))
+	{
+		if (missing_ok)
+			return false;
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("topic \"%s\" does not exist", name),
+				 errdetail("The role that owned it was dropped; its grants give nothing."),
+				 errhint("Create it anew with idempotency.create_topic(), which takes the name over.")));
+	}
 
 	ok = right == RIGHT_OWN ? out->owner == me :
 		right == RIGHT_PUBLISH ? out->may_publish : out->may_consume;

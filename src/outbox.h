@@ -42,6 +42,15 @@ typedef struct Topic
 	int32		max_attempts;
 } Topic;
 
+/*
+ * SQL: the role in col (a regrole column) exists.  A topic whose owner was
+ * dropped belongs to no role: the grants its owner gave give nothing, and
+ * create_topic() takes its name over.
+ */
+#define OUTBOX_ROLE_EXISTS(col) \
+	"EXISTS (SELECT FROM pg_catalog.pg_roles AS r" \
+	" WHERE r.oid OPERATOR(pg_catalog.=) " col "::pg_catalog.oid)"
+
 typedef enum TopicRight
 {
 	RIGHT_PUBLISH,

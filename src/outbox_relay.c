@@ -57,14 +57,18 @@ static SPIPlanPtr plan_release = NULL;
 static SPIPlanPtr plan_redrive = NULL;
 static SPIPlanPtr plan_redrive_pick = NULL;
 
-/* the caller may consume the message's topic: the condition ack etc. share */
+/*
+ * the caller may consume the message's topic: the condition ack etc. share
+ * (a grant counts only while the topic's owner exists)
+ */
 #define MAY_CONSUME \
 	"   AND t.id OPERATOR(pg_catalog.=) m.topic_id" \
 	"   AND (t.owner OPERATOR(pg_catalog.=) $3" \
-	"        OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g" \
-	"                    WHERE g.topic_id OPERATOR(pg_catalog.=) t.id" \
-	"                      AND g.grantee OPERATOR(pg_catalog.=) $3" \
-	"                      AND g.can_consume))"
+	"        OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g" \
+	"                     WHERE g.topic_id OPERATOR(pg_catalog.=) t.id" \
+	"                       AND g.grantee OPERATOR(pg_catalog.=) $3" \
+	"                       AND g.can_consume)" \
+	"            AND " OUTBOX_ROLE_EXISTS("t.owner") "))"
 
 /*
  * The claim statements.  Both lock candidates FOR UPDATE SKIP LOCKED in

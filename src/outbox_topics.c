@@ -9,7 +9,10 @@
  * changes, drops or shares it.  Every change invalidates every backend's
  * publish() cache (outbox.c: idem_outbox_topics_changed()).  Dropping a
  * topic waits for the transactions that publish to it and holds off new
- * ones (see "Dropping a topic" in outbox.c).
+ * ones (see "Dropping a topic" in outbox.c).  A topic whose owner was
+ * dropped belongs to no role: it exists for nobody (outbox.c's lookup, the
+ * grant policy), and create_topic() of its name drops it, with its grants
+ * and messages, and creates the new one.
  *
  * Locking: drop_topic() takes the topic's lock ExclusiveLock until the
  * transaction ends; row locks of the rows a statement changes.
@@ -36,6 +39,9 @@
  * ---------------------------------------------------------------------
  */
 static SPIPlanPtr plan_create = NULL;
+static SPIPlanPtr plan_orphan = NULL;
+static SPIPlanPtr plan_orphan_messages = NULL;
+static SPIPlanPtr plan_orphan_drop = NULL;
 static SPIPlanPtr plan_alter = NULL;
 static SPIPlanPtr plan_pending = NULL;
 static SPIPlanPtr plan_drop_messages = NULL;
@@ -44,7 +50,45 @@ static SPIPlanPtr plan_drop = NULL;
 static SPIPlanPtr plan_grant = NULL;
 static SPIPlanPtr plan_revoke = NULL;
 
-/* create_topic(topic, max_attempts, backoff_base, backoff_max, retention) -> id */
+/*
+ * Drop topic if its owner no longer exists, with its grants and messages
+ * (as drop_topic(force) would), so that create_topic() can take its name;
+ * returns whether it did.  The row is locked first, then the topic's lock
+ * is taken as drop_topic() takes it.  Inside SPI_connect().
+ */
+static bool
+drop_orphan(const char *topic)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(topic);
+	if (idem_run_as_owner(&plan_orphan,
+						  "SELECT t.id FROM idempotency.outbox_topic AS t"
+						  " WHERE t.name OPERATOR(pg_catalog.=) $1"
+						  "   AND NOT " OUTBOX_ROLE_EXISTS("t.owner")
+						  " FOR UPDATE OF t",
+						  1, argtypes, values, NULL, SPI_OK_SELECT) == 0)
+		return false;
+	argtypes[0] = INT4OID;
+	values[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	(void) idem_outbox_topic_lock(DatumGetInt32(values[0]), ExclusiveLock);
+	idem_run_as_owner(&plan_orphan_messages,
+					  "DELETE FROM idempotency.outbox_message AS m"
+					  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1",
+					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	idem_run_as_owner(&plan_orphan_drop,
+					  "DELETE FROM idempotency.outbox_topic AS t"
+					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
+					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	return true;
+}
+
+/*
+ * create_topic(topic, max_attempts, backoff_base, backoff_max, retention) -> id
+ * (a name held by a topic whose owner was dropped is taken over)
+ */
 PG_FUNCTION_INFO_V1(idempotency_create_topic);
 
 Datum
@@ -73,16 +117,21 @@ idempotency_create_topic(PG_FUNCTION_ARGS)
 	for (i = 1; i <= 5; i++)
 		values[i + 1] = PG_GETARG_DATUM(i);
 	SPI_connect();
-	if (idem_run_as_owner(&plan_create,
-						  "INSERT INTO idempotency.outbox_topic AS t"
-						  "  (name, owner, max_attempts, backoff_base, backoff_max, retention, notify)"
-						  " VALUES ($1, $2, $3, $4, $5, $6, $7)"
-						  " ON CONFLICT (name) DO NOTHING RETURNING t.id",
-						  7, argtypes, values, NULL, SPI_OK_INSERT_RETURNING) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DUPLICATE_OBJECT),
-				 errmsg("topic \"%s\" already exists", topic),
-				 errdetail("Topic names are shared by every role of the database.")));
+	for (i = 0;; i++)
+	{
+		if (idem_run_as_owner(&plan_create,
+							  "INSERT INTO idempotency.outbox_topic AS t"
+							  "  (name, owner, max_attempts, backoff_base, backoff_max, retention, notify)"
+							  " VALUES ($1, $2, $3, $4, $5, $6, $7)"
+							  " ON CONFLICT (name) DO NOTHING RETURNING t.id",
+							  7, argtypes, values, NULL, SPI_OK_INSERT_RETURNING) > 0)
+			break;
+		if (i > 0 || !drop_orphan(topic))
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("topic \"%s\" already exists", topic),
+					 errdetail("Topic names are shared by every role of the database.")));
+	}
 	id = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	idem_outbox_topics_changed();
 	SPI_finish();

@@ -10,7 +10,9 @@
  * of the id column's own type, converted exactly by target.c) whose version
  * is still expected_version; RETURNING gives the new version.  Only when it
  * changed nothing does a probe read the row: stale (IK006, with the current
- * version) or no such row (P0002).
+ * version) or no such row (P0002).  A NULL expected_version is refused
+ * (22004) only after the probe found the row: a caller that read the version
+ * of a missing row learns that the row is missing.
  *
  * Locking: the UPDATE's row lock, and PostgreSQL's recheck of the WHERE
  * clause after waiting for a concurrent writer, make two updates from the
@@ -52,10 +54,6 @@ versioned_body(FunctionCallInfo fcinfo)
 				 errmsg("version column and id column must differ, both are \"%s\"", ver.name),
 				 errdetail("update_versioned() would rewrite the column that identifies the row.")));
 	values[0] = idem_id_value(fcinfo, 1, &idc);
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("expected_version must not be null")));
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -121,6 +119,18 @@ versioned_body(FunctionCallInfo fcinfo)
 		idem_plans_store(t.relid, sig.data, &plans);
 	}
 
+	/*
+	 * A NULL version is what a caller gets by reading the version of a row
+	 * that does not exist: the missing row (P0002) is the error it needs
+	 * first, so the probe runs before the NULL is refused.
+	 */
+	if (PG_ARGISNULL(2))
+	{
+		idem_probe_row(plans.probe, values, fcinfo, &t, &idc, "versioned");
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("expected_version must not be null")));
+	}
 	values[1] = Int64GetDatum(PG_GETARG_INT64(2));
 	values[2] = JsonbPGetDatum(changes);
 	rc = SPI_execute_plan(plans.work, values, NULL, false, 0);

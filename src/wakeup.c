@@ -460,7 +460,8 @@ not_null(FunctionCallInfo fcinfo, int arg, const char *name)
 /*
  * The ids of the topics named, each of which the caller must be allowed to
  * consume: 42704 for a topic that does not exist, 42501 for one the caller
- * may not consume (as claim() says).
+ * may not consume (as claim() says; a topic whose owner was dropped is
+ * one that does not exist).
  */
 static void
 topic_ids(Datum *names, int n, int32 *ids)
@@ -483,7 +484,9 @@ topic_ids(Datum *names, int n, int32 *ids)
 							 "                     AND g.grantee OPERATOR(pg_catalog.=) $2"
 							 "                     AND g.can_consume)"
 							 "  FROM idempotency.outbox_topic AS t"
-							 " WHERE t.name OPERATOR(pg_catalog.=) ANY ($1)",
+							 " WHERE t.name OPERATOR(pg_catalog.=) ANY ($1)"
+							 "   AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r"
+							 "                WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid)",
 							 2, argtypes, values, NULL, SPI_OK_SELECT);
 	for (i = 0; i < n; i++)
 	{

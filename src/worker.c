@@ -71,10 +71,12 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -162,6 +164,149 @@ purge_worker_register(void)
 	worker_describe(&worker, "idempotency_purge_launcher_main", LAUNCHER_NAME,
 					WORKER_RESTART_S, InvalidOid);
 	RegisterBackgroundWorker(&worker);
+}
+
+/* ---------------------------------------------------------------------
+ * The server's settings, not a database's or a role's
+ *
+ * A worker connects like a session, and a session takes the settings of
+ * its database and role (ALTER DATABASE / ALTER ROLE ... SET).  A
+ * database's owner, no superuser, may set many of them for her database:
+ * default_transaction_read_only stopped the purge there ("cannot execute
+ * SELECT FOR UPDATE in a read-only transaction" every cycle), role and
+ * session_authorization made the worker run as another role, search_path,
+ * timeouts, the isolation level and the planner's settings change what
+ * it does.  So each worker notes every setting's value before it connects
+ * (the server's: postgresql.conf, ALTER SYSTEM, the command line, the
+ * defaults) and, once connected, puts back each one that a database or
+ * role setting changed, as an override nothing later in the worker's life
+ * can change; runs as the bootstrap superuser it connected as; and pins
+ * search_path to "pg_catalog, pg_temp".  It logs (DEBUG1) the names it put
+ * back.
+ * ---------------------------------------------------------------------
+ */
+
+/* the context a setting is changed in (PGC_INTERNAL: no such setting) */
+static GucContext
+find_setting_context(struct config_generic **vars, int n, const char *name)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(vars[i]->name, name) == 0)
+			return vars[i]->context;
+	return PGC_INTERNAL;
+}
+
+/* a setting's value before connecting */
+typedef struct ServerSetting
+{
+	char	   *name;
+	char	   *value;
+} ServerSetting;
+
+static ServerSetting *server_settings = NULL;
+static int	n_server_settings = 0;
+
+/* before connecting: every setting's value (TopMemoryContext) */
+static void
+server_settings_save(void)
+{
+	int			n,
+				i;
+	struct config_generic **vars = idem_guc_variables(&n);
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	server_settings = palloc(Max(n, 1) * sizeof(ServerSetting));
+	for (i = 0; i < n; i++)
+	{
+		const char *value = GetConfigOption(vars[i]->name, true, false);
+
+		if (value == NULL)
+			continue;
+		server_settings[n_server_settings].name = pstrdup(vars[i]->name);
+		server_settings[n_server_settings].value = pstrdup(value);
+		n_server_settings++;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+static const char *
+server_setting(const char *name)
+{
+	int			i;
+
+	for (i = 0; i < n_server_settings; i++)
+		if (strcmp(server_settings[i].name, name) == 0)
+			return server_settings[i].value;
+	return NULL;
+}
+
+static void
+override_setting(const char *name, const char *value)
+{
+	(void) set_config_option(name, value, PGC_SUSET, PGC_S_OVERRIDE,
+							 GUC_ACTION_SET, true, WARNING, false);
+}
+
+/*
+ * Once connected: put back what the database's and the role's settings
+ * changed (see above).  worker names the worker in the log line.
+ */
+static void
+server_settings_restore(const char *worker)
+{
+	int			n,
+				i;
+	struct config_generic **vars;
+	List	   *taken = NIL;
+	ListCell   *lc;
+	StringInfoData names;
+	char	   *dbname;
+
+	StartTransactionCommand();
+	vars = idem_guc_variables(&n);
+	for (i = 0; i < n; i++)
+	{
+		GucSource	source = vars[i]->source;
+
+		if (source == PGC_S_GLOBAL || source == PGC_S_DATABASE ||
+			source == PGC_S_USER || source == PGC_S_DATABASE_USER)
+			taken = lappend(taken, pstrdup(vars[i]->name));
+	}
+
+	initStringInfo(&names);
+	foreach(lc, taken)
+	{
+		const char *name = lfirst(lc);
+		const char *value = server_setting(name);
+		GucContext	context = find_setting_context(vars, n, name);
+
+		appendStringInfo(&names, "%s%s", names.len > 0 ? ", " : "", name);
+		/* the identity: below; one fixed at connection start: left */
+		if (strcmp(name, "role") == 0 || strcmp(name, "session_authorization") == 0 ||
+			context == PGC_BACKEND || context == PGC_SU_BACKEND || value == NULL)
+			continue;
+		override_setting(name, value);
+	}
+
+	/* the bootstrap superuser the worker connected as, no other role */
+	if (GetSessionUserId() != BOOTSTRAP_SUPERUSERID)
+		override_setting("session_authorization",
+						 GetUserNameFromId(BOOTSTRAP_SUPERUSERID, false));
+	if (GetUserId() != BOOTSTRAP_SUPERUSERID)
+		override_setting("role", "none");
+	if (GetUserId() != BOOTSTRAP_SUPERUSERID)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s could not run as the bootstrap superuser", worker)));
+	override_setting("search_path", "pg_catalog, pg_temp");
+
+	dbname = get_database_name(MyDatabaseId);
+	if (names.len > 0)
+		elog(DEBUG1, "%s did not take these settings of database \"%s\" or of its role: %s",
+			 worker, dbname ? dbname : "?", names.data);
+	CommitTransactionCommand();
 }
 
 /* ---------------------------------------------------------------------
@@ -258,8 +403,10 @@ idempotency_purge_worker_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	/* a dropped database: "database N does not exist" (FATAL), one line */
+	server_settings_save();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname(WORKER_NAME);
+	server_settings_restore(WORKER_NAME);
 
 	if (!extension_installed(&dbname))
 	{
@@ -297,8 +444,10 @@ idempotency_outbox_vacuum_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
+	server_settings_save();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname(VACUUM_NAME);
+	server_settings_restore(VACUUM_NAME);
 
 	/*
 	 * Unthrottled, whatever the database says: one outbox vacuum worker

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(130);
+SELECT plan(139);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -83,11 +83,17 @@ SELECT is((SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
                 'idempotency.seen_message', 'idempotency.state_machine', 'idempotency.token'],
           'every table is marked for pg_dump (pg_extension_config_dump)');
 
--- row-level security: plain roles read their own rows only
+-- row-level security: plain roles read their own rows only; the secret
+-- tables have it with no policy (no row for a role that may SELECT them
+-- without owning them, such as pg_read_all_data)
 SELECT is((SELECT array_agg(relname::text ORDER BY relname) FROM pg_class
              WHERE relnamespace = 'idempotency'::regnamespace AND relkind = 'r' AND relrowsecurity),
-          ARRAY['idempotency_key', 'outbox_grant', 'outbox_message', 'outbox_topic', 'seen_message', 'token'],
-          'row-level security on every table whose rows belong to roles');
+          ARRAY['derive_secret', 'idempotency_key', 'lock_secret', 'outbox_grant', 'outbox_message',
+                'outbox_topic', 'seen_message', 'token'],
+          'row-level security on every table whose rows belong to roles, and on the secret tables');
+SELECT is((SELECT count(*)::int FROM pg_policy
+             WHERE polrelid IN ('idempotency.lock_secret'::regclass, 'idempotency.derive_secret'::regclass)),
+          0, 'the secret tables have no policy');
 SELECT policies_are('idempotency', 'idempotency_key', ARRAY['idempotency_key_own_rows']);
 SELECT policy_cmd_is('idempotency', 'idempotency_key', 'idempotency_key_own_rows', 'SELECT',
                      'the policy is for SELECT only');
@@ -111,7 +117,7 @@ SELECT schema_privs_are('idempotency', 'public', ARRAY['USAGE'], 'PUBLIC may use
 SELECT functions_are('idempotency', ARRAY['begin', 'complete', 'fail', 'fingerprint', 'purge',
                                         'issue_token', 'consume_token', 'first_seen',
                                         'create_machine', 'transition', 'update_versioned', 'insert_once',
-                                        'forget', 'renew', 'stats', 'stats_reset',
+                                        'forget', 'renew', 'stats', 'stats_reset', 'key_health',
                                         'once', 'lookup', 'http_response', 'lock_secret_changed',
                                         'checkpoint', 'derive_key', 'distribute',
                                         'create_topic', 'alter_topic', 'drop_topic', 'grant_topic', 'revoke_topic',
@@ -166,13 +172,15 @@ SELECT volatility_is('idempotency', 'fingerprint', ARRAY['jsonb'], 'immutable');
 SELECT is_strict('idempotency', 'fingerprint', ARRAY['jsonb']);
 SELECT isnt_strict('idempotency', 'begin', ARRAY['text', 'jsonb', 'text', 'interval', 'interval'],
                    'begin() is not strict: a NULL key is an error, not a NULL');
-SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace AND prosecdef),
-          0, 'every function is SECURITY INVOKER');
+SELECT is((SELECT array_agg(proname::text) FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace AND prosecdef),
+          ARRAY['key_health'], 'every function is SECURITY INVOKER but key_health() (aggregates of every role''s keys)');
+SELECT is((SELECT proconfig FROM pg_proc WHERE oid = 'idempotency.key_health()'::regprocedure),
+          ARRAY['search_path=pg_catalog, pg_temp'], 'key_health() pins its search_path');
 SELECT is_strict('idempotency', 'purge', ARRAY['integer']);
 SELECT isnt_strict('idempotency', 'consume_token', ARRAY['uuid', 'text'],
                    'consume_token() is not strict: a NULL scope is an error');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace
-             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset', 'http_response', 'derive_key',
+             AND proname NOT IN ('fingerprint', 'stats', 'stats_reset', 'key_health', 'http_response', 'derive_key',
                                  'roleref_in', 'roleref_out', 'roleref_eq') AND proparallel <> 'u'),
           0, 'functions that lock and write are PARALLEL UNSAFE');
 SELECT is((SELECT count(*)::int FROM pg_proc p
@@ -195,6 +203,19 @@ SELECT table_privs_are('idempotency', 'stats', 'public', ARRAY['SELECT'],
                        'PUBLIC may read the statistics view (it shows each role its own rows)');
 SELECT function_privs_are('idempotency', 'stats_reset', ARRAY[]::text[], 'public', ARRAY[]::text[],
                           'PUBLIC may not reset the statistics');
+SELECT has_view('idempotency', 'key_health', 'the key health view exists');
+SELECT columns_are('idempotency', 'key_health', ARRAY[
+  'userid', 'role', 'scope', 'in_progress', 'completed', 'failed_retryable', 'failed_final',
+  'oldest_in_progress_age', 'lapsed_leases', 'longest_lapse', 'expired', 'oldest_expired_age']);
+SELECT table_privs_are('idempotency', 'key_health', 'public', ARRAY[]::text[],
+                       'PUBLIC may not read key health (every role''s counts)');
+SELECT table_privs_are('idempotency', 'key_health', 'pg_read_all_stats', ARRAY['SELECT'],
+                       'pg_read_all_stats (and so pg_monitor) may read key health');
+SELECT function_privs_are('idempotency', 'key_health', ARRAY[]::text[], 'public', ARRAY[]::text[],
+                          'PUBLIC may not call key_health()');
+SELECT function_privs_are('idempotency', 'key_health', ARRAY[]::text[], 'pg_read_all_stats', ARRAY['EXECUTE'],
+                          'pg_read_all_stats (and so pg_monitor) may call key_health()');
+SELECT volatility_is('idempotency', 'key_health', ARRAY[]::text[], 'stable');
 SELECT function_returns('idempotency', 'forget', ARRAY['text', 'text'], 'boolean');
 SELECT function_returns('idempotency', 'renew', ARRAY['text', 'interval', 'integer', 'text'],
                         'timestamp with time zone');

@@ -3,5 +3,5 @@
 -- superuser in database postgres, before a run and after it.
 DROP DATABASE IF EXISTS privileges WITH (FORCE);
 DROP ROLE IF EXISTS priv_owner, priv_super, priv_member, priv_noinherit, priv_bypassrls,
-    priv_monitor, priv_granted, priv_revoked, priv_app, priv_appmember, priv_other,
-    priv_publisher, priv_consumer, priv_unconsumer, priv_newcomer, priv_app_renamed;
+    priv_monitor, priv_readall, priv_granted, priv_revoked, priv_app, priv_appmember, priv_other,
+    priv_publisher, priv_consumer, priv_unconsumer, priv_newcomer, priv_app_renamed, priv_gone;

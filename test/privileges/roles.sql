@@ -10,7 +10,8 @@ CREATE ROLE priv_super LOGIN SUPERUSER;     -- a superuser that is not the owner
 CREATE ROLE priv_member LOGIN;              -- member of the owner role, inheriting its privileges
 CREATE ROLE priv_noinherit LOGIN NOINHERIT; -- member of the owner role, not inheriting (until SET ROLE)
 CREATE ROLE priv_bypassrls LOGIN BYPASSRLS; -- row security does not apply to it
-CREATE ROLE priv_monitor LOGIN;             -- member of pg_read_all_stats
+CREATE ROLE priv_monitor LOGIN;             -- member of pg_monitor
+CREATE ROLE priv_readall LOGIN;             -- member of pg_read_all_data (no BYPASSRLS)
 CREATE ROLE priv_granted LOGIN;             -- granted, by name, what PUBLIC lacks (reads, EXECUTE)
 CREATE ROLE priv_revoked;                   -- probes each object after REVOKE ALL ON it FROM PUBLIC
 CREATE ROLE priv_app LOGIN;                 -- an application: keys, tokens, messages, a topic, tables
@@ -23,4 +24,5 @@ CREATE ROLE priv_newcomer LOGIN;            -- nothing at all (in the renamed pa
                                             -- given priv_app's name after priv_app's rename)
 GRANT priv_owner TO priv_member, priv_noinherit;
 GRANT priv_app TO priv_appmember;
-GRANT pg_read_all_stats TO priv_monitor;
+GRANT pg_monitor TO priv_monitor;
+GRANT pg_read_all_data TO priv_readall;

@@ -209,6 +209,18 @@ SET ROLE priv_app;
 SELECT idempotency.nack(c.claim, ARRAY[c.id]) FROM idempotency.claim('app_topic', 1) AS c;
 SELECT c.claim AS app_claim, c.id AS app_claimed_id FROM idempotency.claim('app_topic', 1, '1 hour') AS c \gset
 RESET ROLE;
+-- a topic whose owner role was dropped, granted to priv_publisher and
+-- priv_consumer, with one message: it belongs to no role (lines "gone":
+-- nobody may use it, create_topic() takes its name over; the table lines:
+-- only the callers that bypass row security see its rows)
+CREATE ROLE priv_gone;
+SET ROLE priv_gone;
+SELECT idempotency.create_topic('gone_topic');
+SELECT idempotency.grant_topic('gone_topic', 'priv_publisher', publish => true, consume => false);
+SELECT idempotency.grant_topic('gone_topic', 'priv_consumer', publish => false, consume => true);
+SELECT idempotency.publish('gone_topic', '{"n": 1}');
+RESET ROLE;
+DROP ROLE priv_gone;
 INSERT INTO matrix.fixture VALUES ('app_token', :'app_token'), ('app_claim', :'app_claim'),
     ('app_claimed_id', :'app_claimed_id'), ('app_derived', :'app_derived'),
     ('app_topic_id', (SELECT id::text FROM idempotency.outbox_topic WHERE name = 'app_topic'));

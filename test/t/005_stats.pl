@@ -150,7 +150,35 @@ for my $sql (@ops_sql)
 {
 	my ($rc, $stdout, $stderr) = $node->psql('postgres', $sql, on_error_stop => 1);
 	is($stderr, '', 'Operations query runs: ' . substr($sql =~ s/\s+/ /gr, 0, 60));
+	($rc, $stdout, $stderr) = $node->psql('postgres', $sql, on_error_stop => 1,
+		extra_params => [ '-U', 'exporter' ]);
+	is($stderr, '', 'and as a pg_monitor role: ' . substr($sql =~ s/\s+/ /gr, 0, 60));
 }
+
+# the stuck-lease alert, as the page prints it, for the monitoring role: 0,
+# then 1 once a lease of app's lapsed over an hour ago (set by hand)
+my ($stuck) = $ops =~ /^\| stuck leases \| `(SELECT [^`]*)`/m;
+ok(defined $stuck && $stuck =~ /idempotency\.key_health/, 'the stuck-lease alert reads key_health');
+my @as_exporter = (extra_params => [ '-U', 'exporter' ]);
+is($node->safe_psql('postgres', $stuck, @as_exporter), '0', 'stuck-lease alert: 0 with no lapsed lease');
+$node->safe_psql('postgres', q{
+	SET ROLE app;
+	SELECT outcome FROM idempotency.begin('stuck-1', '{}', 'alerts', lease => '1 hour');
+	RESET ROLE;
+	UPDATE idempotency.idempotency_key SET locked_until = now() - interval '61 minutes'
+	 WHERE key = 'stuck-1';
+});
+is($node->safe_psql('postgres', $stuck, @as_exporter), '1',
+	'stuck-lease alert: 1 for the pg_monitor role once a lease lapsed over an hour ago');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency.idempotency_key WHERE key = 'stuck-1'},
+		@as_exporter), '0', 'and the role reads no key row');
+is( $node->safe_psql('postgres', q{
+		SELECT role || ' ' || scope || ' ' || in_progress || ' ' || lapsed_leases
+		  FROM idempotency.key_health WHERE scope = 'alerts'}, @as_exporter),
+	'app alerts 1 1', 'key_health names the role and scope of the stuck lease');
+my ($rc, $stdout, $stderr) = $node->psql('postgres', "SET ROLE app; $stuck");
+like($stderr, qr/permission denied for view key_health/, 'an application role may not read key_health');
+$node->safe_psql('postgres', q{DELETE FROM idempotency.idempotency_key WHERE key = 'stuck-1'});
 
 # --- a clean restart keeps the counters; a crash loses them -------------------
 my $snapshot = q{SELECT string_agg(concat_ws(' ', role, scope, begin_new, begin_replay, completed,

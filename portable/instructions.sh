@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# portable/instructions.sh — instructions per request, C edition against the
+# portable edition, counted by callgrind in a single-user backend (as
+# bench/instructions.sh does for the C edition): deterministic, so the two
+# can be compared on a machine too loaded for tps.
+#
+#   C_PG_CONFIG=... PORTABLE_PG_CONFIG=... bash portable/instructions.sh [requests=300]
+#
+# C_PG_CONFIG: a PostgreSQL with the C library installed; PORTABLE_PG_CONFIG:
+# one without it.  Kinds, one transaction or statement each, prepared once:
+#   bare     BEGIN; INSERT a payment; COMMIT
+#   guarded  BEGIN; begin() of a new key; the INSERT; complete(); COMMIT
+#   select   SELECT of a finished key's row from the key table
+#   replay   begin() of a finished key (autocommit)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+N=${1:-300}
+version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$top/idempotency.control")
+. "$top/test/cluster.sh"
+WORK=$(mktemp -d /tmp/portable-instr.XXXXXX)
+chmod 777 "$WORK"
+trap 'cluster_stop; rm -rf "$WORK"' EXIT
+
+PREPARES="PREPARE ins(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10);
+PREPARE beg(text) AS SELECT outcome FROM idempotency.begin(\$1);
+PREPARE fin(text) AS SELECT idempotency.complete(\$1, '{\"ok\": true}');
+PREPARE sel(text) AS SELECT status, response FROM idempotency.idempotency_key WHERE owner = 'postgres'::regrole AND scope = '' AND key = \$1;
+PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);"
+
+gen() {	# kind
+	echo "$PREPARES"
+	[ "$1" = empty ] && return
+	for i in $(seq 1 "$N"); do
+		case $1 in
+		bare) echo "BEGIN; EXECUTE ins('b$i'); COMMIT;" ;;
+		guarded) echo "BEGIN; EXECUTE beg('g$i'); EXECUTE ins('g$i'); EXECUTE fin('g$i'); COMMIT;" ;;
+		select) echo "EXECUTE sel('replay-$((i % 1000 + 1))');" ;;
+		replay) echo "EXECUTE rep('replay-$((i % 1000 + 1))');" ;;
+		esac
+	done
+}
+count() {	# edition kind -> instructions of the whole session
+	local f="$WORK/$1.$2.sql" out="$WORK/cg.$1.$2"
+	gen "$2" >"$f"
+	chmod 644 "$f"
+	as_pg valgrind --tool=callgrind --callgrind-out-file="$out" \
+		"$PG_BINDIR/postgres" --single -D "$CLUSTER_DIR/data" postgres <"$f" >/dev/null 2>&1
+	awk '/^summary:|^totals:/ { print $2; exit }' "$out"
+}
+
+for edition in C portable; do
+	if [ "$edition" = C ]; then
+		PG_BINDIR=$("${C_PG_CONFIG:?a pg_config with the C library}" --bindir)
+	else
+		PG_BINDIR=$("${PORTABLE_PG_CONFIG:?a pg_config without it}" --bindir)
+	fi
+	cluster_start >/dev/null || exit 2
+	if [ "$edition" = C ]; then
+		psql -qX -c 'CREATE EXTENSION idempotency' || exit 2
+	else
+		perl "$here/build.pl" "$top/idempotency--$version.sql" "$here/src" >"$WORK/portable.sql" 2>/dev/null &&
+			psql -qX -v ON_ERROR_STOP=1 -1 -f "$WORK/portable.sql" >/dev/null || exit 2
+	fi
+	psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || exit 2
+CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);
+DO $$
+BEGIN
+  FOR i IN 1..1000 LOOP
+    PERFORM idempotency.begin('replay-' || i);
+    PERFORM idempotency.complete('replay-' || i, '{"ok": true}');
+  END LOOP;
+END $$;
+SQL
+	as_pg "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -w stop >/dev/null
+	empty=$(count "$edition" empty)
+	for k in bare guarded select replay; do
+		echo "$edition $k $(( ( $(count "$edition" "$k") - empty ) / N ))"
+	done
+	cluster_stop
+done
+echo "($N requests each, postgres --single under callgrind)"
