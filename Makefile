@@ -34,6 +34,7 @@ OBJS = \
 	src/recovery.o \
 	src/wakeup.o \
 	src/outbox_claims.o \
+	src/outbox_counts.o \
 	src/outbox.o \
 	src/outbox_notify.o \
 	src/outbox_topics.o \
@@ -41,7 +42,8 @@ OBJS = \
 	src/outbox_relay.o \
 	src/outbox_window.o \
 	src/outbox_inflight.o \
-	src/outbox_vacuum.o
+	src/outbox_vacuum.o \
+	src/owners.o
 
 EXTENSION = idempotency
 # (names relative to the source directory, also in a VPATH build)
@@ -51,7 +53,7 @@ DATA = $(notdir $(wildcard $(if $(VPATH),$(VPATH)/)idempotency--*.sql))
 REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http review_transition review_retry_after review_schema review_purge review_insert_path review_once_evict recovery citus outbox outbox_publish outbox_window wakeup wakeup_slots identity review_helpers_rls key_health outbox_dropped_owner
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation secret_snapshot purge_partitioned purge_topic target_lock recovery outbox wakeup outbox_drop outbox_redrive outbox_revoke
+ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation secret_snapshot purge_partitioned purge_topic target_lock recovery outbox wakeup outbox_drop outbox_redrive outbox_revoke outbox_counts
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 # TAP scripts (PostgreSQL::Test::Cluster, own clusters): PGXS prove_installcheck;
 # PROVE_TESTS=test/t/003_purge_worker.pl runs one (also from the environment:

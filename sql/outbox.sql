@@ -530,9 +530,10 @@ SELECT id AS twophase_id FROM idempotency.outbox_topic WHERE name = 'twophase' \
 SELECT delivered FROM idempotency._outbox_counts(:twophase_id) AS counted_before_drop;
 SET ROLE regress_alice;
 SELECT idempotency.drop_topic('twophase');
--- the purge drops a dropped topic's counts (it has no row to add them to)
-RESET ROLE;
+-- the purge (by the topic's owner: a role's purge touches only its own
+-- topics' counts) drops a dropped topic's counts (it has no row to add them to)
 SELECT idempotency.purge() AS purged;
+RESET ROLE;
 SELECT delivered FROM idempotency._outbox_counts(:twophase_id) AS counted_after_purge;
 SET ROLE regress_alice;
 -- a topic dropped earlier in the same statement is not published to from
@@ -544,17 +545,20 @@ SELECT idempotency.drop_topic('same-statement', true), idempotency.publish('same
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 SELECT idempotency.drop_topic('same-statement', true);
--- the acked counts are written once: a purge takes them out of shared
--- memory as it lists them (review after stop 32: a purge in a prepared
--- transaction left them there, and the next purge wrote them a second
--- time; two purges at once could do the same); a purge rolled back in a
--- savepoint puts them back
+-- the acked counts are written once: what a purge takes is taken for the
+-- purges after it (a purge in a prepared transaction must not leave them
+-- to the next purge to write a second time; two purges at once the same);
+-- a purge rolled back in a savepoint takes nothing; the superuser's purge
+-- touches only its own topics' counts (none here)
 SELECT idempotency.create_topic('counted-once') > 0 AS created;
 SELECT count(*) AS published FROM (SELECT idempotency.publish('counted-once', pg_catalog.jsonb_build_object('n', g))
                                      FROM generate_series(1, 3) AS g) AS p;
 SELECT count(*) AS acked FROM (SELECT idempotency.ack(c.claim, ARRAY[c.id])
                                  FROM idempotency.claim('counted-once', 3) AS c) AS a;
 RESET ROLE;
+SELECT idempotency.purge() >= 0 AS purged_by_superuser;
+SELECT purged_delivered FROM idempotency.outbox_topic WHERE name = 'counted-once';
+SET ROLE regress_alice;
 BEGIN;
 SAVEPOINT before_purge;
 SELECT idempotency.purge() >= 0 AS purged_in_savepoint;
@@ -568,8 +572,32 @@ COMMIT PREPARED 'outbox_2pc_purge';
 SELECT idempotency.purge() >= 0 AS purged_again;
 SELECT published, delivered FROM idempotency.outbox_stats WHERE topic = 'counted-once';
 SELECT purged_delivered FROM idempotency.outbox_topic WHERE name = 'counted-once';
-SET ROLE regress_alice;
 SELECT idempotency.drop_topic('counted-once', true);
+-- an ack counts as its transaction does: one rolled back to a savepoint
+-- counts nothing (the message is pending again), one prepared counts from
+-- COMMIT PREPARED on, one prepared and rolled back counts nothing
+SELECT idempotency.create_topic('counted-2pc') > 0 AS created;
+SELECT count(idempotency.publish('counted-2pc', pg_catalog.jsonb_build_object('n', g))) AS published
+  FROM generate_series(1, 3) AS g;
+BEGIN;
+SAVEPOINT before_ack;
+SELECT idempotency.ack(c.claim, ARRAY[c.id]) AS acked FROM idempotency.claim('counted-2pc', 1) AS c;
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+ROLLBACK TO SAVEPOINT before_ack;
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+COMMIT;
+BEGIN;
+SELECT idempotency.ack(c.claim, ARRAY[c.id]) AS acked FROM idempotency.claim('counted-2pc', 1) AS c;
+PREPARE TRANSACTION 'outbox_2pc_ack';
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+ROLLBACK PREPARED 'outbox_2pc_ack';
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+BEGIN;
+SELECT idempotency.ack(c.claim, ARRAY[c.id]) AS acked FROM idempotency.claim('counted-2pc', 1) AS c;
+PREPARE TRANSACTION 'outbox_2pc_ack';
+COMMIT PREPARED 'outbox_2pc_ack';
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'counted-2pc';
+SELECT idempotency.drop_topic('counted-2pc', true);
 -- a claim that takes over a lapsed claim, in a transaction that rolls
 -- back, puts the lapsed claim back: its attempt still counts (review after
 -- stop 32: the entry was removed and the row's write of the lapsed attempt

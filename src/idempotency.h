@@ -10,7 +10,7 @@
  * the symbols of the built objects (nm); a file on no floor fails it too.
  *
  *	  floor top:      idempotency.c worker.c
- *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_window.c outbox_topics.c outbox_notify.c outbox.c outbox_inflight.c outbox_vacuum.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_window.c outbox_topics.c outbox_notify.c outbox_counts.c outbox.c outbox_inflight.c outbox_vacuum.c owners.c
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
@@ -33,10 +33,14 @@
  *	  outbox_window.c   claim()'s window in C (claims in shared memory)
  *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
  *	  outbox_notify.c   NOTIFY at commit, for topics that ask for it
+ *	  outbox_counts.c   acked counts per topic in shared memory, and
+ *	                    _outbox_counts() that reads them
  *	  outbox.c          what they share: a topic, its rights, the cache
  *	  outbox_vacuum.c   acked counts per database in shared memory, and
  *	                    the VACUUM of the outbox table the worker runs
  *	                    (GUC outbox_vacuum_after)
+ *	  owners.c          what frees the state in shared memory of a
+ *	                    dropped database, install or role
  *	  guard.c           begin(), complete(), fail()
  *	  machine.c         create_machine(), transition()  (write helpers,
  *	  versioned.c       update_versioned()                over target.c)
@@ -58,8 +62,8 @@
  *	                    stats_max, log_waits)
  *	  wakeup.c          wait_for(): relays woken through shared memory at
  *	                    commit (publishers call idem_wake_at_commit)
- *	  outbox_claims.c   the outbox's claims and acked counts in shared
- *	                    memory (GUC outbox_claims)
+ *	  outbox_claims.c   the outbox's claims in shared memory, and the
+ *	                    install they belong to (GUC outbox_claims)
  *	  fingerprint.c     sha256 of a canonical jsonb encoding
  *	  runas.c           prepared SQL as the extension's owner
  *	  cache.c           the one relcache callback every cache shares
@@ -197,6 +201,8 @@ typedef enum IdemStat
 
 extern bool idem_stats_on;		/* preloaded: the counters are in shared memory */
 extern void idem_stats_init(void);
+extern void idem_stats_forget(Oid db, Oid role);
+extern int	idem_stats_databases(Oid *dbs, int max);
 extern void idem_stats_add(Oid owner, const char *scope, int scope_len,
 						   IdemStat what, int64 n);
 extern void idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired,
@@ -292,11 +298,8 @@ extern int	idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *to
 									TimestampTz until, TimestampTz now,
 									int32 row_attempts, int32 max_attempts,
 									int32 *lapsed);
-extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token, bool delivered);
-extern void idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried);
-extern int	idem_outbox_counts_list(int32 *topic_ids, int64 *delivered,
-									int64 *retried, int max);
-extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
+extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
+extern Oid	idem_outbox_install(void);
 /* outbox_claims.c: for the SQL-callable readers (outbox_inflight.c) */
 typedef struct IdemOutboxClaim
 {
@@ -306,7 +309,8 @@ typedef struct IdemOutboxClaim
 	int32		topic_id;
 } IdemOutboxClaim;
 extern bool idem_outbox_claim_read(int64 id, IdemOutboxClaim *out);
-extern void idem_outbox_counts_read(int32 topic_id, int64 *delivered, int64 *retried);
+extern void idem_outbox_claims_forget(Oid db, Oid gen);
+extern int	idem_outbox_claims_databases(Oid *dbs, int max);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
@@ -391,6 +395,17 @@ extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
 
 /* outbox.c */
 extern void idem_outbox_init(void);
+extern bool idem_outbox_topic_visible(int32 topic_id);
+
+/* outbox_counts.c: acked counts in shared memory (preloaded) */
+extern void idem_outbox_counts_init(void);
+extern void idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered,
+									int64 retried);
+extern int	idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
+									int64 *retried, int max);
+extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
+extern void idem_outbox_counts_forget(Oid db, Oid gen);
+extern int	idem_outbox_counts_databases(Oid *dbs, int max);
 
 /* outbox_vacuum.c: the outbox table vacuumed after enough acks (issue 26) */
 extern int	idem_outbox_vacuum_after;
@@ -404,6 +419,11 @@ extern void idem_outbox_vacuum_skip(int slot);
 extern bool idem_outbox_vacuum_end(int slot, TimestampTz now);
 extern bool idem_outbox_vacuum_full(void);
 extern void idem_outbox_vacuum_forget_others(const Oid *dbs, int n);
+extern void idem_outbox_vacuum_forget(Oid db);
+
+/* owners.c */
+extern void idem_owners_init(void);
+extern void idem_owners_sweep(void);
 extern void idem_outbox_vacuum_run(int slot, uint32 seq);
 
 /* lifecycle.c */

@@ -295,21 +295,22 @@ purge_batch(int i, int all, Datum *values)
 }
 
 /*
- * Acked outbox messages are counted in shared memory (outbox_claims.c: ack
+ * Acked outbox messages are counted in shared memory (outbox_counts.c: ack
  * deletes them at once); write those counts into their topics' purged_*
- * columns.  A topic row another transaction holds (an open alter_topic()
- * or drop_topic()) is skipped; its counts wait for the next purge.  A
- * dropped topic's counts are dropped.  The counts are taken out of shared
- * memory when listed (idem_outbox_counts_list: no second purge beside this
- * one writes them again) and put back if this transaction aborts; those of
- * a skipped topic are put back at once.
+ * columns, those of owner's topics (InvalidOid: every role's, the worker).
+ * Taking them leaves in shared memory a delta of this transaction that
+ * cancels them for the snapshots that see this write, and only them; so
+ * outbox_stats counts every message once, and a purge rolled back (after
+ * PREPARE too) loses nothing.  A topic row another transaction holds (an
+ * open alter_topic() or drop_topic()) is skipped: its counts are given back
+ * at once and wait for the next purge.  A dropped topic's counts are
+ * dropped.
  */
 #define PURGE_COUNT_TOPICS 1000
 static SPIPlanPtr plan_outbox_counts = NULL;
-static TransactionId counts_written_by = InvalidTransactionId;	/* once per transaction */
 
 static void
-purge_outbox_counts(void)
+purge_outbox_counts(Oid owner)
 {
 	int32	   *topic_ids = palloc(PURGE_COUNT_TOPICS * sizeof(int32));
 	int64	   *delivered = palloc(PURGE_COUNT_TOPICS * sizeof(int64));
@@ -318,18 +319,14 @@ purge_outbox_counts(void)
 	Datum	   *d_ids;
 	Datum	   *d_delivered;
 	Datum	   *d_retried;
-	Oid			types[3] = {INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
-	Datum		values[3];
+	Oid			types[4] = {INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, REGROLEOID};
+	Datum		values[4];
 	uint64		done;
 	uint64		k;
 	int			i;
 	bool	   *written;
 
-	/* once per transaction: a second call would take counts and write none */
-	if (TransactionIdIsValid(counts_written_by) &&
-		TransactionIdEquals(counts_written_by, GetTopTransactionIdIfAny()))
-		return;
-	n = idem_outbox_counts_list(topic_ids, delivered, retried, PURGE_COUNT_TOPICS);
+	n = idem_outbox_counts_take(owner, topic_ids, delivered, retried, PURGE_COUNT_TOPICS);
 	if (n == 0)
 		return;
 	d_ids = palloc(n * sizeof(Datum));
@@ -344,12 +341,15 @@ purge_outbox_counts(void)
 	values[0] = PointerGetDatum(construct_array(d_ids, n, INT4OID, 4, true, TYPALIGN_INT));
 	values[1] = PointerGetDatum(construct_array(d_delivered, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(d_retried, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[3] = ObjectIdGetDatum(owner);
+	/* $4: the owner whose topics these are, 0 for every role's */
 	done = idem_run_as_owner(&plan_outbox_counts,
 							 "WITH a AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($1),"
 							 "             pg_catalog.unnest($2), pg_catalog.unnest($3)) AS a(id, d, r)),"
 							 " tp AS MATERIALIZED ("
 							 "  SELECT p.id FROM idempotency.outbox_topic AS p"
 							 "   WHERE p.id OPERATOR(pg_catalog.=) ANY ($1)"
+							 "     AND ($4 OPERATOR(pg_catalog.=) 0 OR p.owner OPERATOR(pg_catalog.=) $4)"
 							 "   FOR NO KEY UPDATE OF p SKIP LOCKED),"
 							 " u AS ("
 							 " UPDATE idempotency.outbox_topic AS p"
@@ -365,8 +365,7 @@ purge_outbox_counts(void)
 							 " SELECT a.id FROM a WHERE NOT EXISTS ("
 							 "   SELECT 1 FROM idempotency.outbox_topic AS g"
 							 "    WHERE g.id OPERATOR(pg_catalog.=) a.id)",
-							 3, types, values, NULL, SPI_OK_SELECT);
-	counts_written_by = GetTopTransactionIdIfAny();
+							 4, types, values, NULL, SPI_OK_SELECT);
 	written = palloc0(n * sizeof(bool));
 	for (k = 0; k < done; k++)
 	{
@@ -418,7 +417,7 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		if (i == PURGE_OUTBOX || !idem_citus_table(relid))
 		{
 			if (i == PURGE_OUTBOX)
-				purge_outbox_counts();
+				purge_outbox_counts(owner);
 			counts[i] = purge_batch(i, all, values);
 			total += counts[i];
 			continue;

@@ -23,7 +23,7 @@
  * fresh claim token, the claim's end and the attempt (the row's attempts +
  * 1) in shared memory: the row is not written, and nobody else claims it
  * until the claim lapses.  ack(claim, ids) deletes the message (its topic's
- * delivered count is kept in shared memory until the purge adds it to the
+ * delivered count is kept in shared memory, outbox_counts.c, until the purge adds it to the
  * topic's purged_* counters).  nack() writes the attempt and a retry time
  * (capped exponential backoff unless given) or makes it 'dead' after
  * max_attempts; release() ends the claim, the attempt not counted.  A claim
@@ -88,12 +88,14 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "catalog/namespace.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -472,6 +474,32 @@ idem_outbox_key_lock(text *topic, text *key)
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (id.hash >> 32),
 						 (uint32) id.hash, OUTBOX_LOCK_FIELD4);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+/*
+ * May the caller see topic_id's counts and claims?  A role in
+ * pg_read_all_stats sees every topic (as outbox_stats shows them); others,
+ * the topics they see in outbox_topic (its row-level security: owned or
+ * granted).
+ */
+bool
+idem_outbox_topic_visible(int32 topic_id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
+	bool		visible;
+
+	if (has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+		return true;
+	values[0] = Int32GetDatum(topic_id);
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT 1 FROM idempotency.outbox_topic AS t"
+							  " WHERE t.id OPERATOR(pg_catalog.=) $1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read idempotency.outbox_topic");
+	visible = SPI_processed > 0;
+	SPI_finish();
+	return visible;
 }
 
 /* int8[] argument arg as a Datum, 22004 if NULL, 22023 if it has NULLs */

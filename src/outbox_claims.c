@@ -1,9 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_claims.c
- *	  The outbox's claims in shared memory (issue 26): a claim writes no
- *	  row version, and per topic the counts of messages acked since the
- *	  purge last wrote them into the topic's row.
+ *	  The outbox's claims in shared memory: a claim writes no row version.
  *
  * With the library preloaded, claim() (outbox_relay.c) locks the messages
  * it hands out FOR UPDATE SKIP LOCKED for its statement's transaction and
@@ -18,8 +16,6 @@
  *	idempotency._outbox_claimed(id)			claimed, and its claim not lapsed?
  *	idempotency._outbox_attempt(id, claim)	the claim's attempt, NULL if id
  *											is not held by that claim
- *	idempotency._outbox_counts(topic_id)	acked and retried since the purge
- *											last wrote them into the topic's row
  *	idempotency._outbox_claim(id)			the claim that holds id
  *
  * A lapsed entry stays until another claim takes the message over (then
@@ -27,9 +23,16 @@
  * the table is full (then lapsed entries are dropped, and with them the
  * attempts they counted).  A crash or restart empties the table: every
  * claim lapses at once and the attempt in flight is not counted (attempts
- * of earlier lapsed claims are in the row already).
+ * of earlier lapsed claims are in the row already).  A takeover keeps the
+ * lapsed claim it took over in its entry until its transaction commits:
+ * ROLLBACK PREPARED, which runs none of this backend's callbacks, puts it
+ * back when the entry is next looked at (claim_resolve), as an abort here
+ * does at once.  DROP DATABASE and DROP EXTENSION free their entries
+ * (owners.c); a full table also drops its database's earlier installs'.
  *
- * Locking: claims->lock (an LWLock) guards both hash tables: shared to look
+ * The acked counts are outbox_counts.c's.
+ *
+ * Locking: claims->lock (an LWLock) guards the hash table: shared to look
  * up, exclusive to add, change or remove an entry.  Nothing waits while
  * holding it.
  *
@@ -63,14 +66,16 @@
 #include "idempotency.h"
 
 #define CLAIMS_TRANCHE "idempotency outbox claims"
-#define COUNT_TOPICS 4096		/* topics with unflushed counts */
 
 /*
  * The message and topic ids restart at 1 when the extension is dropped and
- * created again, and a database dropped and created again with CREATE
- * DATABASE ... OID has the same oid: each key also names the install, by
- * the OID of its outbox_message_id_seq (new with every CREATE EXTENSION),
- * so that no entry passes to a message or topic that reuses its numbers.
+ * created again: each key also names the install, by the OID of its
+ * outbox_message_id_seq (new with every CREATE EXTENSION in a database), so
+ * that no entry passes to a message or topic that reuses its numbers
+ * (outbox_counts.c keys its counts by the same: idem_outbox_install()).  A
+ * database dropped and created again with CREATE DATABASE ... OID from the
+ * same template has the same oid and the same sequence OID: its entries
+ * are kept apart by being freed at the drop (owners.c).
  */
 typedef struct ClaimKey
 {
@@ -89,21 +94,16 @@ typedef struct ClaimEntry
 	TransactionId xid;			/* the claim's transaction until it commits
 								 * (InvalidTransactionId after): a prepared
 								 * one ends without this backend's callback */
+	/*
+	 * The lapsed claim this one took over, while xid is set (prior_attempt
+	 * 0: none): ROLLBACK PREPARED of xid puts it back, so that its attempt
+	 * still counts, as a plain rollback does (the row's attempts, which
+	 * the takeover wrote, roll back with it)
+	 */
+	pg_uuid_t	prior_token;
+	TimestampTz prior_until;
+	int32		prior_attempt;
 } ClaimEntry;
-
-typedef struct CountKey
-{
-	Oid			db;
-	Oid			gen;			/* as in ClaimKey */
-	int32		topic_id;
-} CountKey;
-
-typedef struct CountEntry
-{
-	CountKey	key;
-	int64		delivered;
-	int64		retried;
-} CountEntry;
 
 typedef struct ClaimsShared
 {
@@ -114,11 +114,7 @@ typedef struct ClaimsShared
 typedef enum PendingKind
 {
 	PENDING_MADE,				/* a claim's entry: removed if it aborts */
-	PENDING_END,				/* ack/nack/release: removed at commit */
-	PENDING_COUNT,				/* counts added at commit */
-	PENDING_RESTORE				/* counts the purge took out: put back if
-								 * it aborts (a taken count is in no entry
-								 * until then, so no two purges write it) */
+	PENDING_END					/* ack/nack/release: removed at commit */
 } PendingKind;
 
 typedef struct Pending
@@ -128,9 +124,6 @@ typedef struct Pending
 	int64		id;
 	pg_uuid_t	token;
 	int32		topic_id;
-	bool		delivered;		/* PENDING_END: count it delivered */
-	int64		delivered_n;	/* PENDING_COUNT */
-	int64		retried_n;
 	int			level;			/* the (sub)transaction's nesting level */
 	bool		took_over;		/* PENDING_MADE over a lapsed claim: put */
 	ClaimEntry	before;			/* this back if it aborts (its attempt counts) */
@@ -140,7 +133,6 @@ int			idem_outbox_claims_max = 65536;
 
 static ClaimsShared *claims = NULL;
 static HTAB *claim_hash = NULL;
-static HTAB *count_hash = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static List *pending = NIL;		/* of Pending, in TopTransactionContext */
@@ -157,8 +149,7 @@ static void
 claims_shmem_request(void)
 {
 	RequestAddinShmemSpace(MAXALIGN(sizeof(ClaimsShared)) +
-						   hash_estimate_size(idem_outbox_claims_max, sizeof(ClaimEntry)) +
-						   hash_estimate_size(COUNT_TOPICS, sizeof(CountEntry)));
+						   hash_estimate_size(idem_outbox_claims_max, sizeof(ClaimEntry)));
 	RequestNamedLWLockTranche(CLAIMS_TRANCHE, 1);
 }
 
@@ -179,12 +170,6 @@ claims_shmem_startup(void)
 	info.entrysize = sizeof(ClaimEntry);
 	claim_hash = ShmemInitHash("idempotency outbox claims hash",
 							   idem_outbox_claims_max, idem_outbox_claims_max,
-							   &info, HASH_ELEM | HASH_BLOBS);
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(CountKey);
-	info.entrysize = sizeof(CountEntry);
-	count_hash = ShmemInitHash("idempotency outbox counts hash",
-							   COUNT_TOPICS, COUNT_TOPICS,
 							   &info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -221,8 +206,8 @@ idem_outbox_claims_on(void)
  * invalidation names it.  Catalog reads: never with claims->lock held,
  * never at the transaction's end (Pending keeps what was read).
  */
-static Oid
-claims_gen(void)
+Oid
+idem_outbox_install(void)
 {
 	Oid			nsp;
 
@@ -257,7 +242,7 @@ claim_key_of(Oid gen, int64 id)
 static inline ClaimKey
 claim_key(int64 id)
 {
-	return claim_key_of(claims_gen(), id);
+	return claim_key_of(idem_outbox_install(), id);
 }
 
 /*
@@ -276,51 +261,33 @@ claim_aborted(TransactionId xid)
  * The same, with the exclusive lock held: an entry whose prepared
  * transaction is seen committed forgets its xid, so that its status is
  * never looked up again (an entry can outlive its transaction by a long
- * time, and the commit log that holds the status is truncated in the end).
- * Returns whether it aborted.
+ * time, and the commit log that holds the status is truncated in the end);
+ * one whose prepared transaction rolled back becomes the lapsed claim it
+ * took over, if any.  Returns whether it aborted with nothing to put back
+ * (the caller treats it as never made).
  */
 static bool
 claim_resolve(ClaimEntry *e)
 {
 	if (!TransactionIdIsValid(e->xid) || TransactionIdIsInProgress(e->xid))
 		return false;
-	if (TransactionIdDidCommit(e->xid))
+	if (!TransactionIdDidCommit(e->xid) && e->prior_attempt == 0)
+		return true;
+	if (!TransactionIdDidCommit(e->xid))
 	{
-		e->xid = InvalidTransactionId;
-		return false;
+		e->token = e->prior_token;
+		e->until = e->prior_until;
+		e->attempt = e->prior_attempt;
 	}
-	return true;
+	e->xid = InvalidTransactionId;
+	e->prior_attempt = 0;
+	return false;
 }
 
 /* ---------------------------------------------------------------------
  * At the transaction's end
  * ---------------------------------------------------------------------
  */
-static void
-count_add(Oid gen, int32 topic_id, int64 delivered, int64 retried)
-{
-	CountKey	k;
-	CountEntry *c;
-	bool		found;
-
-	memset(&k, 0, sizeof(k));
-	k.db = MyDatabaseId;
-	k.gen = gen;
-	k.topic_id = topic_id;
-	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
-	found = c != NULL;
-	if (c == NULL && hash_get_num_entries(count_hash) < COUNT_TOPICS)
-		c = (CountEntry *) hash_search(count_hash, &k, HASH_ENTER_NULL, &found);
-	if (c == NULL)
-		return;					/* full: the counts are lost (documented) */
-	if (!found)
-		c->delivered = c->retried = 0;
-	c->delivered += delivered;
-	c->retried += retried;
-	if (c->delivered == 0 && c->retried == 0)
-		hash_search(count_hash, &k, HASH_REMOVE, NULL);
-}
-
 static void
 claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 {
@@ -347,18 +314,6 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			ClaimKey	k = claim_key_of(p->gen, p->id);
 			ClaimEntry *e;
 
-			if (p->kind == PENDING_COUNT)
-			{
-				if (commit)
-					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
-				continue;
-			}
-			if (p->kind == PENDING_RESTORE)
-			{
-				if (!commit)
-					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
-				continue;
-			}
 			if (p->kind != PENDING_MADE && !commit)
 				continue;
 			e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
@@ -372,10 +327,9 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 			if (p->kind == PENDING_MADE && commit)
 			{
 				e->xid = InvalidTransactionId;	/* committed: no need to ask */
+				e->prior_attempt = 0;
 				continue;
 			}
-			if (p->kind == PENDING_END && p->delivered)
-				count_add(p->gen, e->topic_id, 1, Max(e->attempt - 1, 0));
 			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
 		}
 		LWLockRelease(claims->lock);
@@ -384,7 +338,7 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 }
 
 /*
- * A subtransaction's pending ends and counts go with its abort (and the
+ * A subtransaction's pending ends go with its abort (and the
  * claims it made end at once: its row locks are gone); on commit they
  * pass to its parent.
  */
@@ -414,8 +368,6 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 				p->level = level - 1;
 			else
 			{
-				if (p->kind == PENDING_RESTORE && claim_hash != NULL)
-					count_add(p->gen, p->topic_id, p->delivered_n, p->retried_n);
 				if (p->kind == PENDING_MADE && claim_hash != NULL)
 				{
 					ClaimKey	k = claim_key_of(p->gen, p->id);
@@ -441,12 +393,11 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 }
 
 static void
-pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
-			bool delivered, int64 delivered_n, int64 retried_n)
+pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id)
 {
 	MemoryContext old;
 	Pending    *p;
-	Oid			gen = claims_gen();
+	Oid			gen = idem_outbox_install();
 
 	if (!callback_registered)
 	{
@@ -462,9 +413,6 @@ pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
 	if (token)
 		p->token = *token;
 	p->topic_id = topic_id;
-	p->delivered = delivered;
-	p->delivered_n = delivered_n;
-	p->retried_n = retried_n;
 	p->level = GetCurrentTransactionNestLevel();
 	pending = lappend(pending, p);
 	MemoryContextSwitchTo(old);
@@ -475,9 +423,13 @@ pending_add(PendingKind kind, int64 id, const pg_uuid_t *token, int32 topic_id,
  * ---------------------------------------------------------------------
  */
 
-/* drop the lapsed entries (exclusive lock held); how many */
+/*
+ * Drop the lapsed entries, and those of this database's earlier installs
+ * (not gen: one whose DROP EXTENSION was prepared, so that owners.c did not
+ * free them at its commit), exclusive lock held; how many
+ */
 static int
-claims_sweep(TimestampTz now)
+claims_sweep(TimestampTz now, Oid gen)
 {
 	HASH_SEQ_STATUS seq;
 	ClaimEntry *e;
@@ -486,7 +438,11 @@ claims_sweep(TimestampTz now)
 	hash_seq_init(&seq, claim_hash);
 	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
 	{
-		if (e->until > now && !claim_resolve(e))
+		bool		aborted = claim_resolve(e);
+		bool		gone = OidIsValid(gen) && e->key.db == MyDatabaseId &&
+			e->key.gen != gen;
+
+		if (!aborted && !gone && e->until > now)
 			continue;
 		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
 		n++;
@@ -503,11 +459,36 @@ claims_sweep(TimestampTz now)
  * every session of the cluster.)
  */
 static bool
-claims_room(TimestampTz now)
+claims_room(TimestampTz now, Oid gen)
 {
 	if (hash_get_num_entries(claim_hash) < idem_outbox_claims_max)
 		return true;
-	return claims_sweep(now) > 0;
+	return claims_sweep(now, gen) > 0;
+}
+
+/*
+ * Free the entries of database db and install gen (InvalidOid: of every
+ * install): owners.c, when a database or an install is gone.
+ */
+void
+idem_outbox_claims_forget(Oid db, Oid gen)
+{
+	HASH_SEQ_STATUS seq;
+	ClaimEntry *e;
+
+	if (claim_hash == NULL)
+		return;
+	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, claim_hash);
+	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
+	{
+		if (e->key.db != db)
+			continue;
+		if (OidIsValid(gen) && e->key.gen != gen)
+			continue;
+		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(claims->lock);
 }
 
 /*
@@ -535,7 +516,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	found = e != NULL;
 	if (e != NULL && claim_resolve(e))
 		found = false;			/* rolled back after PREPARE: as if never made */
-	if (e == NULL && claims_room(now))
+	if (e == NULL && claims_room(now, k.gen))
 		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
 	if (e == NULL)
 	{
@@ -559,11 +540,15 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 			return CLAIM_LAPSED;
 		}
 		e->attempt = *lapsed + 1;
+		e->prior_token = before.token;
+		e->prior_until = before.until;
+		e->prior_attempt = before.attempt;
 		result = CLAIM_LAPSED;
 	}
 	else
 	{
 		e->attempt = row_attempts + 1;
+		e->prior_attempt = 0;
 		result = CLAIM_NEW;
 	}
 	e->token = *token;
@@ -571,7 +556,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	e->topic_id = topic_id;
 	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
 	LWLockRelease(claims->lock);
-	pending_add(PENDING_MADE, id, token, topic_id, false, 0, 0);
+	pending_add(PENDING_MADE, id, token, topic_id);
 	if (result == CLAIM_LAPSED)
 	{
 		/* an abort puts the lapsed claim back, so its attempt still counts */
@@ -580,93 +565,47 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 		p->took_over = true;
 		p->before = before;
 		p->before.xid = InvalidTransactionId;	/* it lapsed: nothing to ask */
+		p->before.prior_attempt = 0;
 	}
 	return result;
 }
 
 /* ack/nack/release of id by token: the entry ends when this transaction commits */
 void
-idem_outbox_claim_end(int64 id, const pg_uuid_t *token, bool delivered)
+idem_outbox_claim_end(int64 id, const pg_uuid_t *token)
 {
-	pending_add(PENDING_END, id, token, 0, delivered, 0, 0);
+	pending_add(PENDING_END, id, token, 0);
 }
 
-/* a delivered message no entry counts (a durable claim's): counted at commit */
-void
-idem_outbox_count_at_commit(int32 topic_id, int64 delivered, int64 retried)
-{
-	if (claim_hash != NULL)
-		pending_add(PENDING_COUNT, 0, NULL, topic_id, false, delivered, retried);
-}
-
-/*
- * This database's unflushed counts, for the purge to write into the topics'
- * rows: up to max of them into the arrays; returns how many.  They are taken
- * out of the table here, under its lock, so that a second purge running
- * beside this one (purge() beside the worker) cannot write them too, and put
- * back if this transaction (or its subtransaction) aborts; the purge puts
- * back at once those of topics it skipped (idem_outbox_counts_put_back).  A
- * prepared transaction takes them with it: COMMIT PREPARED writes them,
- * ROLLBACK PREPARED loses them (documented).  Those of an earlier install of
- * the extension in this database are dropped.
- */
+/* the databases that have entries here, up to max of them into dbs; how many */
 int
-idem_outbox_counts_list(int32 *topic_ids, int64 *delivered, int64 *retried, int max)
+idem_outbox_claims_databases(Oid *dbs, int max)
 {
 	HASH_SEQ_STATUS seq;
-	CountEntry *c;
+	ClaimEntry *e;
 	int			n = 0;
 	int			i;
-	Oid			gen;
 
-	if (count_hash == NULL)
+	if (claim_hash == NULL)
 		return 0;
-	gen = claims_gen();
-	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, count_hash);
-	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
+	LWLockAcquire(claims->lock, LW_SHARED);
+	hash_seq_init(&seq, claim_hash);
+	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
 	{
-		if (c->key.db != MyDatabaseId)
+		for (i = 0; i < n; i++)
+			if (dbs[i] == e->key.db)
+				break;
+		if (i < n)
 			continue;
-		if (c->key.gen != gen)
-		{
-			/* an install dropped since (DROP EXTENSION): its topics are gone */
-			if (OidIsValid(gen))
-				hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
-			continue;
-		}
-		if (n >= max)
+		if (n == max)
 		{
 			hash_seq_term(&seq);
 			break;
 		}
-		topic_ids[n] = c->key.topic_id;
-		delivered[n] = c->delivered;
-		retried[n] = c->retried;
-		n++;
-		/* dynahash allows removing the entry the scan just returned */
-		hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+		dbs[n++] = e->key.db;
 	}
 	LWLockRelease(claims->lock);
-	for (i = 0; i < n; i++)
-		pending_add(PENDING_RESTORE, 0, NULL, topic_ids[i], false, delivered[i], retried[i]);
 	return n;
-}
-
-/* counts idem_outbox_counts_list() took that the purge did not write: back now */
-void
-idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried)
-{
-	Oid			gen;
-
-	if (count_hash == NULL)
-		return;
-	gen = claims_gen();
-	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
-	count_add(gen, topic_id, delivered, retried);
-	LWLockRelease(claims->lock);
-	/* an abort puts back what the take registered: this cancels it */
-	pending_add(PENDING_RESTORE, 0, NULL, topic_id, false, -delivered, -retried);
 }
 
 /* ---------------------------------------------------------------------
@@ -676,7 +615,8 @@ idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried)
 
 /*
  * The claim in shared memory that holds id, lapsed or not, into *out; false
- * when there is none (or its prepared transaction rolled back).
+ * when there is none (or its prepared transaction rolled back, taking over
+ * no lapsed claim).
  */
 bool
 idem_outbox_claim_read(int64 id, IdemOutboxClaim *out)
@@ -699,31 +639,15 @@ idem_outbox_claim_read(int64 id, IdemOutboxClaim *out)
 		out->topic_id = e->topic_id;
 		xid = e->xid;
 		found = true;
+		/* rolled back after PREPARE: the lapsed claim it took over, if any */
+		if (e->prior_attempt > 0 && claim_aborted(xid))
+		{
+			out->token = e->prior_token;
+			out->until = e->prior_until;
+			out->attempt = e->prior_attempt;
+			xid = InvalidTransactionId;
+		}
 	}
 	LWLockRelease(claims->lock);
 	return found && !claim_aborted(xid);
-}
-
-/* topic_id's acked counts not yet written by the purge (0 and 0: none) */
-void
-idem_outbox_counts_read(int32 topic_id, int64 *delivered, int64 *retried)
-{
-	CountKey	k;
-	CountEntry *c;
-
-	*delivered = *retried = 0;
-	if (count_hash == NULL)
-		return;
-	memset(&k, 0, sizeof(k));
-	k.db = MyDatabaseId;
-	k.gen = claims_gen();
-	k.topic_id = topic_id;
-	LWLockAcquire(claims->lock, LW_SHARED);
-	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
-	if (c != NULL)
-	{
-		*delivered = c->delivered;
-		*retried = c->retried;
-	}
-	LWLockRelease(claims->lock);
 }

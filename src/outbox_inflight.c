@@ -1,13 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_inflight.c
- *	  The SQL-callable readers of the outbox claims and acked counts that
- *	  outbox_claims.c keeps in shared memory: for the claim statements
- *	  (outbox_relay.c), the views outbox_stats and outbox_in_flight.
+ *	  The SQL-callable readers of the outbox claims that outbox_claims.c
+ *	  keeps in shared memory: for the claim statements (outbox_relay.c)
+ *	  and the view outbox_in_flight (outbox_counts.c reads the counts).
  *
  *	idempotency._outbox_claimed(id)			claimed, and its claim not lapsed?
  *	idempotency._outbox_attempt(id, claim)	the claim's attempt of id
- *	idempotency._outbox_counts(topic_id)	acked counts not yet written
  *	idempotency._outbox_claim(id)			the claim that holds id
  *
  *-------------------------------------------------------------------------
@@ -56,56 +55,6 @@ idempotency_outbox_attempt(PG_FUNCTION_ARGS)
 }
 
 /*
- * May the caller see topic_id's counts?  A role in pg_read_all_stats sees
- * every topic (as outbox_stats shows them); others, the topics they see
- * in outbox_topic (its row-level security: owned or granted).
- */
-static bool
-topic_visible(int32 topic_id)
-{
-	Oid			types[1] = {INT4OID};
-	Datum		values[1];
-	bool		visible;
-
-	if (has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
-		return true;
-	values[0] = Int32GetDatum(topic_id);
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT 1 FROM idempotency.outbox_topic AS t"
-							  " WHERE t.id OPERATOR(pg_catalog.=) $1",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not read idempotency.outbox_topic");
-	visible = SPI_processed > 0;
-	SPI_finish();
-	return visible;
-}
-
-/*
- * _outbox_counts(topic_id) -> (delivered, retried): acked since the purge
- * last wrote the counts into the topic's row
- */
-PG_FUNCTION_INFO_V1(idempotency_outbox_counts);
-
-Datum
-idempotency_outbox_counts(PG_FUNCTION_ARGS)
-{
-	int32		topic_id = PG_GETARG_INT32(0);
-	TupleDesc	desc;
-	int64		delivered = 0;
-	int64		retried = 0;
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "_outbox_counts must return a row");
-	if (idem_outbox_claims_on() && topic_visible(topic_id))
-		idem_outbox_counts_read(topic_id, &delivered, &retried);
-	values[0] = Int64GetDatum(delivered);
-	values[1] = Int64GetDatum(retried);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
-}
-
-/*
  * _outbox_claim(id) -> (claim, claimed_until, attempt) of the claim in
  * shared memory that holds id, lapsed or not (NULLs: none); for the view
  * outbox_in_flight.  A token alone lets nobody ack: ack() also checks the
@@ -126,7 +75,7 @@ idempotency_outbox_claim(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "_outbox_claim must return a row");
 	/* another role's message: nothing (the function takes any id) */
-	if (idem_outbox_claim_read(PG_GETARG_INT64(0), &c) && topic_visible(c.topic_id))
+	if (idem_outbox_claim_read(PG_GETARG_INT64(0), &c) && idem_outbox_topic_visible(c.topic_id))
 	{
 		pg_uuid_t  *token = palloc(sizeof(pg_uuid_t));
 

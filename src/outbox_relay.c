@@ -358,8 +358,9 @@ idempotency_claim(PG_FUNCTION_ARGS)
 /*
  * What ack, nack and release do with the rows their statement returned
  * (m.id, t.id, t.name, t.notify, m.attempts, durable: the row carried the
- * claim itself): with claims in shared memory, end each claim's entry when
- * the transaction commits, counting an ack's messages delivered.
+ * claim itself, t.owner): with claims in shared memory, end each claim's
+ * entry when the transaction commits, and count an ack's messages delivered
+ * (outbox_counts.c).
  */
 #define ENDS_NOTHING 0			/* claims in the rows: the statement did it all */
 #define ENDS_ACK 1
@@ -380,6 +381,8 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 	char	   *topic = NULL;
 	int32		topic_id = 0;
 	bool		topic_notify = false;
+	Oid			topic_owner = InvalidOid;
+	int64		retried = 0;
 	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
@@ -413,16 +416,28 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 
 		if (k == 0)
 		{
-			/* messages of one claim share its topic: (id, name, notify) */
+			/* messages of one claim share its topic: (id, name, notify, owner) */
 			topic_id = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 			topic = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 3));
 			topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+			topic_owner = DatumGetObjectId(SPI_getbinval(tup, desc, 7, &isnull));
 		}
-		if (ends == ENDS_ACK && durable)
-			idem_outbox_count_at_commit(topic_id, 1, Max(attempts - 1, 0));
-		else if (ends != ENDS_NOTHING)
-			idem_outbox_claim_end(id, token, ends == ENDS_ACK);
+		if (ends == ENDS_ACK && !durable)
+		{
+			IdemOutboxClaim c;	/* the attempt is the entry's */
+
+			if (idem_outbox_claim_read(id, &c) &&
+				memcmp(&c.token, token, sizeof(pg_uuid_t)) == 0)
+				attempts = c.attempt;
+		}
+		if (ends == ENDS_ACK)
+			retried += Max(attempts - 1, 0);
+		if (ends != ENDS_NOTHING && !(ends == ENDS_ACK && durable))
+			idem_outbox_claim_end(id, token);
 	}
+	/* ack: the messages delivered, as the snapshots that see the delete see them */
+	if (ends == ENDS_ACK && n > 0)
+		idem_outbox_count_acked(topic_id, topic_owner, (int64) n, retried);
 	SPI_finish();
 	if (ends == ENDS_ACK)
 		idem_outbox_vacuum_count((int64) n);	/* outbox_vacuum.c: n dead rows */
@@ -437,7 +452,7 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 
 /* the statements' RETURNING list (see claimed_update()) */
 #define CLAIMED_RETURNING \
-	" RETURNING m.id, t.id, t.name, t.notify, m.attempts, m.claim IS NOT NULL"
+	" RETURNING m.id, t.id, t.name, t.notify, m.attempts, m.claim IS NOT NULL, t.owner"
 
 /*
  * Which messages the claim $1 holds: with claims in shared memory, those
@@ -461,7 +476,7 @@ static SPIPlanPtr plan_release_shared = NULL;
  * With claims in shared memory the row is deleted (one dead row version
  * per message, no index entry added), and counted delivered in shared
  * memory until the purge adds the counts to its topic's row
- * (outbox_claims.c).  Without: it becomes 'delivered' until the purge.
+ * (outbox_counts.c).  Without: it becomes 'delivered' until the purge.
  */
 PG_FUNCTION_INFO_V1(idempotency_ack);
 

@@ -481,6 +481,21 @@ idem_outbox_vacuum_full(void)
 	return full;
 }
 
+/* free the slot of database db, dropped (owners.c) */
+void
+idem_outbox_vacuum_forget(Oid db)
+{
+	int			i;
+
+	if (vac == NULL)
+		return;
+	SpinLockAcquire(&vac->mutex);
+	for (i = 0; i < VACUUM_DATABASES; i++)
+		if (pg_atomic_read_u32(&vac->slots[i].db) == db)
+			pg_atomic_write_u32(&vac->slots[i].db, 0);
+	SpinLockRelease(&vac->mutex);
+}
+
 /* free the slots of databases not among the n of dbs (those that exist) */
 void
 idem_outbox_vacuum_forget_others(const Oid *dbs, int n)

@@ -569,6 +569,63 @@ idempotency_stats(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/*
+ * Free the entries of database db (InvalidOid: any) and role (InvalidOid:
+ * any): owners.c, when a database, an install or a role is gone (the
+ * entries of a database are its install's: it has one at a time).
+ */
+void
+idem_stats_forget(Oid db, Oid role)
+{
+	HASH_SEQ_STATUS seq;
+	StatsEntry *e;
+
+	if (stats_hash == NULL)
+		return;
+	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, stats_hash);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		if (OidIsValid(db) && e->key.dbid != db)
+			continue;
+		if (OidIsValid(role) && e->key.userid != role)
+			continue;
+		hash_search(stats_hash, &e->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(stats->lock);
+}
+
+/* the databases that have entries here, up to max of them into dbs; how many */
+int
+idem_stats_databases(Oid *dbs, int max)
+{
+	HASH_SEQ_STATUS seq;
+	StatsEntry *e;
+	int			n = 0;
+	int			i;
+
+	if (stats_hash == NULL)
+		return 0;
+	LWLockAcquire(stats->lock, LW_SHARED);
+	hash_seq_init(&seq, stats_hash);
+	while ((e = (StatsEntry *) hash_seq_search(&seq)) != NULL)
+	{
+		for (i = 0; i < n; i++)
+			if (dbs[i] == e->key.dbid)
+				break;
+		if (i < n)
+			continue;
+		if (n == max)
+		{
+			hash_seq_term(&seq);
+			break;
+		}
+		dbs[n++] = e->key.dbid;
+	}
+	LWLockRelease(stats->lock);
+	return n;
+}
+
 /* stats_reset(): forget every counter (superuser unless granted) */
 PG_FUNCTION_INFO_V1(idempotency_stats_reset);
 

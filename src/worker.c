@@ -53,6 +53,10 @@
  * and runs VACUUM of idempotency.outbox_message (outbox_vacuum.c says how
  * and what a failure does).
  *
+ * The launcher also frees the shared memory of databases that are gone
+ * where no session's hook saw the drop (owners.c), at its start and every
+ * OWNERS_SWEEP_S.
+ *
  * They show in pg_stat_activity with backend_type "idempotency purge
  * launcher", "idempotency purge worker" and "idempotency outbox vacuum
  * worker".
@@ -106,6 +110,7 @@ char	   *idem_database = NULL;
 #define VACUUM_NAME "idempotency outbox vacuum worker"
 #define WORKER_RESTART_S 10
 #define VACUUM_RETRY_MS 1000	/* no worker slot free for a vacuum */
+#define OWNERS_SWEEP_S 60		/* the sweep of dropped databases' state */
 
 PGDLLEXPORT void idempotency_purge_launcher_main(Datum main_arg);
 PGDLLEXPORT void idempotency_purge_worker_main(Datum main_arg);
@@ -531,6 +536,28 @@ databases_to_purge(MemoryContext cxt, bool quiet, List **all)
 }
 
 /*
+ * Free the shared memory of databases that are gone (owners.c): at the
+ * launcher's start and every OWNERS_SWEEP_S.  Returns how long until the
+ * next (ms).
+ */
+static long
+owners_tick(void)
+{
+	static TimestampTz last = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz due = last + (TimestampTz) OWNERS_SWEEP_S * USECS_PER_SEC;
+
+	if (last != 0 && now < due)
+		return (long) ((due - now + 999) / 1000);
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	idem_owners_sweep();
+	CommitTransactionCommand();
+	last = GetCurrentTimestamp();
+	return OWNERS_SWEEP_S * 1000L;
+}
+
+/*
  * The outbox vacuum, each time the launcher wakes: reap the worker that
  * ended, then, if none runs, start one for the database due (the one with
  * the most acks at or over idempotency.outbox_vacuum_after).  Returns how
@@ -767,6 +794,7 @@ idempotency_purge_launcher_main(Datum main_arg pg_attribute_unused())
 		}
 		vacuum_wait = vacuum_tick();
 		timeout = shorter_wait(timeout, vacuum_wait);
+		timeout = shorter_wait(timeout, owners_tick());
 		if (timeout >= 0)
 			events |= WL_TIMEOUT;
 		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);

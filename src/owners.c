@@ -1,0 +1,272 @@
+/*-------------------------------------------------------------------------
+ *
+ * owners.c
+ *	  What the extension keeps in shared memory belongs to one database,
+ *	  one install of the extension in it and one role; this file frees it
+ *	  when they go.
+ *
+ * The state and its keys:
+ *
+ *	  outbox claims (outbox_claims.c)    database, install, message id
+ *	  acked counts (outbox_counts.c)     database, install, topic id
+ *	  statistics (stats.c)               database, role, scope
+ *	  outbox vacuum counts (outbox_vacuum.c)  database
+ *	  wake-ups (wakeup.c)                database, topic id
+ *
+ * The install is the OID of its outbox_message_id_seq (idem_outbox_install),
+ * new with every CREATE EXTENSION in a database.  Oids name a database, an
+ * install or a role only while it exists: a database created again with a
+ * dropped one's oid (CREATE DATABASE ... OID, as restore tools do) from the
+ * same template has the same sequence oid, the same topic and message ids,
+ * and whatever id of its own the extension drew at CREATE EXTENSION (a
+ * template is copied with its tables).  Nothing in its catalogs tells it
+ * from the dropped one; only the drop between the two does.  So the state
+ * is freed at the drop, and a key is never met again by another database
+ * or install:
+ *
+ *	  DROP DATABASE      every entry of the database (object_access_hook,
+ *	                     OAT_DROP of the database, freed at the commit of
+ *	                     the drop, when no backend is connected to it and
+ *	                     none can connect)
+ *	  DROP EXTENSION     the claims and counts of the install, and the
+ *	                     statistics of the database (OAT_DROP of
+ *	                     outbox_message_id_seq, however it is dropped:
+ *	                     DROP EXTENSION, DROP OWNED, CASCADE)
+ *	  DROP ROLE          the statistics of the role
+ *
+ * The hook runs in every backend that shares the memory: there is shared
+ * memory only with the library in shared_preload_libraries, which loads it
+ * into every backend.  What it cannot see:
+ *
+ *	  a crash (during a drop or not)   empties the shared memory: claims,
+ *	                     counts and wake-ups are made again, statistics are
+ *	                     kept only across a clean shutdown
+ *	  a drop replayed by a standby, then promoted; a drop whose commit
+ *	  failed after its files were removed (an invalid database); a
+ *	  DROP EXTENSION prepared and committed by COMMIT PREPARED (the commit
+ *	  runs no callback of the backend that prepared it)
+ *	                     the purge launcher (worker.c) frees the entries of
+ *	                     databases that no longer exist or are invalid, at
+ *	                     its start and every OWNERS_SWEEP_S; a claim that
+ *	                     finds the table full frees the entries of its own
+ *	                     database's earlier installs (outbox_claims.c), and
+ *	                     the purge drops its database's counts of them
+ *	                     (outbox_counts.c)
+ *
+ * The wake-up entries are never freed, only given to another key by the
+ * next waiter that needs a place (wakeup.c): an entry of a dropped
+ * database's topic is pinned by nobody, so it holds no place, and a count
+ * it passes to a topic that takes its key wakes a relay once at most.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+
+#include "compat.h"
+#include "idempotency.h"
+
+#define OWNERS_SWEEP_MAX 1024	/* databases looked at per table and sweep */
+
+typedef enum OwnerGone
+{
+	GONE_DATABASE,
+	GONE_INSTALL,
+	GONE_ROLE
+} OwnerGone;
+
+/* an owner this transaction drops: its state is freed if it commits */
+typedef struct Gone
+{
+	OwnerGone	kind;
+	Oid			oid;			/* the database, the install or the role */
+	Oid			db;				/* GONE_INSTALL: its database */
+	int			level;			/* the (sub)transaction's nesting level */
+} Gone;
+
+/* ---------------------------------------------------------------------
+ * Local state
+ * ---------------------------------------------------------------------
+ */
+static object_access_hook_type prev_object_access_hook = NULL;
+static List *gone = NIL;		/* of Gone, in TopTransactionContext */
+static bool callbacks_registered = false;
+
+/* ---------------------------------------------------------------------
+ * The drops, freed at their commit
+ * ---------------------------------------------------------------------
+ */
+static void
+owners_free(const Gone *g)
+{
+	switch (g->kind)
+	{
+		case GONE_DATABASE:
+			idem_outbox_claims_forget(g->oid, InvalidOid);
+			idem_outbox_counts_forget(g->oid, InvalidOid);
+			idem_stats_forget(g->oid, InvalidOid);
+			idem_outbox_vacuum_forget(g->oid);
+			break;
+		case GONE_INSTALL:
+			idem_outbox_claims_forget(g->db, g->oid);
+			idem_outbox_counts_forget(g->db, g->oid);
+			idem_stats_forget(g->db, InvalidOid);
+			break;
+		case GONE_ROLE:
+			idem_stats_forget(InvalidOid, g->oid);
+			break;
+	}
+}
+
+static void
+owners_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	ListCell   *lc;
+
+	if (gone == NIL)
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
+		foreach(lc, gone)
+			owners_free((Gone *) lfirst(lc));
+	}
+	else if (event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
+			 event != XACT_EVENT_PREPARE)
+		return;
+	gone = NIL;					/* its memory goes with TopTransactionContext */
+}
+
+/* a subtransaction's drops go with its abort, pass to its parent at commit */
+static void
+owners_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_unused(),
+						SubTransactionId parentSubid pg_attribute_unused(),
+						void *arg pg_attribute_unused())
+{
+	int			level = GetCurrentTransactionNestLevel();
+	List	   *kept = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (gone == NIL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	foreach(lc, gone)
+	{
+		Gone	   *g = (Gone *) lfirst(lc);
+
+		if (g->level >= level)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				continue;
+			g->level = level - 1;
+		}
+		kept = lappend(kept, g);
+	}
+	MemoryContextSwitchTo(old);
+	gone = kept;
+}
+
+static void
+owners_gone(OwnerGone kind, Oid oid, Oid db)
+{
+	MemoryContext old;
+	Gone	   *g;
+
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(owners_xact_callback, NULL);
+		RegisterSubXactCallback(owners_subxact_callback, NULL);
+		callbacks_registered = true;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	g = palloc(sizeof(Gone));
+	g->kind = kind;
+	g->oid = oid;
+	g->db = db;
+	g->level = GetCurrentTransactionNestLevel();
+	gone = lappend(gone, g);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+owners_object_access(ObjectAccessType access, Oid classId, Oid objectId,
+					 int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+	if (access != OAT_DROP || subId != 0)
+		return;
+	if (classId == DatabaseRelationId)
+		owners_gone(GONE_DATABASE, objectId, InvalidOid);
+	else if (classId == AuthIdRelationId)
+		owners_gone(GONE_ROLE, objectId, InvalidOid);
+	else if (classId == RelationRelationId && objectId == idem_outbox_install())
+		owners_gone(GONE_INSTALL, objectId, MyDatabaseId);
+}
+
+/* from _PG_init: preloaded (there is shared memory), the hook */
+void
+idem_owners_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = owners_object_access;
+}
+
+/* ---------------------------------------------------------------------
+ * The launcher's sweep
+ * ---------------------------------------------------------------------
+ */
+
+/* is database db gone (no row, or one a failed DROP DATABASE left invalid)? */
+static bool
+database_gone(Oid db)
+{
+	HeapTuple	tup = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(db));
+	bool		gone_db;
+
+	if (!HeapTupleIsValid(tup))
+		return true;
+	gone_db = IDEM_DATABASE_IS_INVALID((Form_pg_database) GETSTRUCT(tup));
+	ReleaseSysCache(tup);
+	return gone_db;
+}
+
+/*
+ * The purge launcher's sweep (worker.c; in a transaction, connected to no
+ * database): free every entry of a database that is gone.  The databases
+ * are read from the tables first and looked up after: a database that had
+ * entries then existed then, so one not found now was dropped since (a
+ * database created after the look-up has no entries yet to lose).
+ */
+void
+idem_owners_sweep(void)
+{
+	Oid		   *dbs = palloc(sizeof(Oid) * OWNERS_SWEEP_MAX);
+	int			n;
+	int			i;
+
+	n = idem_outbox_claims_databases(dbs, OWNERS_SWEEP_MAX);
+	for (i = 0; i < n; i++)
+		if (database_gone(dbs[i]))
+			idem_outbox_claims_forget(dbs[i], InvalidOid);
+	n = idem_outbox_counts_databases(dbs, OWNERS_SWEEP_MAX);
+	for (i = 0; i < n; i++)
+		if (database_gone(dbs[i]))
+			idem_outbox_counts_forget(dbs[i], InvalidOid);
+	n = idem_stats_databases(dbs, OWNERS_SWEEP_MAX);
+	for (i = 0; i < n; i++)
+		if (database_gone(dbs[i]))
+			idem_stats_forget(dbs[i], InvalidOid);
+	pfree(dbs);
+}
