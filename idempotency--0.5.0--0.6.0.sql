@@ -648,3 +648,16 @@ COMMENT ON COLUMN idempotency.key_health.expired IS 'purge backlog: rows past ex
 COMMENT ON COLUMN idempotency.key_health.oldest_expired_age IS 'now() minus the earliest expires_at among them; NULL when none';
 REVOKE ALL ON idempotency.key_health FROM PUBLIC;
 GRANT SELECT ON idempotency.key_health TO pg_read_all_stats;
+
+-- == the parameters any role may set, before the library is loaded ==
+-- idempotency.lock_wait, default_ttl and max_key_length are user-settable.
+-- Until the library is loaded in a session, PostgreSQL knows them only as
+-- placeholders and lets no role but a superuser store one with ALTER
+-- FUNCTION, PROCEDURE, ROLE or DATABASE ... SET (42501), unless the role
+-- holds SET on the parameter: without this grant, an application's own
+-- procedure with SET idempotency.lock_wait (docs/procedures.md) could not
+-- be created in a fresh session, nor restored from its dump, by the
+-- application.  The grant is the cluster's (pg_parameter_acl), not this
+-- database's: DROP EXTENSION leaves it, pg_dumpall keeps it, and once the
+-- library is loaded it changes nothing.
+GRANT SET ON PARAMETER idempotency.lock_wait, idempotency.default_ttl, idempotency.max_key_length TO PUBLIC;

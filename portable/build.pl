@@ -53,6 +53,10 @@ my @c_only = (
 	# idempotency.roleref is a base type (C output function; CREATE TYPE of
 	# a base type needs a superuser): Citus and outbox_message.published_by
 	[qr/idempotency\.roleref\b/, 'C: base type idempotency.roleref (needs a superuser and C); published_by stays regrole'],
+	# GRANT SET ON PARAMETER needs a superuser (or the grant option), which a
+	# managed service's admin role does not have; without the library the
+	# settings stay placeholders that any role may SET in its session
+	[qr/^GRANT\s+SET\s+ON\s+PARAMETER\b/i, 'C: GRANT SET ON PARAMETER (needs a superuser)'],
 );
 
 # ---------------------------------------------------------------------

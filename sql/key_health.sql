@@ -8,6 +8,7 @@ CREATE ROLE regress_kh_other NOLOGIN;
 CREATE ROLE regress_kh_monitor NOLOGIN IN ROLE pg_monitor;
 CREATE ROLE regress_kh_stats NOLOGIN IN ROLE pg_read_all_stats;
 CREATE ROLE regress_kh_reader NOLOGIN;
+CREATE ROLE regress_kh_gone NOLOGIN;
 GRANT SELECT ON idempotency.key_health TO regress_kh_reader;  -- the view without EXECUTE
 
 SET ROLE regress_kh_app;
@@ -83,6 +84,24 @@ SET ROLE regress_kh_app;
 SELECT idempotency.purge() AS purged;
 RESET ROLE;
 SELECT sum(expired) AS expired FROM idempotency.key_health WHERE scope LIKE 'kh-%';
+
+-- a dropped role's rows: role NULL, userid its old oid; no role's purge()
+-- removes them (each purges its own), a superuser's DELETE does
+SET ROLE regress_kh_gone;
+SELECT outcome FROM idempotency.begin('kh-gone', '{}', 'kh-gone', lease => '1 hour');
+RESET ROLE;
+SELECT oid AS gone_oid FROM pg_roles WHERE rolname = 'regress_kh_gone' \gset
+DROP ROLE regress_kh_gone;
+UPDATE idempotency.idempotency_key SET expires_at = now() - interval '1 hour' WHERE key = 'kh-gone';
+SELECT role IS NULL AS no_role, userid = :gone_oid AS old_oid, expired
+  FROM idempotency.key_health WHERE scope = 'kh-gone';
+SELECT idempotency.purge() AS purged;
+SET ROLE regress_kh_app;
+SELECT idempotency.purge() AS purged;
+RESET ROLE;
+SELECT sum(expired) AS still_expired FROM idempotency.key_health WHERE scope = 'kh-gone';
+DELETE FROM idempotency.idempotency_key WHERE owner = :gone_oid::oid AND expires_at <= now();
+SELECT count(*) AS rows_left FROM idempotency.key_health WHERE scope = 'kh-gone';
 
 DELETE FROM idempotency.idempotency_key WHERE key LIKE 'kh-%';
 DROP ROLE regress_kh_app, regress_kh_other, regress_kh_monitor, regress_kh_stats;

@@ -83,3 +83,13 @@ RESET search_path;
 SELECT key, response, created_at > 'epoch' AS real_time
   FROM idempotency.idempotency_key WHERE key LIKE 'hostile%' ORDER BY key;
 DROP SCHEMA evil CASCADE;
+
+-- every user-settable idempotency.* parameter has SET granted to PUBLIC, so
+-- that a role may store it (ALTER ROLE/FUNCTION/PROCEDURE ... SET) before
+-- the library is loaded in its session, and restore a routine that sets it;
+-- none of the others is granted
+SELECT s.name, s.context,
+       EXISTS (SELECT FROM pg_parameter_acl AS a, aclexplode(a.paracl) AS x
+                WHERE a.parname = s.name AND x.grantee = 0 AND x.privilege_type = 'SET') AS public_set
+  FROM pg_settings AS s
+ WHERE s.name LIKE 'idempotency.%' ORDER BY s.name;

@@ -102,9 +102,7 @@ BEGIN
         IF v_live AND v_hash IS NOT NULL AND r.request_hash IS NOT NULL AND r.request_hash <> v_hash THEN
             RAISE EXCEPTION '% was already used with a different request', idempotency._describe(p_key, p_scope)
                 USING ERRCODE = 'IK001',
-                      DETAIL = pg_catalog.format('The stored request fingerprint starts %s, this request''s starts %s.',
-                                                 pg_catalog.encode(pg_catalog.substr(r.request_hash, 1, 6), 'hex'),
-                                                 pg_catalog.encode(pg_catalog.substr(v_hash, 1, 6), 'hex')),
+                      DETAIL = 'The key''s stored request and this one differ; neither, nor anything computed from them, is shown.',
                       HINT = 'Use a new idempotency key for a new request (HTTP 422).';
         END IF;
 

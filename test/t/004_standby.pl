@@ -1,7 +1,8 @@
 # Hot standby and promotion (issue 9 item 9; README "Lease mode", begin()).
 #
 # - Keys completed on the primary (single-transaction and lease mode) replay
-#   on a streaming hot standby, also under REPEATABLE READ.
+#   on a streaming hot standby, also under REPEATABLE READ; a pg_monitor role
+#   reads the same idempotency.key_health there as on the primary.
 # - Where nothing can be written (a hot standby, a READ ONLY transaction,
 #   default_transaction_read_only) begin() of a new or retryable key raises
 #   25006 naming the key at begin() itself, and writes nothing; replays still
@@ -127,6 +128,7 @@ is( $primary->safe_psql('postgres', q{
 	'primary: a lease-mode replay works under default_transaction_read_only');
 
 # --- the hot standby -----------------------------------------------------------
+$primary->safe_psql('postgres', q{CREATE ROLE watcher IN ROLE pg_monitor});
 $primary->wait_for_catchup($standby, 'replay');
 is($standby->safe_psql('postgres', q{SELECT pg_is_in_recovery()}), 't', 'standby is in recovery');
 
@@ -144,6 +146,16 @@ is( $standby->safe_psql('postgres', q{
 		COMMIT;}),
 	qq{replay|{"paid": "done"}\nreplay|{"tracking": "DHL-123"}},
 	'standby: replays inside BEGIN ISOLATION LEVEL REPEATABLE READ');
+
+# key_health (SECURITY DEFINER) for a pg_monitor role reads on the standby
+# what it reads on the primary
+my $health = q{SET ROLE watcher;
+	SELECT string_agg(concat_ws(' ', role, scope, in_progress, completed, failed_retryable, failed_final, expired),
+	                  ',' ORDER BY role, scope) FROM idempotency.key_health};
+my $health_primary = $primary->safe_psql('postgres', $health);
+ok($health_primary ne '', 'key_health on the primary has rows');
+is($standby->safe_psql('postgres', $health), $health_primary,
+	'standby: key_health for a pg_monitor role, the same counts as on the primary');
 
 expect_25006($standby, 'standby: begin() of a new key raises 25006 naming the key (autocommit)',
 	q{SELECT outcome FROM idempotency.begin('fresh-on-standby');}, 'fresh-on-standby');

@@ -137,6 +137,24 @@ for my $name (sort keys %queries)
 is( $node->safe_psql('postgres', $queries{idempotency_purge_worker}{query}), '1',
 	'the worker query sees the purge launcher');
 
+# the series stay bounded whatever scopes an application picks: a role with
+# keys in 30 scopes (idempotency.stats_max is 10 here) gives no query more
+# than stats_max rows, so no application can swell the monitoring's series
+$node->safe_psql('postgres', q{
+	SET ROLE app;
+	BEGIN;
+	SELECT count(idempotency.complete('many', '{}', 'many-' || i))
+	  FROM generate_series(1, 30) AS i, LATERAL idempotency.begin('many', NULL, 'many-' || i) AS b;
+	COMMIT;
+});
+for my $name (sort keys %queries)
+{
+	my $rows = $node->safe_psql('postgres', "SELECT count(*) FROM ($queries{$name}{query}) AS q",
+		extra_params => [ '-U', 'exporter' ]);
+	cmp_ok($rows, '<=', 10, "$name: at most stats_max rows with one role's keys in 30 scopes");
+}
+$node->safe_psql('postgres', q{DELETE FROM idempotency.idempotency_key WHERE key = 'many'});
+
 # the SQL of docs/operations.md runs (blocks and alert table), and so does the
 # README's "Operations" section
 my ($ops) = slurp_file('docs/operations.md');

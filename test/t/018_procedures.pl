@@ -5,7 +5,10 @@
 # with another request is IK001 and writes nothing; a shipped order gets a
 # stored 409 and no ledger row; a new key for a paid order writes no second
 # row; a stale version is refused; a duplicate held past the procedure's own
-# lock_wait gets IK002 after that wait.
+# lock_wait gets IK002 after that wait; under REPEATABLE READ a second key at
+# once gets 40001, stores nothing, and its retry answers already_paid; the
+# application's schema dumped and restored as the application role keeps the
+# procedure with its lock_wait.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -40,10 +43,13 @@ for my $i (0 .. $#blocks)
 	my ($rc, $out, $err) = $node->psql('shop', $blocks[$i], @shop, on_error_stop => 1);
 	is($rc . $err, '0', "block " . ($i + 1) . " runs: " . substr($blocks[$i] =~ s/\s+/ /gr, 0, 50));
 }
-# what the page says of a session that has not loaded the library
-my (undef, $denied) = shop_try(q{ALTER PROCEDURE pay_order SET idempotency.lock_wait = '3s'});
-like($denied, qr/ERROR:  42501: permission denied to set parameter "idempotency.lock_wait"/,
-	'without the library loaded, the application role may not set it: 42501');
+# what the page says: the application role sets it in a session that has
+# not loaded the library (psql's fresh session), with no superuser's help
+my ($unknown, $denied) = shop_try(q{
+	SELECT count(*) FROM pg_settings WHERE name = 'idempotency.lock_wait';
+	ALTER PROCEDURE pay_order SET idempotency.lock_wait = '2s'});
+is($unknown . $denied, '0',
+	'the application role sets it in a session where the parameter is not known yet (no 42501)');
 is(shop_sql(q{SELECT proconfig FROM pg_proc WHERE proname = 'pay_order'}),
 	'{idempotency.lock_wait=2s}', 'the procedure carries its own lock_wait');
 
@@ -137,6 +143,34 @@ like($tab2, qr/^\{"status": 200, "payment": \{"id": \d+, "kind": "payment", "amo
 	'second key: 200 already_paid');
 is(shop_sql(sprintf($ledger, 14)), '1', 'two keys at once: one ledger row');
 
+# --- the same under REPEATABLE READ: the second key's snapshot predates the
+# payment, so it gets 40001 and stores nothing; its retry with the same key
+# answers already_paid (the page's table: 40001, retry with the same key)
+shop_sql(q{INSERT INTO orders (id, total) VALUES (15, 15.00)});
+$first->query_safe(q{SET default_transaction_isolation = 'repeatable read'});
+$second->query_safe(q{SET default_transaction_isolation = 'repeatable read'});
+$second->query_safe(q{\set ON_ERROR_STOP 0});
+my $rr1 = $first->query_safe(q{BEGIN; CALL pay_order('rr-1', 15, 15.00, 1);});
+like($rr1, qr/"status": 201/, 'repeatable read, first key: 201 (not committed yet)');
+$second->query_until(qr/calling\n/,
+	"\\echo calling\nCALL pay_order('rr-2', 15, 15.00, 1);\n\\echo sqlstate :LAST_ERROR_SQLSTATE\n\\echo called\n");
+ok( $node->poll_query_until('shop', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE wait_event_type = 'Lock' AND wait_event = 'transactionid'
+		   AND query LIKE 'CALL pay_order(''rr-2''%'}),
+	'repeatable read, second key waits for the order row');
+$first->query_safe('COMMIT');
+my $rr2 = $second->query_until(qr/called\n/, '');
+like($rr2, qr/^sqlstate 40001\n/m, 'repeatable read, second key: 40001 once the first commits');
+is( shop_sql(sprintf($ledger, 15)) . ' '
+	  . shop_sql(q{SELECT count(*) FROM idempotency.idempotency_key WHERE key = 'rr-2'}),
+	'1 0', 'repeatable read, second key: one ledger row, its key not stored');
+like(shop_sql(q{SET default_transaction_isolation = 'repeatable read'; CALL pay_order('rr-2', 15, 15.00, 1)}),
+	qr/^\{"status": 200, .*"already_paid": true\}$/, 'repeatable read, its retry with the same key: already_paid');
+$first->query_safe(q{RESET default_transaction_isolation});
+$second->quit;	# (its error stays in its stderr) a fresh session for what follows
+$second = $node->background_psql('shop', @shop);
+
 # --- a stale version (the order changed since the client read it) -------------
 shop_sql(q{SELECT idempotency.update_versioned('orders', 12, 1, '{"total": 14.00}')});
 like(shop_sql(q{CALL pay_order('stale-key', 12, 12.00, 1)}),
@@ -155,6 +189,33 @@ is(shop_sql(sprintf($ledger, 13)) . ' ' . shop_sql(q{SELECT count(*) FROM idempo
 	'0 0', 'the held call rolled back: no ledger row, no key');
 is(shop_sql(q{SELECT octet_length(idempotency.fingerprint('{}')); SHOW idempotency.lock_wait}), "32\n5s",
 	'outside the procedure the wait is the default');
+
+# --- the application's dump restores as the application role ------------------
+# pg_dump writes the procedure with its SET clause; the restore runs as the
+# application role, into a database whose extension a superuser created (as
+# on a managed server), in a session that has not loaded the library
+$node->safe_psql('postgres', q{CREATE DATABASE shop_copy OWNER shop});
+$node->safe_psql('shop_copy', q{CREATE EXTENSION idempotency});
+my $dump = $node->basedir . '/shop.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-n', 'public', '-f', $dump, '-d', $node->connstr('shop') . ' user=shop' ],
+	'pg_dump of the application schema as the application role');
+# (schema public is there already: restore what is in it)
+my $toc = $node->basedir . '/shop.list';
+$node->command_ok([ 'pg_restore', '-l', '-f', $toc, $dump ], 'pg_restore -l');
+my @entries = grep { !/ SCHEMA - public / } split /\n/, slurp_file($toc);
+open my $fh, '>', $toc or die "$toc: $!";
+print $fh join("\n", @entries), "\n";
+close $fh;
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-L', $toc, '-d', $node->connstr('shop_copy') . ' user=shop', $dump ],
+	'pg_restore of the application schema as the application role');
+is( $node->safe_psql('shop_copy', q{SELECT proconfig FROM pg_proc WHERE proname = 'pay_order'}),
+	'{idempotency.lock_wait=2s}', 'the restored procedure carries its lock_wait');
+# (the machine is a row of the extension's table, in a dump of the whole
+# database but not of the schema: the page's line again)
+my ($machine) = $blocks[0] =~ /^(SELECT idempotency\.create_machine\(.*?\);)$/ms;
+$node->safe_psql('shop_copy', $machine, @shop);
+like($node->safe_psql('shop_copy', q{INSERT INTO orders (id, total) VALUES (99, 9.00); CALL pay_order('copy-1', 99, 9.00, 1)}, @shop),
+	qr/^\{"status": 201, /, 'and pays in the restored database');
 
 $first->quit;
 $second->quit;
