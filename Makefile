@@ -61,6 +61,36 @@ ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempo
 TAP_TESTS = 1
 PROVE_TESTS ?= test/t/*.pl
 
+# One test at a time (docs/development.md, "One test at a time"):
+# `make installcheck REGRESS=guard` runs that regress file alone on a running
+# server, `make installcheck ISOLATION=same_key` that spec, and
+# `make installcheck PROVE_TESTS=test/t/005_stats.pl` that TAP script (own
+# clusters); a kind not named on the command line is skipped then.
+ifneq ($(and $(filter command line,$(origin REGRESS)),$(REGRESS)),)
+ifneq ($(origin ISOLATION),command line)
+ISOLATION =
+endif
+ifneq ($(origin TAP_TESTS),command line)
+TAP_TESTS =
+endif
+endif
+ifneq ($(and $(filter command line,$(origin ISOLATION)),$(ISOLATION)),)
+ifneq ($(origin REGRESS),command line)
+REGRESS =
+endif
+ifneq ($(origin TAP_TESTS),command line)
+TAP_TESTS =
+endif
+endif
+ifneq ($(and $(filter command line,$(origin PROVE_TESTS)),$(PROVE_TESTS)),)
+ifneq ($(origin REGRESS),command line)
+REGRESS =
+endif
+ifneq ($(origin ISOLATION),command line)
+ISOLATION =
+endif
+endif
+
 # warnings, not errors: a newer compiler must not stop `make install`;
 # CI builds with COPT=-Werror (.ci/run)
 PG_CFLAGS = -Wall -Wextra

@@ -1,6 +1,7 @@
 -- helpers: create_machine/transition, update_versioned, insert_once.  Every
 -- outcome and error with its SQLSTATE, refused calls write nothing,
 -- identifiers of every shape, privileges, ALTER TABLE between calls.
+\i sql/include/roles.sql
 
 -- state machines: validation
 SELECT idempotency.create_machine('order', '{"pending": ["paid", "cancelled"], "paid": ["shipped"], "shipped": []}');

@@ -3,6 +3,7 @@
 -- begin() takes over (retry, attempts + 1); the worker that was taken over
 -- can no longer complete or fail (IK004).  Messages naming lease end times
 -- are shown terse; the isolation spec lease.spec shows the rest.
+\i sql/include/roles.sql
 CREATE TABLE shipment (key text, carrier_ref text);
 
 -- begin with a lease commits the in_progress row at once (autocommit here)

@@ -1,5 +1,6 @@
 -- lookup: retry information a program can read (own role only, no lock,
 -- no write); IK002's DETAIL in ISO 8601 UTC whatever the session settings.
+\i sql/include/roles.sql
 \set VERBOSITY default
 CREATE FUNCTION look(k text, s text DEFAULT '')
 RETURNS TABLE (status text, attempts int, has_times boolean, locked boolean,

@@ -1,6 +1,7 @@
 -- once: a guarded request in one statement.  The work runs as the caller
 -- and its result is stored (new/retry) or the stored result comes back
 -- without running it (replay); errors store nothing; the plan is kept.
+\i sql/include/roles.sql
 \set VERBOSITY default
 CREATE TABLE once_payment (id bigserial PRIMARY KEY, amount numeric NOT NULL,
                       note text, paid_on date);

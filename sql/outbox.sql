@@ -1,6 +1,7 @@
 -- outbox: publish() in the caller's transaction; claim, ack, nack, release,
 -- dead letters and redrive; order per message key; topics per role and
 -- their grants; hostile input with its SQLSTATE and nothing written.
+\i sql/include/roles.sql
 \set VERBOSITY default
 CREATE ROLE regress_outbox_carol NOLOGIN;
 CREATE FUNCTION outbox_rows() RETURNS bigint LANGUAGE sql

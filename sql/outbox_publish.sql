@@ -4,6 +4,7 @@
 -- trigger, rule, CHECK constraint, index or column that a superuser adds
 -- to the table is honoured at once (every error with its SQLSTATE and
 -- nothing written).
+\i sql/include/roles.sql
 \set VERBOSITY default
 CREATE ROLE regress_outbox_pub_nobody NOLOGIN;
 CREATE FUNCTION pub_rows() RETURNS bigint LANGUAGE sql

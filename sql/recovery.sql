@@ -3,6 +3,7 @@
 -- retry's begin() and lookup() return them; only the attempt holding the
 -- lease may checkpoint (IK004).  derive_key() gives stable downstream keys.
 -- Every error path: its SQLSTATE, and nothing written (keys_digest()).
+\i sql/include/roles.sql
 CREATE TABLE rp_order (key text PRIMARY KEY, amount int);
 CREATE TABLE rp_charge (key text PRIMARY KEY, charge_id text);
 GRANT ALL ON rp_order, rp_charge TO PUBLIC;

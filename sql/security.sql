@@ -1,5 +1,6 @@
 -- security: roles never see or touch each other's keys; a hostile
 -- search_path changes nothing; plain roles cannot write the table directly.
+\i sql/include/roles.sql
 
 -- the same key used by two roles is two independent keys
 SET ROLE regress_alice;

@@ -16,7 +16,5 @@ SELECT name, boot_val AS default, unit FROM pg_settings
 -- a misspelled setting in our prefix is refused, not silently kept
 SET idempotency.lock_wiat = 10;
 
-CREATE ROLE regress_alice NOLOGIN;
-CREATE ROLE regress_bob NOLOGIN;
-CREATE ROLE "regress Mixed ""Case"" role" NOLOGIN;
-GRANT CREATE ON SCHEMA public TO regress_alice, regress_bob, "regress Mixed ""Case"" role";
+-- the roles later files use (each of them includes this too, to run alone)
+\i sql/include/roles.sql

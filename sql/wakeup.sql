@@ -4,6 +4,7 @@
 -- cursor, its timeout and cancel, who may wait on which topic, hostile
 -- input with its SQLSTATE.  NOTIFY is off by default.  (The waits of one
 -- session on another's commit: test/specs/wakeup.spec.)
+\i sql/include/roles.sql
 \set VERBOSITY default
 CREATE ROLE regress_wake_carol NOLOGIN;
 -- the change of each topic's count since the cursor in wake_cursor

@@ -3,6 +3,7 @@
 -- waits on each once (then drops them) must not leave other roles' topics
 -- on a shared entry, where each learns of the others' commits (and is woken
 -- by them); an entry nobody waits on is taken back when a place is needed.
+\i sql/include/roles.sql
 \set VERBOSITY default
 SET ROLE regress_bob;
 SELECT count(idempotency.create_topic('slot_' || i)) AS created FROM generate_series(1, 6500) AS i;

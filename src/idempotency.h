@@ -18,8 +18,9 @@
  *	  floor ground:   keyid.c stats.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
  *
  *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
- *	  worker.c          the purge background worker and the outbox's
- *	                    vacuum worker (GUCs purge_*, database)
+ *	  worker.c          the background workers: the purge launcher, the
+ *	                    purge worker, the outbox vacuum worker (GUCs
+ *	                    purge_*, database)
  *	  once.c            once()
  *	  lookup.c          lookup()
  *	  http.c            http_response()
@@ -87,7 +88,7 @@
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
 
-/* Our SQLSTATEs (SPEC.md section 4) */
+/* Our SQLSTATEs (docs/reference.md, "Errors") */
 #define ERRCODE_IDEMPOTENCY_KEY_REUSED		MAKE_SQLSTATE('I','K','0','0','1')
 #define ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS MAKE_SQLSTATE('I','K','0','0','2')
 #define ERRCODE_INVALID_IDEMPOTENCY_KEY		MAKE_SQLSTATE('I','K','0','0','3')
