@@ -1,4 +1,4 @@
--- citus: the Citus set-up step on a server without Citus (issue 17).  The
+-- citus: the Citus set-up step on a server without Citus.  The
 -- Citus suite itself is test/citus/run (a coordinator and two workers).
 \set VERBOSITY default
 -- a clear error, 55000, and nothing changes

@@ -1,6 +1,6 @@
 -- helpers_hardening: the write helpers never change another row than the one
 -- asked for, never loop on 40001, and refuse what they cannot do with a clear
--- SQLSTATE; refused calls write nothing (issue 9, items 5-7 and 0).
+-- SQLSTATE; refused calls write nothing.
 
 SELECT idempotency.create_machine('hard', '{"pending": ["paid", "cancelled"], "paid": ["shipped"]}');
 

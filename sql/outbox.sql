@@ -384,7 +384,7 @@ SELECT idempotency.drop_topic('payments');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT outbox_rows() AS rows_left, (SELECT count(*) FROM idempotency.outbox_grant) AS grants_left;
--- ---- issue 25, finding 1: a consumer of one topic reads no other topic's
+-- ---- a consumer of one topic reads no other topic's
 -- messages (the row policy compared g.topic_id with itself)
 SET ROLE regress_alice;
 SELECT idempotency.create_topic('alice-only') > 0 AS created;
@@ -407,7 +407,7 @@ RESET ROLE;
 SET ROLE regress_alice;
 SELECT idempotency.drop_topic('alice-only', force => true);
 
--- ---- issue 25, smaller: a claim whose lapsed message goes dead in the same
+-- ---- a claim whose lapsed message goes dead in the same
 -- statement still returns another ready message
 SELECT idempotency.create_topic('lapse', max_attempts => 1) > 0 AS created;
 SELECT idempotency.publish('lapse', '{"n": "lapsed"}') IS NOT NULL AS published;
@@ -438,7 +438,7 @@ SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
 SELECT payload->>'n' AS n FROM idempotency.claim('beyond', 1, '1 hour');
 SELECT idempotency.drop_topic('beyond', force => true);
 
--- ---- issue 25, finding 7: nack's default backoff is capped before it is
+-- ---- nack's default backoff is capped before it is
 -- doubled (hours of backoff_base at attempt 31 overflowed the interval)
 SELECT idempotency.create_topic('slow', max_attempts => 40, backoff_base => '10 hours',
                                 backoff_max => '1 day') > 0 AS created;
@@ -458,7 +458,7 @@ SELECT attempt, idempotency.nack(claim, ARRAY[id]) AS nacked FROM idempotency.cl
 SELECT available_at - now() BETWEEN '19:59' AND '20:00' AS doubled FROM idempotency.outbox_message;
 SELECT idempotency.drop_topic('slow', force => true);
 
--- ---- issue 25, finding 3: redrive() puts no second message of a key in
+-- ---- redrive() puts no second message of a key in
 -- flight: the redriven message gets a new position behind its key's
 -- other messages and keeps its message_id
 SELECT idempotency.create_topic('redrive', max_attempts => 1) > 0 AS created;
@@ -485,7 +485,7 @@ SELECT idempotency.redrive('redrive', '{NULL}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.drop_topic('redrive', force => true);
 
--- ---- issue 25, finding 8: publish() in a prepared transaction (two-phase
+-- ---- publish() in a prepared transaction (two-phase
 -- commit): PREPARE works; the message is there after COMMIT PREPARED and
 -- gone after ROLLBACK PREPARED
 SELECT idempotency.create_topic('twophase') > 0 AS created;

@@ -1,4 +1,4 @@
--- review_insert_path (issue 21, finding 10): insert_once()'s probe spells a
+-- review_insert_path: insert_once()'s probe spells a
 -- left-out key column's default as SQL, with names resolved on the current
 -- search_path; its plan must not be shared with another search_path (or
 -- role), where the same text means another function or none.  The INSERT

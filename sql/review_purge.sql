@@ -1,4 +1,4 @@
--- review_purge (issue 21, finding 6): purge() on a hash-partitioned key
+-- review_purge: purge() on a hash-partitioned key
 -- table (the README's recipe, as in partitioned.sql).  A ctid is unique
 -- only within one partition: a role's purge must delete its own expired
 -- rows, never another role's row that shares a ctid in another partition.

@@ -1,4 +1,4 @@
--- review_retry_after (issue 21, finding 5): IK002's "retry after N
+-- review_retry_after: IK002's "retry after N
 -- seconds" for a lease longer than 2^31 seconds (68 years) says the
 -- largest int, as lookup()'s retry_after does, never a negative number.
 CREATE FUNCTION review_retry_after(k text) RETURNS text

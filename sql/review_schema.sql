@@ -1,4 +1,4 @@
--- review_schema (issue 21, finding 3): a role with CREATE on the database
+-- review_schema: a role with CREATE on the database
 -- can create schema idempotency before the extension; CREATE EXTENSION
 -- would take that schema (it uses an existing schema named in the control
 -- file as it is), and its owner could drop our objects and create its own

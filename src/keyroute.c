@@ -4,7 +4,7 @@
  *	  Citus: carry a call to the node of its key's shard, and run a
  *	  statement on a shard of this node as the extension's owner.
  *
- * Design (issue 25, "no direct writes"): on Citus no role but the
+ * Design: on Citus no role but the
  * extension's owner may write the key, token and seen-message tables, as on
  * a single server.  The functions write a row where its shard lives, as the
  * owner (the shard-local paths: keycitus.c for keys, idem_shard_exec()

@@ -24,7 +24,7 @@
  * not lock.  The TID scan sorts the batch's positions once and each row it
  * fetches is checked against constants: linear in the batch.  (0.5.0
  * matched (tableoid, ctid) = ANY (an array of the batch), a linear search
- * per row: the default batch of 10000 took seconds; issue 25, finding 9;
+ * per row: the default batch of 10000 took seconds;
  * test/t/007_purge_plans.pl checks the plans.)
  * A begin() that found an expired row and later writes it copes with the
  * row vanishing (idem_keystore_write falls back to INSERT).  The SQL function
@@ -51,7 +51,7 @@
  * first locks those topic rows with SKIP LOCKED and takes only messages of
  * the topics it locked: a role holding alter_topic() open on its topic
  * keeps that topic's messages for a later batch, and stalls nothing
- * (0.5.0's counter UPDATE waited for it; issue 25, finding 6).
+ * (0.5.0's counter UPDATE waited for it).
  *
  * Tokens: issue_token() inserts a random uuid; consume_token() deletes it.
  * Concurrent consumers serialise on the row lock of the DELETE: exactly one
@@ -66,7 +66,7 @@
  *
  * All statements run as the tables' owner (runas.c) with the
  * caller's role as a parameter, schema-qualified, prepared once and kept.
- * On Citus (issue 25) they run on the row's shard table, on the node that
+ * On Citus they run on the row's shard table, on the node that
  * holds it, as the owner (keyroute.c: idem_shard_exec, planned afresh:
  * the text names the shard); a call whose token or message id lives on
  * another node calls itself there (idem_route_call).  issue_token() draws

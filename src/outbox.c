@@ -58,7 +58,7 @@
  * rows (FOR UPDATE SKIP LOCKED) and re-check state and available_at on the
  * row they lock.
  *
- * Dropping a topic (issue 25, finding 2): messages have no foreign key to
+ * Dropping a topic: messages have no foreign key to
  * their topic (it would lock the topic row for every publish), so a
  * drop_topic() that counted and deleted the committed messages could miss
  * an open publisher's message, which then outlived its topic.  Now a
@@ -281,7 +281,7 @@ idem_outbox_topic_serialization_failure(const char *name, const char *what, cons
  * superuser's hand-made UPDATE of the tables is not seen until then.)
  * publish() reads pending invalidations first (AcceptInvalidationMessages):
  * a transaction that holds every lock it needs reads none by itself, and
- * kept publishing after a revoke_topic() had committed (issue 25).
+ * kept publishing after a revoke_topic() had committed.
  * ---------------------------------------------------------------------
  */
 typedef struct TopicCacheKey

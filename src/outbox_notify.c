@@ -13,7 +13,7 @@
  * payload (PRE_COMMIT runs before PostgreSQL's PreCommit_Notify()), so a
  * transaction announces each topic once, at commit.  NOTIFY is not
  * issued before commit because PostgreSQL refuses to PREPARE a transaction
- * that issued one (issue 25, finding 8): a prepared transaction notifies
+ * that issued one: a prepared transaction notifies
  * nobody.  A rolled-back subtransaction takes its announcements with it.
  * The price of NOTIFY: PostgreSQL serialises the commits of all notifying
  * transactions (async.c takes a cluster-wide lock before the commit record

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_vacuum.c
- *	  The outbox's table vacuumed as soon as enough messages were acked
- *	  (issue 26, target (e)): acked counts per database in shared memory
+ *	  The outbox's table vacuumed as soon as enough messages were acked:
+ *	  acked counts per database in shared memory
  *	  (GUC outbox_vacuum_after), and the VACUUM the background worker runs.
  *
  * Why.  With claims in shared memory ack() deletes the message, so every

@@ -5,7 +5,7 @@
  *	  ready messages scanned in C, and what a claim does with each message
  *	  it has locked.
  *
- * Design (issue 26, relays at 1.5 x pgmq): the claim's window was one SPI
+ * Design: the claim's window was one SPI
  * statement (outbox_relay.c, CLAIM_WINDOW + CLAIM_SQL_LOCK), and it was two
  * thirds of a claim + ack of 100 (perf): the window of max(64, 4 x batch)
  * ready messages fetched and kept, a NOT EXISTS for each keyed one, a call

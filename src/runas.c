@@ -24,11 +24,11 @@
  * idempotency.idempotency_key, whose relcache invalidation (or a reset of
  * them all, or a change of pg_namespace) forgets the cached owner.
  *
- * Citus (issue 17): on a distributed table the reads through Citus's
+ * Citus: on a distributed table the reads through Citus's
  * route run as the caller (idem_run_as): Citus sends a transaction's
  * statements on one group of co-located shards through one connection per
  * role, and the caller's own work uses it too.  No role but the owner
- * writes the tables there either (issue 25): the writes run on the row's
+ * writes the tables there either: the writes run on the row's
  * shard, as the owner, on the node that holds it (keyroute.c).
  * idem_run_as_owner_once() plans a statement afresh with its values, for
  * Citus statements that have no generic plan.
@@ -238,7 +238,7 @@ idem_owner_ref(Oid owner)
  * dropped role's oid as a bare number, which regrolein (and so roleref_in)
  * reads back on another node or cluster as whatever role has that oid
  * there: a shard move or a restore would hand a dropped role's keys to an
- * unrelated role (issue 25).  "-" reads back as InvalidOid, whose rows no
+ * unrelated role.  "-" reads back as InvalidOid, whose rows no
  * role owns (the purge removes them once expired).
  */
 PG_FUNCTION_INFO_V1(idempotency_roleref_out);

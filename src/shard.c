@@ -39,7 +39,7 @@
  * verdict is remembered for the rest of the transaction (the lock keeps it
  * true).
  *
- * Caching (issue 27): reading the placement twice, this node's group and
+ * Caching: reading the placement twice, this node's group and
  * the shard table's name on every call, and the lock through Citus's
  * function (its owner check reads pg_dist_shard), cost about a tenth of a
  * once() on the shard's node.  So each backend keeps, per shard, whether

@@ -40,7 +40,7 @@
  * postmaster restarts it WORKER_RESTART_S after a crash.  When no worker
  * slot is free (max_worker_processes) the cycle says so once and ends.
  *
- * The outbox's vacuum (outbox_vacuum.c, issue 26).  The launcher's latch
+ * The outbox's vacuum (outbox_vacuum.c).  The launcher's latch
  * is also set by the commit that takes a database's count of acked outbox
  * messages to idempotency.outbox_vacuum_after.  Whenever it wakes (in its
  * own wait and while it waits for a purge worker) it reaps the outbox

@@ -65,7 +65,7 @@ out="$out$(q w3 "SELECT string_agg(format_type(a.atttypid, NULL), ' ' ORDER BY c
 out="$out $(q w3 "SELECT string_agg(polname, ' ' ORDER BY polname) FROM pg_policy
                    WHERE polrelid = 'idempotency.idempotency_key'::regclass")"
 # no role but the owner writes the key, token and seen-message tables there
-# either (issue 25); PUBLIC updates (nothing) in the route tables, through
+# either; PUBLIC updates (nothing) in the route tables, through
 # which w3 carries a call to the node of its shard (src/keyroute.c)
 out="$out $(q w3 "SELECT count(*) FILTER (WHERE has_table_privilege('app', t, 'INSERT') OR has_table_privilege('app', t, 'UPDATE')
                                            OR has_table_privilege('app', t, 'DELETE'))

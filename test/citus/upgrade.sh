@@ -1,6 +1,6 @@
 # test/citus/upgrade.sh — sourced by test/citus/run (its cluster, its ok /
 # not_ok / check): ALTER EXTENSION idempotency UPDATE from 0.5.0 on Citus
-# with keys in flight (issue 25, deliverable 2).
+# with keys in flight.
 #
 # A second database, upd, on the same three nodes is its own Citus cluster
 # (Citus's metadata is per database) with idempotency 0.5.0 in it:

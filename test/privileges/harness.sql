@@ -191,7 +191,7 @@ SELECT false, format('expect.tsv line %s: the extension has no %s', min(r.n), r.
  GROUP BY r.object
  ORDER BY min(r.n);
 
--- No direct writes (issue 25, deliverable 3): no role but a relation's
+-- No direct writes: no role but a relation's
 -- owner holds a privilege to write it: not PUBLIC, not an application
 -- role, not priv_granted.  (A write privilege a table's row security would
 -- still refuse counts too: it is one policy away from a write.)

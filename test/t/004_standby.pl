@@ -1,4 +1,4 @@
-# Hot standby and promotion (issue 9 item 9; README "Lease mode", begin()).
+# Hot standby and promotion.
 #
 # - Keys completed on the primary (single-transaction and lease mode) replay
 #   on a streaming hot standby, also under REPEATABLE READ; a pg_monitor role

@@ -1,4 +1,4 @@
-# No role can stall the purge workers (issue 25, finding 6).  0.5.0: a role
+# No role can stall the purge workers.  0.5.0: a role
 # holding alter_topic() open on its own topic made the outbox purge of that
 # database wait on the topic row (no SKIP LOCKED, no timeout), and the
 # launcher waited for that database's worker with no bound, so no database

@@ -1,4 +1,4 @@
-# purge() is linear in its batch (issue 25, finding 9).  0.5.0 matched each
+# purge() is linear in its batch.  0.5.0 matched each
 # batch by (tableoid, ctid) = ANY (ARRAY(SELECT ...)): a linear search of
 # the batch's array for every row it deleted, so the default batch of 10000
 # took seconds.  The plans of the DELETEs a purge runs are captured with

@@ -1,5 +1,5 @@
-# idempotency.stats in a cluster whose databases have different encodings
-# (issue 21, finding 9): the shared table is read from every database, so an
+# idempotency.stats in a cluster whose databases have different encodings:
+# the shared table is read from every database, so an
 # entry keeps the encoding its scope was written in and the scope is
 # converted to the reading database's encoding (as pg_stat_statements does
 # with its query texts).  A scope the reader's encoding cannot hold is cut

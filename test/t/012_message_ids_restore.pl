@@ -1,5 +1,5 @@
-# Message ids after a restore that rewinds the outbox's sequence (issue 25,
-# finding 5): a base backup restored without the WAL written after it gives
+# Message ids after a restore that rewinds the outbox's sequence:
+# a base backup restored without the WAL written after it gives
 # the row ids it gave before (the sequence went back), but publish() draws
 # new message ids, so a receiver deduplicating by Idempotency-Key never
 # mistakes a new message for one it already handled.  0.5.0 derived the id

@@ -1,5 +1,5 @@
 # The claim table in shared memory holds idempotency.outbox_claims entries
-# and no more (attack on issue 26, deliverable 2).  The table is a shared
+# and no more.  The table is a shared
 # dynahash: hash_search(HASH_ENTER_NULL) returns NULL only when the whole
 # shared memory segment is exhausted, not at its max_size, so with the GUC
 # at its minimum (64) one relay claimed 28 000 messages, ate the segment's

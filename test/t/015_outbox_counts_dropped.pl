@@ -1,5 +1,5 @@
 # Acked counts in shared memory of a topic dropped before the purge wrote them
-# do not stay there for good (attack on issue 26, deliverable 2).  The table
+# do not stay there for good.  The table
 # of counts has 4096 entries for the whole cluster; the purge wrote a topic's
 # counts into its row and subtracted them, but a dropped topic has no row, so
 # its entry stayed until a restart.  After 4096 topics dropped that way (a

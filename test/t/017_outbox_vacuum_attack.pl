@@ -1,5 +1,5 @@
-# Attacks on the outbox vacuum worker (issue 26 (e), src/outbox_vacuum.c),
-# each a finding of the review on branch attackvac.  A finding not fixed
+# Attacks on the outbox vacuum worker (src/outbox_vacuum.c),
+# each a finding of a review.  A finding not fixed
 # here was skipped unless IDEM_ATTACK_TODO=1 until its fix.
 #
 #  1. The table vacuumed is the one named idempotency.outbox_message, not
