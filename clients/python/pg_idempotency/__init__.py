@@ -21,7 +21,7 @@ __all__ = ["Answer", "AsyncGuard", "Captured", "Guard", "InvalidKey", "MissingKe
            "parse_key", "problem", "request_json", "run", "sqlstate_of",
            "AsyncPhase", "AsyncPhaseContext", "Phase", "PhaseContext", "PhaseError", "PhasesResult",
            "run_phases", "run_phases_async"]
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 
 # names whose modules import a driver (psycopg 3): loaded on first use, so
