@@ -40,9 +40,10 @@ import random
 import time
 import warnings
 from dataclasses import dataclass, field
-from ._compat import check as check_extension
 from typing import (Any, Callable, ContextManager, Dict, Iterable, List, Optional, Protocol,
                     Sequence, Tuple, Union)
+
+from ._compat import check as check_extension
 
 __all__ = [
     "Answer", "Captured", "DEFAULT_HEADERS", "InvalidKey", "KeyError400", "MissingKey", "Options",

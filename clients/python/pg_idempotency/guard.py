@@ -23,11 +23,11 @@ from typing import Any, Awaitable, Callable, Optional
 
 import psycopg
 
+from ._compat import check_async as check_extension_async
 from .core import (BEGIN_SETTING_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOOKUP_SQL, RETRYABLE,
                    SETUP_SQL, Answer, Captured, Options, Transaction, _backoff, decode_response,
                    encode_response, error_answer, fresh_answer, message_of, problem, run,
                    setup_params)
-from ._compat import check_async as check_extension_async
 from .drivers import psycopg_pool_transaction
 
 __all__ = ["AsyncGuard", "Captured", "Guard"]

@@ -48,9 +48,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from ._compat import check_async as check_extension_async
 from ._phases import (Json, Phase, PhaseContext, PhaseError, PhasesResult, State,
                       default_failure, run_phases_on)
-from ._compat import check_async as check_extension_async
 from .core import _load_json, seconds_option
 from .drivers import psycopg_pool_transaction
 
