@@ -350,10 +350,19 @@ func (c *config) run(db *sql.DB, info *Info, request string, work func(*sql.Tx) 
 			c.logf("idempotency: begin a transaction: %v", err)
 			return problem(503, "Database unavailable", "The database could not be reached; retry later.", "Retry-After", "1")
 		}
+		if err = checkExtension(ctx, db, tx); err != nil {
+			tx.Rollback() //nolint:errcheck // nothing was written
+			if SQLState(err) == "" {
+				c.logf("idempotency: %v", err)
+				return problem(500, "Internal error", "The request could not be guarded.")
+			}
+		}
 		var outcome, status string
 		var response sql.NullString
 		var attempts sql.NullInt64
-		_, err = tx.ExecContext(ctx, lockWaitSQL, strconv.FormatInt(c.lockWait.Milliseconds(), 10)+"ms")
+		if err == nil {
+			_, err = tx.ExecContext(ctx, lockWaitSQL, strconv.FormatInt(c.lockWait.Milliseconds(), 10)+"ms")
+		}
 		if err == nil {
 			err = tx.QueryRowContext(ctx, beginSQL, info.Key, request, info.Scope, ttl).
 				Scan(&outcome, &status, &response, &attempts)

@@ -79,6 +79,14 @@ func Once(ctx context.Context, q Querier, key string, request any, query string,
 		sb.WriteString(", $" + strconv.Itoa(4+i) + "::text")
 	}
 	sb.WriteString(")")
+	// the extension's version, once per *sql.DB (on a *sql.Conn or *sql.Tx
+	// the caller's first call on its *sql.DB did it, or the extension's
+	// own functions answer)
+	if db, ok := q.(*sql.DB); ok {
+		if err := checkExtension(ctx, db, db); err != nil {
+			return Result{}, err
+		}
+	}
 	var res Result
 	var resp sql.NullString
 	if err := q.QueryRowContext(ctx, sb.String(), params...).Scan(&res.Outcome, &resp); err != nil {

@@ -281,6 +281,9 @@ func runPhases(ctx context.Context, db *sql.DB, o PhasesOptions, httpReq *http.R
 		afterCommit = func(string) {}
 	}
 
+	if err = checkExtension(ctx, db, db); err != nil {
+		return res, err
+	}
 	var status, response, point, stateText sql.NullString
 	var attempts sql.NullInt64
 	err = db.QueryRowContext(ctx, phaseBeginSQL, o.Key, reqJSON, o.Scope, ttl, interval(lease)).

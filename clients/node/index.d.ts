@@ -16,6 +16,7 @@ export * from './lib/express';
 export * from './lib/phases';
 export * from './lib/phased';
 export * from './lib/relay';
+export { VERSION, EXTENSION_MIN, ExtensionVersionError } from './lib/compat';
 
 declare module 'fastify' {
 	interface FastifyRequest {

@@ -12,6 +12,10 @@
 //   - examples/outbox_pattern.js: a guarded handler publishing on req.db, a
 //     relay, a guarded receiver (the event once), and SIGTERM -> exit < 5 s
 //   - every export of index.js is documented in clients/node/README.md
+//   - an extension older than the client needs: the guard, runPhases and
+//     the relay refuse it, naming both versions; after ALTER EXTENSION
+//     UPDATE the next request goes through; the check is one query per
+//     pool (the queries of a request counted on the wire)
 // DATABASE_HOST/PORT/NAME/USER name the database.
 const fs = require('fs');
 const path = require('path');
@@ -198,10 +202,59 @@ async function main() {
 			cols.includes('attempt') && !cols.includes('attempts') && /`attempt` \(1 on the first delivery/.test(readme) &&
 			/`attempt` \(1 on the first delivery/.test(pyReadme) && /\battempt: number/.test(
 				fs.readFileSync(path.join(root, 'clients/node/lib/relay.d.ts'), 'utf8')), cols);
+		await versions(pool);
 		const missing = Object.keys(idem).filter(n => !new RegExp('`' + n + '\\b').test(readme));
 		check(`clients/node/README.md documents every export of index.js (${Object.keys(idem).length})`, missing.length === 0, missing);
 	} finally {
 		await pool.end();
+	}
+}
+
+// the compatibility rule (docs/clients.md#versions) on a database whose
+// extension is 0.5.0, then updated
+async function versions(admin) {
+	const compat = require(path.join(root, 'clients/node/lib/compat'));
+	const db = `compat_${process.pid}`;
+	await admin.query(`DROP DATABASE IF EXISTS ${db}`);
+	await admin.query(`CREATE DATABASE ${db}`);
+	const old = new pg.Pool({ host: process.env.DATABASE_HOST, port: Number(process.env.DATABASE_PORT),
+		database: db, user: process.env.DATABASE_USER, max: 2 });
+	let sent = 0;
+	old.on('connect', c => { const q = c.query; c.query = function (...a) { sent++; return q.apply(this, a); }; });
+	try {
+		await old.query("CREATE EXTENSION idempotency VERSION '0.5.0'");
+		const g = new Guard({ pool: old, scope: 'compat' });
+		const e1 = await g.start('k1', 'compat', { n: 1 }).then(() => null, e => e);
+		const e2 = await runPhases(old, { key: 'k2', phases: [{ name: 'a', run: () => 1 }], response: () => ({}) })
+			.then(() => null, e => e);
+		const errs = [];
+		const r = idem.relay('compat', async () => {}, { pool: old, handleSignals: false, retryDelayMs: 10000,
+			onError: e => errs.push(e) });
+		for (let i = 0; i < 100 && errs.length === 0; i++) await new Promise(res => setTimeout(res, 20));
+		await r.stop();
+		const want = 'pg-idempotency 0.6.0 needs the idempotency extension 0.6.0 or newer; this database has 0.5.0 ' +
+			'(ALTER EXTENSION idempotency UPDATE)';
+		check(`an extension older than the client: the guard, runPhases and the relay refuse it: "${want}"`,
+			[e1, e2, errs[0]].every(e => e instanceof idem.ExtensionVersionError && e.message === want &&
+				e.found === '0.5.0' && e.needed === idem.EXTENSION_MIN) && idem.VERSION === '0.6.0',
+			[e1, e2, errs[0]].map(String));
+		await old.query('ALTER EXTENSION idempotency UPDATE');
+		const before = compat.versionQueries();
+		const counts = [];
+		for (let i = 0; i < 11; i++) {
+			const at = sent;
+			const s = await guarded(old, { scope: 'compat' }, `after-${i}`);
+			if (!s.state) throw new Error(`request ${i}: ${JSON.stringify(s)}`);
+			counts.push(sent - at);
+		}
+		const later = counts.slice(1);
+		check(`after ALTER EXTENSION UPDATE the next request goes through; the version is asked once per pool: ` +
+			`queries per request ${counts.join(' ')} (the first one more)`,
+			compat.versionQueries() - before === 1 && later.every(n => n === later[0]) && counts[0] === later[0] + 1,
+			{ counts, queries: compat.versionQueries() - before });
+	} finally {
+		await old.end();
+		await admin.query(`DROP DATABASE IF EXISTS ${db}`);
 	}
 }
 

@@ -81,6 +81,7 @@ public class IdempotencyCheck {
 			notAutocommit(conn, other, p);
 			busyClosesStatements(conn, other, p);
 			storeRule(conn, p);
+			extensionVersion(conn);
 		}
 		System.exit(failed == 0 ? 0 : 1);
 	}
@@ -156,5 +157,69 @@ public class IdempotencyCheck {
 		boolean refused = false;
 		try { new Idempotency.Options().ttl(java.time.Duration.ofSeconds(-1)); } catch (IllegalArgumentException e) { refused = true; }
 		check("Options.ttl(a negative Duration): IllegalArgumentException", refused, refused);
+	}
+
+	/**
+	 * The compatibility rule (docs/clients.md, "Versions") on a database of
+	 * its own whose extension is 0.5.0, then updated: run() and Phases.run()
+	 * refuse it with both versions in the message, nothing written; after
+	 * ALTER EXTENSION UPDATE the next request goes through; the version is
+	 * asked once per URL and user.
+	 */
+	static void extensionVersion(Connection admin) throws Exception {
+		String db = "compat_java_" + ProcessHandle.current().pid();
+		try (Statement st = admin.createStatement()) {
+			st.execute("DROP DATABASE IF EXISTS " + db);
+			st.execute("CREATE DATABASE " + db);
+		}
+		String url = url().replace("/" + System.getenv("DATABASE_NAME") + "?", "/" + db + "?");
+		try (Connection c = DriverManager.getConnection(url)) {
+			try (Statement st = c.createStatement()) {
+				st.execute("CREATE EXTENSION idempotency VERSION '0.5.0'");
+				st.execute("CREATE TABLE written (n int)");
+			}
+			String want = "idempotency-jdbc 0.6.0 needs the idempotency extension 0.6.0 or newer; "
+				+ "this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE)";
+			Idempotency.Work work = w -> {
+				try (Statement st = w.createStatement()) { st.execute("INSERT INTO written VALUES (1)"); }
+				return Response.of(201, "application/json", "{}");
+			};
+			List<Object> got = new ArrayList<>();
+			try { got.add(Idempotency.run(c, "k1", "{}", work)); } catch (Exception e) { got.add(e); }
+			javax.sql.DataSource ds = dataSource(url);
+			try {
+				got.add(org.idempotency.Phases.run(ds, new org.idempotency.Phases.Options().key("k2"),
+					new org.idempotency.Phases.Plan().phase("a", ctx -> 1).respond(s -> "{}")));
+			} catch (Exception e) { got.add(e); }
+			boolean refused = true;
+			for (Object g : got) {
+				refused &= g instanceof Idempotency.ExtensionVersionException && want.equals(((Exception) g).getMessage())
+					&& "0.5.0".equals(((Idempotency.ExtensionVersionException) g).found)
+					&& Idempotency.EXTENSION_MIN.equals(((Idempotency.ExtensionVersionException) g).needed);
+			}
+			long rows = count(c, "SELECT count(*) FROM written WHERE ? IS NOT NULL", "x");
+			long keys = count(c, "SELECT count(*) FROM idempotency.idempotency_key WHERE ? IS NOT NULL", "x");
+			check("an extension older than the client: run() and Phases.run() refuse it, nothing written: \"" + want + "\"",
+				refused && rows == 0 && keys == 0 && Idempotency.VERSION.equals("0.6.0") && c.getAutoCommit(),
+				got + " rows=" + rows + " keys=" + keys);
+			try (Statement st = c.createStatement()) { st.execute("ALTER EXTENSION idempotency UPDATE"); }
+			long before = Idempotency.versionQueries();
+			List<Integer> statuses = new ArrayList<>();
+			for (int i = 0; i < 11; i++) statuses.add(Idempotency.run(c, "after-" + i, "{}", work).status);
+			long asked = Idempotency.versionQueries() - before;
+			check("after ALTER EXTENSION UPDATE the next request goes through; 11 requests asked the version "
+				+ asked + " time(s)", asked == 1 && statuses.stream().allMatch(s -> s == 201), statuses + " asked=" + asked);
+		} finally {
+			try (Statement st = admin.createStatement()) { st.execute("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)"); }
+		}
+	}
+
+	/** a DataSource of DriverManager connections (no pool) */
+	static javax.sql.DataSource dataSource(String url) {
+		return (javax.sql.DataSource) Proxy.newProxyInstance(IdempotencyCheck.class.getClassLoader(),
+			new Class<?>[] { javax.sql.DataSource.class }, (p, m, a) -> {
+				if (m.getName().equals("getConnection")) return DriverManager.getConnection(url);
+				throw new UnsupportedOperationException(m.getName());
+			});
 	}
 }

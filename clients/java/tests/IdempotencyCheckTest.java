@@ -61,4 +61,10 @@ class IdempotencyCheckTest {
 		IdempotencyCheck.storeRule(conn, p);
 		passed();
 	}
+
+	@Test
+	void anOlderExtensionIsRefusedOncePerDatabase() throws Exception {
+		IdempotencyCheck.extensionVersion(conn);
+		passed();
+	}
 }

@@ -22,6 +22,8 @@
 //    "body": "<exact body text>"}           or "body_base64" when the body
 // is not valid UTF-8 or contains NUL.
 
+const { checkExtension } = require('./compat');
+
 const DEFAULT_HEADERS = ['Content-Type', 'Location'];
 const BEGIN_SQL =
 	'SELECT outcome, status, response, attempts FROM idempotency.begin($1, $2::jsonb, $3, $4::interval)';
@@ -217,6 +219,7 @@ class Guard {
 			survive(client);
 			let inTx = false;
 			try {
+				await checkExtension(this.pool, client);	// a query on a pool's first request only
 				await client.query(`BEGIN; SET LOCAL idempotency.lock_wait = '${this.lockWait}ms'`);
 				inTx = true;
 				const r = await client.query(BEGIN_SQL, [key, JSON.stringify(request), scope, this.ttl]);

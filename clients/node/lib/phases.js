@@ -30,6 +30,8 @@
 // good: fail(retryable => false) stores {error: message}, replayed from
 // then on.
 
+const { checkExtension } = require('./compat');
+
 const BEGIN_SQL =
 	'SELECT outcome, status, response, attempts, recovery_point, recovery_state' +
 	' FROM idempotency.begin($1, $2::jsonb, $3, $4::interval, $5::interval)';
@@ -98,6 +100,7 @@ async function runPhases(pool, opts = {}) {
 	const failure = opts.failure || (err => ({ error: String(err.message || err) }));
 	if (typeof failure !== 'function') throw new TypeError('runPhases: failure must be a function');
 
+	await checkExtension(pool);	// a query on the pool's first use only
 	const b = (await pool.query(BEGIN_SQL, [key, request === null ? null : JSON.stringify(request),
 		scope, ttl === null ? null : ms(ttl), ms(lease)])).rows[0];
 	if (b.outcome === 'replay')

@@ -34,6 +34,7 @@
 // retryDelay, and webhook's timeout are their deprecated 0.5.0 names.)
 
 const net = require('net');
+const { checkExtension } = require('./compat');
 
 const { msOption } = require('./core');
 
@@ -201,6 +202,7 @@ class Relay {
 		const o = this.opts;
 		while (!this.stopping) {
 			try {
+				await checkExtension(this.pool);	// a query on the pool's first use only
 				if (!this.polling && this.cursor === null) await this.waitFor(0);
 				const free = o.concurrency - this.running - this.queue.length;
 				if (free <= 0) {

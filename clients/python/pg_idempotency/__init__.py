@@ -12,16 +12,18 @@ Importing the package imports no driver: ``Guard`` and ``AsyncGuard``
 import importlib
 from typing import Any
 
+from ._compat import EXTENSION_MIN, VERSION, ExtensionVersionError
 from .core import (Answer, Captured, InvalidKey, MissingKey, Options, decode_response,
                    default_store, encode_response, error_answer, message_of, parse_key, problem,
                    request_json, run, sqlstate_of)
 
-__all__ = ["Answer", "AsyncGuard", "Captured", "Guard", "InvalidKey", "MissingKey", "Options",
+__all__ = ["EXTENSION_MIN", "VERSION", "ExtensionVersionError",
+           "Answer", "AsyncGuard", "Captured", "Guard", "InvalidKey", "MissingKey", "Options",
            "decode_response", "default_store", "encode_response", "error_answer", "message_of",
            "parse_key", "problem", "request_json", "run", "sqlstate_of",
            "AsyncPhase", "AsyncPhaseContext", "Phase", "PhaseContext", "PhaseError", "PhasesResult",
            "run_phases", "run_phases_async"]
-__version__ = "0.5.0"
+__version__ = VERSION	# the extension it goes with: docs/clients.md, "Versions"
 
 
 # names whose modules import a driver (psycopg 3): loaded on first use, so

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from ._compat import check as check_extension
 from .core import Transaction, _load_json
 
 Json = Union[None, bool, int, float, str, List[Any], Dict[str, Any]]
@@ -148,6 +149,7 @@ def run_phases_on(transactions: Transactions, key: str, phases: Sequence[Phase],
         if tx.nested:
             raise RuntimeError(f"{who}: phases commit one by one and cannot run inside an open "
                                "transaction (ATOMIC_REQUESTS, atomic(), a TestCase)")
+        check_extension(tx.connection, lambda sql: tx.execute(sql, ()))
         row = tx.execute(BEGIN_SQL, (key, None if request is None else _dumps(request), scope,
                                      None if ttl is None else timedelta(seconds=ttl), lease_td))
     assert row is not None

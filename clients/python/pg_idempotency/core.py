@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import (Any, Callable, ContextManager, Dict, Iterable, List, Optional, Protocol,
                     Sequence, Tuple, Union)
 
+from ._compat import check as check_extension
+
 __all__ = [
     "Answer", "Captured", "DEFAULT_HEADERS", "InvalidKey", "KeyError400", "MissingKey", "Options",
     "RETRYABLE", "TRANSIENT", "Transaction", "decode_response", "default_store", "encode_response",
@@ -407,16 +409,21 @@ def fresh_answer(got: Captured, options: Options) -> Answer:
 
 
 def run(transactions: Transactions, key: str, scope: str, request: Any, work: Work,
-        options: Options, sleep: Callable[[float], None] = time.sleep) -> Answer:
+        options: Options, sleep: Callable[[float], None] = time.sleep,
+        compat_key: Any = None) -> Answer:
     """Run ``work`` once for (key, scope): the guarded transaction above.
     ``request`` is the fingerprinted request (JSON-able); ``work(tx)`` runs
     the handler on ``tx.connection`` and returns a ``Captured``.  Returns the
-    Answer to send, after the transaction committed."""
+    Answer to send, after the transaction committed.  The extension's
+    version is asked once per ``compat_key`` (default: the transaction's
+    connection; ``_compat``): an older one raises ExtensionVersionError."""
     for attempt in range(options.retries + 1):
         nested = False
         try:
             with transactions() as tx:
                 nested = tx.nested
+                check_extension(tx.connection if compat_key is None else compat_key,
+                                lambda sql: tx.execute(sql, ()))
                 tx.execute(SETUP_SQL, setup_params(request, options))
                 b = tx.execute(BEGIN_SETTING_SQL, (key, scope, options.ttl))
                 if b is None:

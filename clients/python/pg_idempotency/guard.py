@@ -23,6 +23,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 import psycopg
 
+from ._compat import check_async as check_extension_async
 from .core import (BEGIN_SETTING_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOOKUP_SQL, RETRYABLE,
                    SETUP_SQL, Answer, Captured, Options, Transaction, _backoff, decode_response,
                    encode_response, error_answer, fresh_answer, message_of, problem, run,
@@ -30,6 +31,10 @@ from .core import (BEGIN_SETTING_SQL, COMPLETE_SQL, HAS_LOOKUP_SQL, LOOKUP_SQL, 
 from .drivers import psycopg_pool_transaction
 
 __all__ = ["AsyncGuard", "Captured", "Guard"]
+
+
+async def _one(conn: Any, sql: str) -> Any:
+    return await (await conn.execute(sql)).fetchone()
 
 
 class Guard:
@@ -45,7 +50,8 @@ class Guard:
         def on_tx(tx: Transaction) -> Captured:
             return work(tx.connection)
 
-        return run(lambda: psycopg_pool_transaction(self.pool), key, scope, request, on_tx, self.o)
+        return run(lambda: psycopg_pool_transaction(self.pool), key, scope, request, on_tx, self.o,
+                   compat_key=self.pool)
 
 
 class AsyncGuard:
@@ -77,6 +83,7 @@ class AsyncGuard:
             try:
                 async with self.pool.connection() as conn:
                     async with conn.transaction() as tx:
+                        await check_extension_async(self.pool, lambda sql: _one(conn, sql))
                         await conn.execute(SETUP_SQL, setup_params(request, self.o))
                         cur = await conn.execute(BEGIN_SETTING_SQL, (key, scope, self.o.ttl))
                         b = await cur.fetchone()

@@ -48,6 +48,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from ._compat import check_async as check_extension_async
 from ._phases import (Json, Phase, PhaseContext, PhaseError, PhasesResult, State,
                       default_failure, run_phases_on)
 from .core import _load_json, seconds_option
@@ -146,6 +147,10 @@ async def _renew_async(pool: AsyncConnectionPool, key: str, scope: str, attempt:
                 return
 
 
+async def _one(conn: Any, sql: str) -> Any:
+    return await (await conn.execute(sql)).fetchone()
+
+
 async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence[AsyncPhase],
                            response: Callable[[State], Union[Json, Awaitable[Json]]], *, scope: str = "",
                            request: Json = None, lease_seconds: Optional[float] = None,
@@ -185,6 +190,7 @@ async def run_phases_async(pool: AsyncConnectionPool, key: str, phases: Sequence
             await after_commit(name)
 
     async with pool.connection() as conn, conn.transaction():
+        await check_extension_async(pool, lambda sql: _one(conn, sql))
         cur = await conn.execute(BEGIN_SQL, (key, None if request is None else Jsonb(request), scope,
                                              None if ttl is None else timedelta(seconds=ttl),
                                              lease_td))

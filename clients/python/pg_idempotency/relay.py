@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import psycopg
 
+from ._compat import check as check_extension
 from .core import seconds_option
 
 __all__ = ["Message", "Relay", "RelayError", "RelayOptions", "WebhookError", "relay", "webhook"]
@@ -217,6 +218,8 @@ class Relay:
     def _ensure(self) -> None:
         if self._work is None or self._work.closed or self._work.broken:
             self._work = self._connect()
+            work = self._work
+            check_extension(work, lambda sql: work.execute(sql).fetchone())
         if self._waiter is None or self._waiter.closed or self._waiter.broken:
             self._waiter = self._connect()
             self._cursor = None

@@ -53,7 +53,7 @@ want = {f"pg_idempotency/{m}" for m in ("__init__.py", "core.py", "_core.py", "d
 missing = want - names
 meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
 text = z.read(meta).decode()
-ok = not missing and "## Options (all integrations)" in text and "Version: 0.5.0" in text \
+ok = not missing and "## Options (all integrations)" in text and "Version: 0.6.0" in text \
     and "Requires-Dist: psycopg" not in text.split("Provides-Extra")[0]
 print(sorted(names), missing)
 sys.exit(0 if ok else 1)
@@ -69,7 +69,7 @@ installed() {
 	cd / && env -u PYTHONPATH "$V/bin/python" -c '
 import sys, pg_idempotency, pg_idempotency.django
 assert pg_idempotency.__file__.startswith(sys.argv[1]), pg_idempotency.__file__
-assert pg_idempotency.__version__ == "0.5.0"
+assert pg_idempotency.__version__ == "0.6.0"
 print(pg_idempotency.__file__)' "$V/"
 }
 check "the venv imports pg_idempotency from the installed wheel (not the checkout)" installed

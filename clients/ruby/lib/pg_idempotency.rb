@@ -6,6 +6,7 @@
 # controller declaration; "pg_idempotency/sinatra" is Sinatra's extension.
 require_relative "pg_idempotency/version"
 require_relative "pg_idempotency/core"
+require_relative "pg_idempotency/compat"
 require_relative "pg_idempotency/guard"
 require_relative "pg_idempotency/pg"
 require_relative "pg_idempotency/rack"

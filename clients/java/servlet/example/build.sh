@@ -42,8 +42,8 @@ if [ "$(cat "$out/stamp" 2>/dev/null)" != "$stamp" ]; then
 		fi
 	done
 	cp "$java/servlet/example/$main.java" "$out/src/"
-	javac -Xlint:all -Werror -d "$out/classes" -cp "$out/mvn/build/idempotency-jdbc-0.5.0.jar:$deps" \
+	javac -Xlint:all -Werror -d "$out/classes" -cp "$out/mvn/build/idempotency-jdbc-0.6.0.jar:$deps" \
 		"$out/src/PaymentServlet.java" "$out/src/TransferServlet.java" "$out/src/$main.java" >&2
 	echo "$stamp" >"$out/stamp"
 fi
-echo "$out/classes:$out/mvn/build/idempotency-jdbc-0.5.0.jar:$deps"
+echo "$out/classes:$out/mvn/build/idempotency-jdbc-0.6.0.jar:$deps"

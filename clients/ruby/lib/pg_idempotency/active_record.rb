@@ -46,6 +46,11 @@ module PgIdempotency
       @model.connection.transaction_open?
     end
 
+    # what the extension's version is remembered for (compat.rb)
+    def compat_key
+      @model
+    end
+
     def transaction
       @model.transaction(requires_new: true) do
         yield Tx.new(@model)

@@ -18,6 +18,7 @@
 # binds): no request body in a statement's text, so none in the server log.
 require "json"
 require_relative "core"
+require_relative "compat"
 
 module PgIdempotency
   # Raised inside a transaction block to roll it back without an error.
@@ -93,6 +94,7 @@ module PgIdempotency
         answer = nil
         begin
           transactions.transaction do |tx|
+            PgIdempotency.check_extension(compat_key(transactions)) { |sql| tx.row(sql, []) }
             tx.execute(LOCK_WAIT_SQL, [o.lock_wait_text])
             outcome, status, response, attempts = tx.row(BEGIN_SQL, [key, JSON.generate(request), scope, o.ttl_text])
             raise "idempotency.begin() returned no row" if outcome.nil?
@@ -139,6 +141,12 @@ module PgIdempotency
     end
 
     private
+
+    # what the extension's version is remembered for: the pool or model
+    # behind transactions (compat.rb)
+    def compat_key(transactions)
+      transactions.respond_to?(:compat_key) ? transactions.compat_key : transactions
+    end
 
     # Seconds a client should wait before resending (Retry-After), from
     # idempotency.lookup(); "1" when it has nothing to say or fails.

@@ -133,6 +133,11 @@ module PgIdempotency
       false
     end
 
+    # what the extension's version is remembered for (compat.rb)
+    def compat_key
+      @pool
+    end
+
     def transaction
       with_connection do |conn|
         conn.transaction { yield Tx.new(conn) }

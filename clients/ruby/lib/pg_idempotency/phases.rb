@@ -30,6 +30,7 @@
 # Every value is a server-side parameter (exec_params, ActiveRecord binds).
 require "json"
 require_relative "core"
+require_relative "compat"
 
 module PgIdempotency
   PHASE_BEGIN_SQL = "SELECT outcome, status, response, attempts, recovery_point, recovery_state " \
@@ -128,6 +129,11 @@ module PgIdempotency
   # Where phases run: a pool of PG::Connection (anything with `with { |c| }`)
   # or, under Rails, an ActiveRecord class (its connection and transactions).
   class PhaseDB
+    # what the extension's version is remembered for (compat.rb)
+    def compat_key
+      self
+    end
+
     def self.for(db)
       return db if db.is_a?(PhaseDB)
       if defined?(::ActiveRecord::Base) && db.is_a?(Class) && db <= ::ActiveRecord::Base
@@ -152,6 +158,10 @@ module PgIdempotency
     end
 
     def check!; end
+
+    def compat_key
+      @pool
+    end
 
     def row(sql, params)
       @pool.with { |conn| first_row(conn, sql, params) }
@@ -183,6 +193,10 @@ module PgIdempotency
     def initialize(model)
       super()
       @model = model
+    end
+
+    def compat_key
+      @model
     end
 
     def check!
@@ -299,6 +313,7 @@ module PgIdempotency
 
     def run
       @db.check!
+      PgIdempotency.check_extension(@db.compat_key) { |sql| @db.row(sql, []) }
       lease_text = interval(@lease_seconds)
       b = @db.row(PHASE_BEGIN_SQL, [@key, @request.nil? ? nil : JSON.generate(@request), @scope,
                                     @ttl_seconds && interval(@ttl_seconds), lease_text])

@@ -46,6 +46,69 @@ import java.util.function.IntPredicate;
 public final class Idempotency {
 	private Idempotency() {}
 
+	/** This library's version; it goes with the extension of the same version. */
+	public static final String VERSION = "0.6.0";
+	/**
+	 * The oldest idempotency extension this library works with (its own
+	 * major.minor, .0): run(), Phases.run() and the servlet filter ask the
+	 * database once per JDBC URL and user (one query, on the first guarded
+	 * request) and refuse an older extension with ExtensionVersionException;
+	 * a refusal is not remembered, so after ALTER EXTENSION idempotency
+	 * UPDATE the next request asks again and goes through.
+	 */
+	public static final String EXTENSION_MIN = "0.6.0";
+
+	/** The database's idempotency extension is older than EXTENSION_MIN, or not installed (found null). */
+	public static final class ExtensionVersionException extends SQLException {
+		private static final long serialVersionUID = 1L;
+		public final String found;
+		public final String needed = EXTENSION_MIN;
+
+		ExtensionVersionException(String found) {
+			super("idempotency-jdbc " + VERSION + " needs the idempotency extension " + EXTENSION_MIN + " or newer; "
+				+ (found == null ? "it is not installed in this database (CREATE EXTENSION idempotency)"
+					: "this database has " + found + " (ALTER EXTENSION idempotency UPDATE)"));
+			this.found = found;
+		}
+	}
+
+	private static final ConcurrentHashMap<String, String> EXTENSION = new ConcurrentHashMap<>();
+	private static final java.util.concurrent.atomic.AtomicLong VERSION_QUERIES = new java.util.concurrent.atomic.AtomicLong();
+
+	/** How many version queries this JVM has sent (one per JDBC URL and user; the tests count them). */
+	public static long versionQueries() {
+		return VERSION_QUERIES.get();
+	}
+
+	static boolean older(String a, String b) {
+		String[] x = a.split("\\."), y = b.split("\\.");
+		for (int i = 0; i < Math.max(x.length, y.length); i++) {
+			int p = i < x.length ? parse(x[i]) : 0, q = i < y.length ? parse(y[i]) : 0;
+			if (p != q) return p < q;
+		}
+		return false;
+	}
+
+	private static int parse(String s) {
+		try { return Integer.parseInt(s); } catch (NumberFormatException e) { return 0; }
+	}
+
+	/** the extension's version on conn's database, asked the first time per URL and user only */
+	static String checkExtension(Connection conn) throws SQLException {
+		java.sql.DatabaseMetaData md = conn.getMetaData();
+		String where = md.getURL() + " " + md.getUserName();
+		String found = EXTENSION.get(where);
+		if (found != null) return found;
+		VERSION_QUERIES.incrementAndGet();
+		try (java.sql.Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(
+				"SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'")) {
+			found = rs.next() ? rs.getString(1) : null;
+		}
+		if (found == null || older(found, EXTENSION_MIN)) throw new ExtensionVersionException(found);
+		EXTENSION.put(where, found);
+		return found;
+	}
+
 	/** What to send: status, headers, exact body bytes; replayed when it was stored earlier. */
 	public static final class Response {
 		public final int status;
@@ -180,6 +243,7 @@ public final class Idempotency {
 
 	private static Response once(Connection conn, String key, String requestJson, Options o, Work work)
 			throws Exception {
+		checkExtension(conn);
 		try (PreparedStatement ps = conn.prepareStatement("SELECT set_config('idempotency.lock_wait', ?, true)")) {
 			ps.setString(1, Math.max(0, o.lockWaitMillis) + "ms");
 			ps.executeQuery().close();

@@ -307,7 +307,7 @@ public final class Phases {
 		Result run() throws Exception {
 			String lease = interval(o.lease);
 			String point, saved;
-			try (Connection c = autocommit(); PreparedStatement ps = c.prepareStatement(BEGIN_SQL)) {
+			try (Connection c = checked(autocommit()); PreparedStatement ps = c.prepareStatement(BEGIN_SQL)) {
 				ps.setString(1, o.key);
 				ps.setString(2, o.request);
 				ps.setString(3, o.scope);
@@ -462,6 +462,17 @@ public final class Phases {
 			}
 			derived.put(step, k);
 			return k;
+		}
+
+		/** c, once the extension's version was checked on it (closed when refused) */
+		Connection checked(Connection c) throws SQLException {
+			try {
+				Idempotency.checkExtension(c);
+			} catch (SQLException e) {
+				c.close();
+				throw e;
+			}
+			return c;
 		}
 
 		Connection autocommit() throws SQLException {
