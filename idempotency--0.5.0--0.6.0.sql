@@ -30,28 +30,37 @@ COMMENT ON FUNCTION idempotency.redrive(pg_catalog.text, pg_catalog.int8[]) IS
 -- derive_key() derives from a per-key seed (see the install script).  Keys
 -- stored before the update keep the key 0.5.0 derived for them: their seed
 -- is version 0, the row's created_at (8 bytes, as timestamptz_send gives
--- it) and the owner's name as it is now, frozen, so a request in flight
--- across the update (and a rename after it) sends the same key downstream;
--- new work over such a row once it expired (another created_at) derives
--- new keys from the same bytes, as a version 1 seed does.  On Citus the owner column holds the name already
+-- it), the tag of the secret 0.5.0 used (its oldest row; the first 8 bytes
+-- of its SHA-256) and the owner's name as it is now, frozen, so a request
+-- in flight across the update (and a rename after it, and a restore of a
+-- dump into a database that has a secret of its own) sends the same key
+-- downstream; new work over such a row once it expired (another
+-- created_at) derives new keys from a new seed.  On Citus the owner column holds the name already
 -- (distribute()); keys of a dropped role get an empty name (nobody can
--- call derive_key() as a dropped role).
--- One DO block: on Citus each DDL statement on the distributed key table
--- is sent to the shards and workers with its own text (a statement of an
--- extension script would carry the whole script, which a worker refuses).
+-- call derive_key() as a dropped role).  The column has no DEFAULT and may
+-- be NULL: a row restored later from a dump of 0.5.0 has none, and derives
+-- with the secret restored from that dump (derive_secret.restored_050,
+-- true by default, false for the secrets here, whose rows the tag ties).
 DO $$
 DECLARE
     enc pg_catalog.name := pg_catalog.getdatabaseencoding();
     fill pg_catalog.bool := true;
+    tag pg_catalog.bytea;
 BEGIN
     ALTER TABLE idempotency.idempotency_key
         ADD COLUMN IF NOT EXISTS derive_seed pg_catalog.bytea;
+    ALTER TABLE idempotency.derive_secret
+        ADD COLUMN IF NOT EXISTS restored_050 pg_catalog.bool NOT NULL DEFAULT true;
+    SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8) INTO tag
+      FROM idempotency.derive_secret AS s
+     ORDER BY s.created_at, s.secret LIMIT 1;
+    tag := COALESCE(tag, '\x0000000000000000'::pg_catalog.bytea);
     -- On Citus (0.5.0's distribute()) the key table's rows live in shards,
     -- which the coordinator's UPDATE below reaches.  Two things beside
     -- them: the coordinator's own copy of the table keeps the rows it had
     -- when it was distributed (create_distributed_table() leaves them, and
-    -- 0.5.0's distribute() did not remove them), which no query reads but
-    -- SET NOT NULL below checks: removed, as Citus's
+    -- 0.5.0's distribute() did not remove them), which no query reads:
+    -- removed, as Citus's
     -- truncate_local_data_after_distributing_table() removes them; and a
     -- worker, which runs this script too (Citus carries ALTER EXTENSION
     -- UPDATE to the workers), leaves the rows to the coordinator's UPDATE.
@@ -76,6 +85,7 @@ BEGIN
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
                              pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||)
+                             tag OPERATOR(pg_catalog.||)
                              pg_catalog.convert_to(r.rolname::pg_catalog.text, enc)
           FROM pg_catalog.pg_roles AS r
          WHERE r.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid;
@@ -92,6 +102,7 @@ BEGIN
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
                              pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||)
+                             tag OPERATOR(pg_catalog.||)
                              pg_catalog.byteain(pg_catalog.textout(pg_catalog.replace(
                                  CASE WHEN pg_catalog.left(k.owner::pg_catalog.text, 1) OPERATOR(pg_catalog.=) '"'
                                       THEN pg_catalog.replace(pg_catalog.substr(k.owner::pg_catalog.text, 2,
@@ -103,15 +114,14 @@ BEGIN
     IF fill THEN
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
-                             pg_catalog.timestamptz_send(k.created_at)
+                             pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||) tag
          WHERE k.derive_seed IS NULL;
+        UPDATE idempotency.derive_secret SET restored_050 = false;
     END IF;
-    ALTER TABLE idempotency.idempotency_key
-        ALTER COLUMN derive_seed SET DEFAULT
-            ('\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())),
-        ALTER COLUMN derive_seed SET NOT NULL;
     COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
-    'derive_key()''s per-key seed: version byte 1 and 16 random bytes drawn when the row was first written (version 0: the role''s name, for keys stored before 0.6.0)';
+    'derive_key()''s per-key seed: version byte 2, the tag of its derive secret and 16 random bytes drawn when the row was first written (version 0: for keys stored before 0.6.0, the tag of 0.5.0''s secret and the role''s name; NULL: restored from a dump of 0.5.0)';
+    COMMENT ON COLUMN idempotency.derive_secret.restored_050 IS
+    'true for a secret restored from a dump of 0.5.0: the oldest such serves that dump''s key rows, which have no derive_seed';
 END
 $$;
 

@@ -1293,25 +1293,36 @@ COMMENT ON FUNCTION idempotency.distribute() IS
 REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;
 
 -- == identity (issue 25, findings 4 and 5) ==
--- derive_key()'s seed: drawn when a key's row is first written (this
--- DEFAULT on the SQL path, the same shape from the library on the fast
--- path: version byte 1 and 16 fresh bytes), kept by every later write of
--- the row, dumped and restored with it.  A derived key is a MAC of the
--- seed, the key's created_at, scope, key and step, so it follows the row:
--- not the role's name (a rename changes nothing, a new role of an old
--- name derives none of the old role's keys) and not the database's copied
--- state (a template clone draws other seeds).  Rows stored before 0.6.0
--- carry version 0 and the role's name frozen by the update (see the update
--- script).  Added with ALTER, here as in the update script, so a fresh and
--- an updated database have the same column order.
+-- derive_key()'s seed: drawn by the library when a key's row is first
+-- written (version byte 2, the tag of the derive secret it derives with,
+-- 16 fresh bytes), kept by every later write of the row in the same life,
+-- dumped and restored with it.  A derived key is a MAC, keyed with the
+-- secret the seed's tag names, of the seed, the key's created_at, scope,
+-- key and step, so it follows the row: not the role's name (a rename
+-- changes nothing, a new role of an old name derives none of the old
+-- role's keys), not the database's copied state (a template clone draws
+-- other seeds), and not whichever secret is oldest (a restore into a
+-- database that has keys of its own keeps both sets).  Rows stored before
+-- 0.6.0 carry version 0: the row's created_at, the tag of 0.5.0's secret
+-- and the role's name frozen by the update (see the update script).  No
+-- DEFAULT and no NOT NULL: a row restored from a dump of 0.5.0 (whose COPY
+-- does not name the column) has no seed, and derives as 0.5.0 did, with
+-- the secret restored from the same dump (derive_secret.restored_050).
+-- Added with ALTER, here as in the update script, so a fresh and an
+-- updated database have the same column order.
 ALTER TABLE idempotency.idempotency_key
     ADD COLUMN derive_seed pg_catalog.bytea;
-ALTER TABLE idempotency.idempotency_key
-    ALTER COLUMN derive_seed SET DEFAULT
-        ('\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())),
-    ALTER COLUMN derive_seed SET NOT NULL;
 COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
-'derive_key()''s per-key seed: version byte 1 and 16 random bytes drawn when the row was first written (version 0: the role''s name, for keys stored before 0.6.0)';
+'derive_key()''s per-key seed: version byte 2, the tag of its derive secret and 16 random bytes drawn when the row was first written (version 0: for keys stored before 0.6.0, the tag of 0.5.0''s secret and the role''s name; NULL: restored from a dump of 0.5.0)';
+-- Which derive secret serves the key rows restored from a dump of 0.5.0
+-- (no derive_seed): the rows that dump restores come without this column
+-- and take its DEFAULT, true; the secrets of this install, and of 0.5.0
+-- updated in place (whose keys the update tied to their secret), are false.
+ALTER TABLE idempotency.derive_secret
+    ADD COLUMN restored_050 pg_catalog.bool NOT NULL DEFAULT true;
+UPDATE idempotency.derive_secret SET restored_050 = false;
+COMMENT ON COLUMN idempotency.derive_secret.restored_050 IS
+'true for a secret restored from a dump of 0.5.0: the oldest such serves that dump''s key rows, which have no derive_seed';
 
 -- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
 -- role's oid on disk, like regrole, read and printed as regrole reads and

@@ -89,6 +89,12 @@ Oid			idem_store_col_types[NUM_COLS] = {
 	TEXTOID, JSONBOID, BYTEAOID
 };
 
+Oid			idem_store_write_types[NUM_SEED_ARGS] = {
+	REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BOOLOID,
+	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	BYTEAOID
+};
+
 /* NOT NULL as shipped: the fast path relies on it */
 static const bool col_notnull[NUM_COLS] = {
 	true, true, true, true, false, false, false, true, true, true, true, false,
@@ -108,11 +114,28 @@ static bool table_citus[IDEM_NTABLES];
  * For the key store's files (keystore.h)
  * ---------------------------------------------------------------------
  */
+/*
+ * The tag of the derive secret new seeds carry (idem_store_new_seed()):
+ * the first 8 bytes of the SHA-256 of the oldest row of
+ * idempotency.derive_secret, read once per backend as the extension's
+ * owner.  Any row's tag would do (a seed names its own secret), so rows a
+ * restore adds later need no invalidation; the table's relcache
+ * invalidation (DROP EXTENSION, TRUNCATE) reads it again.
+ */
+#define SEED_TAG_LEN 8
+#define SEED_RANDOM_LEN 16
+static Oid	tag_relid = InvalidOid;	/* InvalidOid: not read yet */
+static bool tag_found;
+static uint8 tag_bytes[SEED_TAG_LEN];
+static SPIPlanPtr plan_tag = NULL;
+
 static void
 keystore_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == idem_store.relid)
 		idem_store.relid = InvalidOid;
+	if (relid == InvalidOid || relid == tag_relid)
+		tag_relid = InvalidOid;
 	for (int i = 0; i < IDEM_NTABLES; i++)
 		if (relid == InvalidOid || relid == table_relid[i])
 			table_relid[i] = InvalidOid;
@@ -226,6 +249,62 @@ idem_table_distributed(IdemTable t)
 		table_relid[t] = relid;
 	}
 	return table_citus[t];
+}
+
+/*
+ * derive_key()'s seed for a row written now (recovery.c): version 2, the
+ * tag of a derive secret (the one it derives with), 16 fresh bytes; version
+ * 1 (16 fresh bytes, the oldest secret) when the secret table is empty.
+ */
+bytea *
+idem_store_new_seed(void)
+{
+	bytea	   *seed;
+	uint8	   *p;
+
+	if (!OidIsValid(tag_relid))
+	{
+		Oid			nsp = get_namespace_oid("idempotency", true);
+		Oid			rel = OidIsValid(nsp) ? get_relname_relid("derive_secret", nsp) : InvalidOid;
+
+		idem_relcache_watch();
+		tag_found = false;
+		if (OidIsValid(rel))
+		{
+			SPI_connect();
+			if (idem_run_as_owner(&plan_tag,
+								  "SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8)"
+								  "  FROM idempotency.derive_secret AS s"
+								  " ORDER BY s.created_at, s.secret LIMIT 1",
+								  0, NULL, NULL, NULL, SPI_OK_SELECT) == 1)
+			{
+				bool		isnull;
+				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											  1, &isnull);
+
+				if (!isnull && VARSIZE_ANY_EXHDR(DatumGetByteaPP(d)) == SEED_TAG_LEN)
+				{
+					memcpy(tag_bytes, VARDATA_ANY(DatumGetByteaPP(d)), SEED_TAG_LEN);
+					tag_found = true;
+				}
+			}
+			SPI_finish();
+		}
+		tag_relid = OidIsValid(rel) ? rel : InvalidOid;
+	}
+	seed = palloc(VARHDRSZ + 1 + SEED_TAG_LEN + SEED_RANDOM_LEN);
+	p = (uint8 *) VARDATA(seed);
+	if (tag_found)
+	{
+		*p++ = 2;
+		memcpy(p, tag_bytes, SEED_TAG_LEN);
+		p += SEED_TAG_LEN;
+	}
+	else
+		*p++ = 1;
+	idem_unique128(p);
+	SET_VARSIZE(seed, VARHDRSZ + (p + SEED_RANDOM_LEN - (uint8 *) VARDATA(seed)));
+	return seed;
 }
 
 /* the table t (InvalidOid when absent); after idem_table_distributed(t) */
@@ -427,6 +506,14 @@ idem_keystore_has_recovery(void)
 {
 	idem_store_resolve();
 	return idem_store.recovery;
+}
+
+/* whether the key table has derive_seed (0.6.0; not during the update) */
+bool
+idem_keystore_has_seed(void)
+{
+	idem_store_resolve();
+	return idem_store.seed;
 }
 
 /* from _PG_init: our relcache callback */

@@ -40,8 +40,10 @@
  * ---------------------------------------------------------------------
  */
 static SPIPlanPtr plan_insert = NULL;
+static SPIPlanPtr plan_insert_seed = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_update_rp = NULL;
+static SPIPlanPtr plan_update_seed = NULL;
 static SPIPlanPtr plan_checkpoint = NULL;
 
 static const char *const sql_insert =
@@ -49,6 +51,13 @@ static const char *const sql_insert =
 "  (owner, scope, key, status, request_hash, response, retryable, attempts,"
 "   created_at, updated_at, expires_at, locked_until)"
 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/* since 0.6.0: with the new row's derive_seed (no DEFAULT: see keytable.c) */
+static const char *const sql_insert_seed =
+"INSERT INTO idempotency.idempotency_key AS k"
+"  (owner, scope, key, status, request_hash, response, retryable, attempts,"
+"   created_at, updated_at, expires_at, locked_until, derive_seed)"
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
 #define UPDATE_BASE \
 "UPDATE idempotency.idempotency_key AS k" \
@@ -62,6 +71,14 @@ static const char *const sql_update = UPDATE_BASE KEY_WHERE;
 /* new work over an expired row: its recovery point goes too */
 static const char *const sql_update_rp =
 UPDATE_BASE ", recovery_point = NULL, recovery_state = NULL" KEY_WHERE;
+
+/*
+ * since 0.6.0, new work over an expired row: a new seed too (a row restored
+ * from a dump of 0.5.0 has none, and 0.5.0's derivation would give the new
+ * life the old life's downstream keys)
+ */
+static const char *const sql_update_seed =
+UPDATE_BASE ", recovery_point = NULL, recovery_state = NULL, derive_seed = $13" KEY_WHERE;
 
 /* checkpoint(): the recovery point of a held lease */
 static const char *const sql_checkpoint =
@@ -105,6 +122,15 @@ row_values(const HeldKey *h, const char *status, Jsonb *response,
 	values[COL_LOCKED_UNTIL] = TimestampTzGetDatum(h->locked_until);
 	if (h->locked_until == 0)
 		nulls[COL_LOCKED_UNTIL] = 'n';
+	/*
+	 * $13: the seed of a new row or a new life, where the table has one (an
+	 * UPDATE that finds no row falls back to the INSERT)
+	 */
+	idem_store_resolve();
+	if (idem_store.seed)
+		values[SEED_ARG] = PointerGetDatum(idem_store_new_seed());
+	else
+		nulls[SEED_ARG] = 'n';
 }
 
 /*
@@ -139,15 +165,18 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 		SPI_connect();
 		connected = true;
 		done = idem_store_citus_run(sp, h->reset_point && idem_store.recovery ?
-									SS_UPSERT_RP : SS_UPSERT, NUM_BASE_COLS,
-									idem_store_col_types, values, nulls,
+									SS_UPSERT_RP : SS_UPSERT, NUM_SEED_ARGS,
+									idem_store_write_types, values, nulls,
 									SPI_OK_INSERT) > 0;
 	}
 	else if (h->row_exists)
 	{
 		SPI_connect();
 		connected = true;
-		if (h->reset_point && idem_store.recovery)
+		if (h->reset_point && idem_store.seed)
+			done = idem_run_as_owner(&plan_update_seed, sql_update_seed, NUM_SEED_ARGS,
+									 idem_store_write_types, values, nulls, SPI_OK_UPDATE) > 0;
+		else if (h->reset_point && idem_store.recovery)
 			done = idem_run_as_owner(&plan_update_rp, sql_update_rp, NUM_BASE_COLS,
 									 idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0;
 		else
@@ -173,9 +202,12 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 			if (!connected)
 				SPI_connect();
 			connected = true;
-			if (idem_run_as_owner(&plan_insert, sql_insert, NUM_BASE_COLS,
-								  idem_store_col_types, values, nulls,
-								  SPI_OK_INSERT) != 1)
+			if ((idem_store.seed ?
+				 idem_run_as_owner(&plan_insert_seed, sql_insert_seed, NUM_SEED_ARGS,
+								   idem_store_write_types, values, nulls, SPI_OK_INSERT) :
+				 idem_run_as_owner(&plan_insert, sql_insert, NUM_BASE_COLS,
+								   idem_store_col_types, values, nulls,
+								   SPI_OK_INSERT)) != 1)
 				ereport(ERROR,
 						(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
 						 errmsg("%s was not stored in table idempotency.idempotency_key",
@@ -274,8 +306,8 @@ idem_keystore_claim(const HeldKey *h)
 	idem_store_resolve();
 	sp = idem_store_shard(&h->id);
 	SPI_connect();
-	inserted = idem_store_citus_run(sp, SS_CLAIM, NUM_BASE_COLS,
-									idem_store_col_types, values, nulls,
+	inserted = idem_store_citus_run(sp, SS_CLAIM, NUM_SEED_ARGS,
+									idem_store_write_types, values, nulls,
 									SPI_OK_INSERT) > 0;
 	SPI_finish();
 	error_context_stack = errcb.previous;
