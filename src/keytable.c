@@ -34,8 +34,10 @@
  * came with 0.5.0, derive_seed with 0.6.0.  A table of an older version
  * (before or during ALTER EXTENSION UPDATE) is served as before (fast path
  * included, with the statements that do not name the new columns);
- * checkpoint() and derive_key() ask for the update (idem_store.recovery,
- * idem_store.seed).
+ * checkpoint() asks for the update (idem_store.recovery), derive_key()
+ * derives as 0.5.0 did (idem_store.seed).  A new row's derive_seed is drawn
+ * here too (idem_store_new_seed()), with the tag of the derive secret it
+ * derives with, read once per backend.
  *
  * Also here what every statement on the table shares: its error context
  * (naming the key and the table), the refusal of a read-only transaction
@@ -366,9 +368,9 @@ idem_store_resolve(void)
 		get_attnum(relid, col_names[COL_RECOVERY_STATE]) > 0;
 	/*
 	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
-	 * UPDATE) is served without it, and derive_key() asks for the update.
-	 * The SQL path never names it (its DEFAULT draws the seed); the fast
-	 * path writes one (idem_unique128).
+	 * UPDATE) is served without it, and derive_key() derives as 0.5.0 did.
+	 * Both paths write a new row's seed (idem_store_new_seed()): the column
+	 * has no DEFAULT, so that the rows a dump of 0.5.0 restores have none.
 	 */
 	idem_store.seed = idem_store.recovery && get_attnum(relid, col_names[COL_DERIVE_SEED]) > 0;
 	want = idem_store.seed ? NUM_COLS : idem_store.recovery ? COL_DERIVE_SEED : NUM_BASE_COLS;

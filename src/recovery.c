@@ -27,33 +27,42 @@
  * derive_key(key, step, scope) = "idk_" + base32 (lowercase, no padding)
  * of the first 128 bits of HMAC-SHA256(secret, seed, created_at, scope,
  * key, step), each field length-prefixed so no two inputs collide.  The
- * seed is the key row's derive_seed: version byte 1 and 16 fresh bytes
- * (keyid.c: idem_unique128 on the fast path, the column's DEFAULT on the
- * SQL path) drawn when the row is first written, kept by every update of
- * the row, dumped and restored with it; created_at is the start of the
- * key's life (new work over an expired row starts a new one, and so gets
- * a new derived key).  So a derived key belongs to the key's row, not to
- * anything the role's name or the database's copied state decides (SPEC
- * section 12): ALTER ROLE ... RENAME changes nothing, a new role of an old
- * name has no row to derive from, and a template clone or a restored dump
- * that shares the secret still draws other seeds for its own keys.  The
- * key must have a live row the caller can see: a lease-mode key (its row
- * commits at begin()), or a key this transaction stored; a
- * single-transaction key before its complete() has none (IK004).
+ * seed is the key row's derive_seed: version byte 2, the tag of the derive
+ * secret it derives with (the first 8 bytes of the secret's SHA-256) and 16
+ * fresh bytes (keytable.c: idem_store_new_seed, on the fast and the SQL
+ * path) drawn when the row is first written or starts a new life, kept by
+ * every other update of the row, dumped and restored with it; created_at
+ * is the start of the key's life (new work over an expired row starts a
+ * new one, and so gets a new derived key).  So a derived key belongs to
+ * the key's row, not to anything the role's name or the database's copied
+ * state decides (SPEC section 12): ALTER ROLE ... RENAME changes nothing, a
+ * new role of an old name has no row to derive from, a template clone or a
+ * restored dump that shares the secret still draws other seeds for its own
+ * keys, and a restore into a database that has the extension (whose own
+ * secret is another row of idempotency.derive_secret, perhaps the older)
+ * leaves each key with the secret it came with.  The key must have a live
+ * row the caller can see: a lease-mode key (its row commits at begin()), or
+ * a key this transaction stored; a single-transaction key before its
+ * complete() has none (IK004).
  *
  * Rows stored before 0.6.0 carry a version 0 seed that the update froze:
- * the row's created_at and the role's name at the time of the update.
- * While the row is in that life (the same created_at) its derived key is
- * the one 0.5.0 gave (HMAC of the name, scope, key and step), so a request
- * in flight across the update sends the same key downstream, even after a
- * rename; new work over it after it expired derives as version 1 does, from
- * the seed's bytes and the new created_at.
+ * the row's created_at, the tag of 0.5.0's secret (its oldest row) and the
+ * role's name at the time of the update.  While the row is in that life
+ * (the same created_at) its derived key is the one 0.5.0 gave (HMAC of the
+ * name, scope, key and step), so a request in flight across the update
+ * sends the same key downstream, even after a rename.  A row restored from
+ * a dump of 0.5.0 has no seed at all (that dump's COPY does not name the
+ * column, which has no DEFAULT): it derives as 0.5.0 did, from the role's
+ * name now, with the secret restored from the same dump (the oldest row
+ * with restored_050, which a 0.5.0 dump's rows take by DEFAULT).  A version
+ * 1 seed (16 bytes, no tag) derives with the oldest secret.
  *
- * The secret is the oldest row of idempotency.derive_secret, readable by
- * the extension's owner only, so no other role can compute or guess
- * another role's derived keys.  It is not idempotency.lock_secret: that
- * one may be changed while no keys are in flight, but a changed derive
- * secret would change the downstream key of a request still to be retried.
+ * The secrets are readable by the extension's owner only, so no other
+ * role can compute or guess another role's derived keys (the tag, which
+ * the key's owner can read in its row, is a hash of the secret).  They are
+ * not idempotency.lock_secret: that one may be changed while no keys are
+ * in flight, but a changed derive secret would change the downstream key
+ * of a request still to be retried.
  *
  * Locking: checkpoint() takes the key lock (guard.c) and writes the row
  * as the extension's owner in the caller's transaction (keywrite.c); on
