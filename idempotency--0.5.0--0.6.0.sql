@@ -137,8 +137,9 @@ $$;
 -- (Citus renames the role on every node, oids stay), never passed to a
 -- role created later under an old name.  It casts to oid implicitly and
 -- without a function (as regrole does), so owner = $1 is oid equality and
--- the primary key's oid_ops serves it.  distribute() turns the owner
--- columns into it; a single server keeps regrole.
+-- the primary key's oid_ops serves it.  The owner columns of keys,
+-- tokens, seen messages and state machines are of this type (below; on
+-- Citus distribute() converts them on every node).
 CREATE TYPE idempotency.roleref;
 CREATE FUNCTION idempotency.roleref_in(pg_catalog.cstring)
 RETURNS idempotency.roleref
@@ -155,7 +156,7 @@ COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
 COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
 'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
 COMMENT ON TYPE idempotency.roleref IS
-'A role, stored as its oid, copied between nodes by name (no binary I/O): the owner columns on Citus';
+'A role, stored as its oid, copied between nodes and clusters by name (no binary I/O): the owner columns of keys, tokens, seen messages and state machines';
 CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
 CREATE CAST (pg_catalog.oid AS idempotency.roleref) WITHOUT FUNCTION;
 CREATE CAST (pg_catalog.regrole AS idempotency.roleref) WITHOUT FUNCTION AS ASSIGNMENT;
@@ -176,6 +177,50 @@ CREATE OPERATOR idempotency.=== (
     LEFTARG = idempotency.roleref,
     RIGHTARG = pg_catalog.regrole,
     FUNCTION = idempotency.roleref_eq);
+
+-- The owner columns of keys, tokens, seen messages and state machines are
+-- idempotency.roleref on a single server too, as distribute() makes them on
+-- Citus: logical replication to another cluster (a blue/green switch, a
+-- major upgrade by replication) with binary = true copied a regrole as the
+-- publisher's oid, which the subscriber read as whatever role has that oid
+-- there (it replayed another role's stored answers), and a dropped role's
+-- rows travelled as its bare oid even as text.  A roleref has no binary
+-- form: every copy carries the role's name ("-", nobody, for a dropped
+-- role), and each cluster stores its own oid of that role.  On disk and in
+-- every comparison it is the oid, as regrole was (binary-coercible casts:
+-- no rewrite, the primary key keeps oid_ops, the fast path is unchanged).
+-- A table distributed by Citus (or holding 0.5.0's text owner names there)
+-- is left to distribute().  The row security policy is dropped and made
+-- again around the change (a policy's column cannot change type under it).
+DO $$
+DECLARE
+    t pg_catalog.text;
+    rel pg_catalog.regclass;
+    citus pg_catalog.bool := EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+                                      WHERE e.extname OPERATOR(pg_catalog.=) 'citus');
+BEGIN
+    FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine'] LOOP
+        rel := ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass;
+        CONTINUE WHEN (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+                        WHERE a.attrelid OPERATOR(pg_catalog.=) rel
+                          AND a.attname OPERATOR(pg_catalog.=) 'owner')
+                      OPERATOR(pg_catalog.<>) 'pg_catalog.regrole'::pg_catalog.regtype;
+        IF citus THEN
+            CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS d
+                                   WHERE d.logicalrelid OPERATOR(pg_catalog.=) rel);
+        END IF;
+        IF t OPERATOR(pg_catalog.<>) 'state_machine' THEN
+            EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I', t OPERATOR(pg_catalog.||) '_own_rows', t);
+        END IF;
+        EXECUTE pg_catalog.format('ALTER TABLE idempotency.%I ALTER COLUMN owner TYPE idempotency.roleref', t);
+        IF t OPERATOR(pg_catalog.<>) 'state_machine' THEN
+            EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
+                                      ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
+                                      t OPERATOR(pg_catalog.||) '_own_rows', t);
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- outbox_message.published_by is a roleref on every server: the message
 -- belongs to the topic's owner and is dumped while that role exists, but

@@ -196,6 +196,16 @@ idem_citus_table(Oid relid)
 	return found;
 }
 
+/* the oid of type idempotency.roleref (InvalidOid before 0.6.0) */
+static Oid
+roleref_type(Oid nsp)
+{
+	return OidIsValid(nsp) ?
+		GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+						CStringGetDatum("roleref"), ObjectIdGetDatum(nsp)) :
+		InvalidOid;
+}
+
 /*
  * On Citus a table's owner column is an idempotency.roleref (see
  * IDEM_OWNER_EQ_CITUS).  A table distributed by hand, without distribute(),
@@ -215,9 +225,7 @@ citus_owner_check(Oid relid, const char *table)
 		return;
 	type = get_atttype(relid, att);
 	nsp = get_namespace_oid("idempotency", true);
-	if (OidIsValid(nsp) &&
-		type == GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-								CStringGetDatum("roleref"), ObjectIdGetDatum(nsp)))
+	if (OidIsValid(nsp) && type == roleref_type(nsp))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -383,8 +391,14 @@ idem_store_resolve(void)
 		if (att == InvalidAttrNumber || att < 0)
 			idem_store_bad_table(psprintf("It has no column \"%s\".", col_names[i]));
 		a = TupleDescAttr(td, att - 1);
-		/* a domain, a typmod or another type: SQL coerces, we do not */
-		if (a->atttypid != idem_store_col_types[i] || a->atttypmod != -1)
+		/*
+		 * a domain, a typmod or another type: SQL coerces, we do not.  The
+		 * owner is idempotency.roleref since 0.6.0 (regrole before): an oid
+		 * either way
+		 */
+		if ((a->atttypid != idem_store_col_types[i] &&
+			 !(i == COL_OWNER && a->atttypid == roleref_type(nsp))) ||
+			a->atttypmod != -1)
 			fast = false;
 		/* the probe reads these without a null check */
 		if (!a->attnotnull && col_notnull[i])

@@ -26,7 +26,7 @@ SELECT is((SELECT castmethod::text || castcontext::text FROM pg_cast
 SELECT col_is_null('idempotency', 'idempotency_key', 'derive_seed', 'derive_seed may be NULL (a row restored from a dump of 0.5.0)');
 SELECT col_hasnt_default('idempotency', 'idempotency_key', 'derive_seed', 'derive_seed has no DEFAULT (the library draws it; a restored 0.5.0 row stays without)');
 SELECT col_default_is('idempotency', 'derive_secret', 'restored_050', 'true', 'derive_secret.restored_050 defaults to true (the rows a dump of 0.5.0 restores)');
-SELECT col_type_is('idempotency', 'idempotency_key', 'owner', 'regrole', 'owner is regrole');
+SELECT col_type_is('idempotency', 'idempotency_key', 'owner', 'idempotency.roleref', 'owner is idempotency.roleref (by name in every copy: logical replication, dumps)');
 SELECT col_type_is('idempotency', 'idempotency_key', 'scope', 'text', 'scope is text');
 SELECT col_type_is('idempotency', 'idempotency_key', 'key', 'text', 'key is text');
 SELECT col_type_is('idempotency', 'idempotency_key', 'status', 'text', 'status is text');
