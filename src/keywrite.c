@@ -45,6 +45,8 @@ static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_update_rp = NULL;
 static SPIPlanPtr plan_update_seed = NULL;
 static SPIPlanPtr plan_checkpoint = NULL;
+static SPIPlanPtr plan_update_freeze = NULL;
+static SPIPlanPtr plan_checkpoint_freeze = NULL;
 
 static const char *const sql_insert =
 "INSERT INTO idempotency.idempotency_key AS k"
@@ -68,6 +70,27 @@ static const char *const sql_insert_seed =
 /* a retry or the end of the work: the recovery point stays */
 static const char *const sql_update = UPDATE_BASE KEY_WHERE;
 
+/*
+ * Since 0.6.0 a write in the same life also freezes the seed of a row that
+ * has none (restored from a dump of 0.5.0, which derives from its role's
+ * name now): version 0, the row's created_at, the tag of the secret it
+ * derives with (the oldest restored from 0.5.0) and the role's name, as the
+ * update freezes the rows it finds, so that a rename from then on changes
+ * nothing.  Evaluated only for such a row (COALESCE).
+ */
+#define FREEZE_SEED \
+", derive_seed = COALESCE(k.derive_seed," \
+"    pg_catalog.decode('00', 'hex')" \
+"    OPERATOR(pg_catalog.||) pg_catalog.timestamptz_send(k.created_at)" \
+"    OPERATOR(pg_catalog.||) (SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8)" \
+"                               FROM idempotency.derive_secret AS s WHERE s.restored_050" \
+"                              ORDER BY s.created_at, s.secret LIMIT 1)" \
+"    OPERATOR(pg_catalog.||) pg_catalog.convert_to(" \
+"        (SELECT r.rolname::pg_catalog.text FROM pg_catalog.pg_roles AS r" \
+"          WHERE r.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid)," \
+"        pg_catalog.getdatabaseencoding()))"
+static const char *const sql_update_freeze = UPDATE_BASE FREEZE_SEED KEY_WHERE;
+
 /* new work over an expired row: its recovery point goes too */
 static const char *const sql_update_rp =
 UPDATE_BASE ", recovery_point = NULL, recovery_state = NULL" KEY_WHERE;
@@ -84,6 +107,9 @@ UPDATE_BASE ", recovery_point = NULL, recovery_state = NULL, derive_seed = $13" 
 static const char *const sql_checkpoint =
 "UPDATE idempotency.idempotency_key AS k"
 "   SET recovery_point = $4, recovery_state = $5, updated_at = $6" KEY_WHERE;
+static const char *const sql_checkpoint_freeze =
+"UPDATE idempotency.idempotency_key AS k"
+"   SET recovery_point = $4, recovery_state = $5, updated_at = $6" FREEZE_SEED KEY_WHERE;
 
 /* ---------------------------------------------------------------------
  * Interface
@@ -180,7 +206,10 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 			done = idem_run_as_owner(&plan_update_rp, sql_update_rp, NUM_BASE_COLS,
 									 idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0;
 		else
-			done = idem_run_as_owner(&plan_update, sql_update, NUM_BASE_COLS,
+			done = idem_store.seed ?
+				idem_run_as_owner(&plan_update_freeze, sql_update_freeze, NUM_BASE_COLS,
+								  idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0 :
+				idem_run_as_owner(&plan_update, sql_update, NUM_BASE_COLS,
 									 idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0;
 	}
 	if (!done)
@@ -270,7 +299,10 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 								 SPI_OK_UPDATE);
 	}
 	else
-		n = idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes,
+		n = idem_store.seed ?
+			idem_run_as_owner(&plan_checkpoint_freeze, sql_checkpoint_freeze, 6, argtypes,
+							  values, nulls, SPI_OK_UPDATE) :
+			idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes,
 							  values, nulls, SPI_OK_UPDATE);
 	SPI_finish();
 	error_context_stack = errcb.previous;

@@ -54,7 +54,8 @@
  * a dump of 0.5.0 has no seed at all (that dump's COPY does not name the
  * column, which has no DEFAULT): it derives as 0.5.0 did, from the role's
  * name now, with the secret restored from the same dump (the oldest row
- * with restored_050, which a 0.5.0 dump's rows take by DEFAULT).  A version
+ * with restored_050, which a 0.5.0 dump's rows take by DEFAULT), until its
+ * next write in the same life freezes a version 0 seed (keywrite.c).  A version
  * 1 seed (16 bytes, no tag) derives with the oldest secret.
  *
  * The secrets are readable by the extension's owner only, so no other

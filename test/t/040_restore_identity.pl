@@ -111,6 +111,12 @@ for my $v ('0.5.0', '0.6.0')
 			'retry 2', "$t: the lapsed lease is taken over");
 		is(as_payer($tgt, $db, q{SELECT idempotency.derive_key('lapsed-1', 'charge')}),
 			$derived{$v}{lapsed}, "$t: its retry derives the key the source derived");
+		# the retry's write froze a seed into a row restored without one:
+		# a rename from then on changes nothing
+		$tgt->safe_psql($db, q{ALTER ROLE payer RENAME TO payer_renamed});
+		is($tgt->safe_psql($db, q{SET ROLE payer_renamed; SELECT idempotency.derive_key('lapsed-1', 'charge')}),
+			$derived{$v}{lapsed}, "$t: after a rename too");
+		$tgt->safe_psql($db, q{ALTER ROLE payer_renamed RENAME TO payer});
 		if (defined $local)
 		{
 			is(as_payer($tgt, $db, q{SELECT idempotency.derive_key('local-1', 'charge')}),
