@@ -54,7 +54,8 @@ REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin renew_takeover once secret_rotation secret_snapshot purge_partitioned purge_topic target_lock recovery outbox wakeup outbox_drop outbox_redrive outbox_revoke
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 # TAP scripts (PostgreSQL::Test::Cluster, own clusters): PGXS prove_installcheck;
-# PROVE_TESTS=test/t/003_purge_worker.pl runs one, PROVE_FLAGS=-v shows each test
+# PROVE_TESTS=test/t/003_purge_worker.pl runs one (also from the environment:
+# ONLY=tap PROVE_TESTS=... make test), PROVE_FLAGS=-v shows each test
 TAP_TESTS = 1
 PROVE_TESTS ?= test/t/*.pl
 
