@@ -264,7 +264,10 @@ idem_table_distributed(IdemTable t)
 /*
  * derive_key()'s seed for a row written now (recovery.c): version 2, the
  * tag of a derive secret (the one it derives with), 16 fresh bytes; version
- * 1 (16 fresh bytes, the oldest secret) when the secret table is empty.
+ * 1 (16 fresh bytes, the oldest secret) when the secret table is empty,
+ * and on Citus, where the secret is a reference table that a call carried
+ * to a shard's node may not read (a distributed query from a query on a
+ * shard) and every node shares the coordinator's one secret.
  */
 bytea *
 idem_store_new_seed(void)
@@ -272,6 +275,14 @@ idem_store_new_seed(void)
 	bytea	   *seed;
 	uint8	   *p;
 
+	if (idem_store.citus)
+	{
+		seed = palloc(VARHDRSZ + 1 + SEED_RANDOM_LEN);
+		SET_VARSIZE(seed, VARHDRSZ + 1 + SEED_RANDOM_LEN);
+		VARDATA(seed)[0] = 1;
+		idem_unique128((uint8 *) VARDATA(seed) + 1);
+		return seed;
+	}
 	if (!OidIsValid(tag_relid))
 	{
 		Oid			nsp = get_namespace_oid("idempotency", true);
