@@ -51,10 +51,6 @@ BEGIN
         ADD COLUMN IF NOT EXISTS derive_seed pg_catalog.bytea;
     ALTER TABLE idempotency.derive_secret
         ADD COLUMN IF NOT EXISTS restored_050 pg_catalog.bool NOT NULL DEFAULT true;
-    SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8) INTO tag
-      FROM idempotency.derive_secret AS s
-     ORDER BY s.created_at, s.secret LIMIT 1;
-    tag := COALESCE(tag, '\x0000000000000000'::pg_catalog.bytea);
     -- On Citus (0.5.0's distribute()) the key table's rows live in shards,
     -- which the coordinator's UPDATE below reaches.  Two things beside
     -- them: the coordinator's own copy of the table keeps the rows it had
@@ -75,6 +71,14 @@ BEGIN
                     'idempotency.idempotency_key'::pg_catalog.regclass);
             END IF;
         END IF;
+    END IF;
+    -- the tag of 0.5.0's secret (its oldest row), where the rows are filled
+    -- (a Citus worker reads no reference table from here)
+    IF fill THEN
+        SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8) INTO tag
+          FROM idempotency.derive_secret AS s
+         ORDER BY s.created_at, s.secret LIMIT 1;
+        tag := COALESCE(tag, '\x0000000000000000'::pg_catalog.bytea);
     END IF;
     IF NOT fill THEN
         NULL;
