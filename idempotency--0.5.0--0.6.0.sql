@@ -30,28 +30,33 @@ COMMENT ON FUNCTION idempotency.redrive(pg_catalog.text, pg_catalog.int8[]) IS
 -- derive_key() derives from a per-key seed (see the install script).  Keys
 -- stored before the update keep the key 0.5.0 derived for them: their seed
 -- is version 0, the row's created_at (8 bytes, as timestamptz_send gives
--- it) and the owner's name as it is now, frozen, so a request in flight
--- across the update (and a rename after it) sends the same key downstream;
--- new work over such a row once it expired (another created_at) derives
--- new keys from the same bytes, as a version 1 seed does.  On Citus the owner column holds the name already
+-- it), the tag of the secret 0.5.0 used (its oldest row; the first 8 bytes
+-- of its SHA-256) and the owner's name as it is now, frozen, so a request
+-- in flight across the update (and a rename after it, and a restore of a
+-- dump into a database that has a secret of its own) sends the same key
+-- downstream; new work over such a row once it expired (another
+-- created_at) derives new keys from a new seed.  On Citus the owner column holds the name already
 -- (distribute()); keys of a dropped role get an empty name (nobody can
--- call derive_key() as a dropped role).
--- One DO block: on Citus each DDL statement on the distributed key table
--- is sent to the shards and workers with its own text (a statement of an
--- extension script would carry the whole script, which a worker refuses).
+-- call derive_key() as a dropped role).  The column has no DEFAULT and may
+-- be NULL: a row restored later from a dump of 0.5.0 has none, and derives
+-- with the secret restored from that dump (derive_secret.restored_050,
+-- true by default, false for the secrets here, whose rows the tag ties).
 DO $$
 DECLARE
     enc pg_catalog.name := pg_catalog.getdatabaseencoding();
     fill pg_catalog.bool := true;
+    tag pg_catalog.bytea;
 BEGIN
     ALTER TABLE idempotency.idempotency_key
         ADD COLUMN IF NOT EXISTS derive_seed pg_catalog.bytea;
+    ALTER TABLE idempotency.derive_secret
+        ADD COLUMN IF NOT EXISTS restored_050 pg_catalog.bool NOT NULL DEFAULT true;
     -- On Citus (0.5.0's distribute()) the key table's rows live in shards,
     -- which the coordinator's UPDATE below reaches.  Two things beside
     -- them: the coordinator's own copy of the table keeps the rows it had
     -- when it was distributed (create_distributed_table() leaves them, and
-    -- 0.5.0's distribute() did not remove them), which no query reads but
-    -- SET NOT NULL below checks: removed, as Citus's
+    -- 0.5.0's distribute() did not remove them), which no query reads:
+    -- removed, as Citus's
     -- truncate_local_data_after_distributing_table() removes them; and a
     -- worker, which runs this script too (Citus carries ALTER EXTENSION
     -- UPDATE to the workers), leaves the rows to the coordinator's UPDATE.
@@ -67,6 +72,14 @@ BEGIN
             END IF;
         END IF;
     END IF;
+    -- the tag of 0.5.0's secret (its oldest row), where the rows are filled
+    -- (a Citus worker reads no reference table from here)
+    IF fill THEN
+        SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8) INTO tag
+          FROM idempotency.derive_secret AS s
+         ORDER BY s.created_at, s.secret LIMIT 1;
+        tag := COALESCE(tag, '\x0000000000000000'::pg_catalog.bytea);
+    END IF;
     IF NOT fill THEN
         NULL;
     ELSIF (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
@@ -76,6 +89,7 @@ BEGIN
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
                              pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||)
+                             tag OPERATOR(pg_catalog.||)
                              pg_catalog.convert_to(r.rolname::pg_catalog.text, enc)
           FROM pg_catalog.pg_roles AS r
          WHERE r.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid;
@@ -92,6 +106,7 @@ BEGIN
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
                              pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||)
+                             tag OPERATOR(pg_catalog.||)
                              pg_catalog.byteain(pg_catalog.textout(pg_catalog.replace(
                                  CASE WHEN pg_catalog.left(k.owner::pg_catalog.text, 1) OPERATOR(pg_catalog.=) '"'
                                       THEN pg_catalog.replace(pg_catalog.substr(k.owner::pg_catalog.text, 2,
@@ -103,15 +118,14 @@ BEGIN
     IF fill THEN
         UPDATE idempotency.idempotency_key AS k
            SET derive_seed = '\x00'::pg_catalog.bytea OPERATOR(pg_catalog.||)
-                             pg_catalog.timestamptz_send(k.created_at)
+                             pg_catalog.timestamptz_send(k.created_at) OPERATOR(pg_catalog.||) tag
          WHERE k.derive_seed IS NULL;
+        UPDATE idempotency.derive_secret SET restored_050 = false;
     END IF;
-    ALTER TABLE idempotency.idempotency_key
-        ALTER COLUMN derive_seed SET DEFAULT
-            ('\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())),
-        ALTER COLUMN derive_seed SET NOT NULL;
     COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
-    'derive_key()''s per-key seed: version byte 1 and 16 random bytes drawn when the row was first written (version 0: the role''s name, for keys stored before 0.6.0)';
+    'derive_key()''s per-key seed: version byte 2, the tag of its derive secret and 16 random bytes drawn when the row was first written (version 0: for keys stored before 0.6.0, the tag of 0.5.0''s secret and the role''s name; NULL: restored from a dump of 0.5.0)';
+    COMMENT ON COLUMN idempotency.derive_secret.restored_050 IS
+    'true for a secret restored from a dump of 0.5.0: the oldest such serves that dump''s key rows, which have no derive_seed';
 END
 $$;
 
@@ -127,8 +141,9 @@ $$;
 -- (Citus renames the role on every node, oids stay), never passed to a
 -- role created later under an old name.  It casts to oid implicitly and
 -- without a function (as regrole does), so owner = $1 is oid equality and
--- the primary key's oid_ops serves it.  distribute() turns the owner
--- columns into it; a single server keeps regrole.
+-- the primary key's oid_ops serves it.  The owner columns of keys,
+-- tokens, seen messages and state machines are of this type (below; on
+-- Citus distribute() converts them on every node).
 CREATE TYPE idempotency.roleref;
 CREATE FUNCTION idempotency.roleref_in(pg_catalog.cstring)
 RETURNS idempotency.roleref
@@ -145,7 +160,7 @@ COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
 COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
 'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
 COMMENT ON TYPE idempotency.roleref IS
-'A role, stored as its oid, copied between nodes by name (no binary I/O): the owner columns on Citus';
+'A role, stored as its oid, copied between nodes and clusters by name (no binary I/O): the owner columns of keys, tokens, seen messages and state machines';
 CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
 CREATE CAST (pg_catalog.oid AS idempotency.roleref) WITHOUT FUNCTION;
 CREATE CAST (pg_catalog.regrole AS idempotency.roleref) WITHOUT FUNCTION AS ASSIGNMENT;
@@ -166,6 +181,50 @@ CREATE OPERATOR idempotency.=== (
     LEFTARG = idempotency.roleref,
     RIGHTARG = pg_catalog.regrole,
     FUNCTION = idempotency.roleref_eq);
+
+-- The owner columns of keys, tokens, seen messages and state machines are
+-- idempotency.roleref on a single server too, as distribute() makes them on
+-- Citus: logical replication to another cluster (a blue/green switch, a
+-- major upgrade by replication) with binary = true copied a regrole as the
+-- publisher's oid, which the subscriber read as whatever role has that oid
+-- there (it replayed another role's stored answers), and a dropped role's
+-- rows travelled as its bare oid even as text.  A roleref has no binary
+-- form: every copy carries the role's name ("-", nobody, for a dropped
+-- role), and each cluster stores its own oid of that role.  On disk and in
+-- every comparison it is the oid, as regrole was (binary-coercible casts:
+-- no rewrite, the primary key keeps oid_ops, the fast path is unchanged).
+-- A table distributed by Citus (or holding 0.5.0's text owner names there)
+-- is left to distribute().  The row security policy is dropped and made
+-- again around the change (a policy's column cannot change type under it).
+DO $$
+DECLARE
+    t pg_catalog.text;
+    rel pg_catalog.regclass;
+    citus pg_catalog.bool := EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+                                      WHERE e.extname OPERATOR(pg_catalog.=) 'citus');
+BEGIN
+    FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine'] LOOP
+        rel := ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass;
+        CONTINUE WHEN (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+                        WHERE a.attrelid OPERATOR(pg_catalog.=) rel
+                          AND a.attname OPERATOR(pg_catalog.=) 'owner')
+                      OPERATOR(pg_catalog.<>) 'pg_catalog.regrole'::pg_catalog.regtype;
+        IF citus THEN
+            CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS d
+                                   WHERE d.logicalrelid OPERATOR(pg_catalog.=) rel);
+        END IF;
+        IF t OPERATOR(pg_catalog.<>) 'state_machine' THEN
+            EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I', t OPERATOR(pg_catalog.||) '_own_rows', t);
+        END IF;
+        EXECUTE pg_catalog.format('ALTER TABLE idempotency.%I ALTER COLUMN owner TYPE idempotency.roleref', t);
+        IF t OPERATOR(pg_catalog.<>) 'state_machine' THEN
+            EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
+                                      ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
+                                      t OPERATOR(pg_catalog.||) '_own_rows', t);
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- outbox_message.published_by is a roleref on every server: the message
 -- belongs to the topic's owner and is dumped while that role exists, but

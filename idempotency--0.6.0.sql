@@ -1305,25 +1305,36 @@ COMMENT ON FUNCTION idempotency.distribute() IS
 REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;
 
 -- == identity (issue 25, findings 4 and 5) ==
--- derive_key()'s seed: drawn when a key's row is first written (this
--- DEFAULT on the SQL path, the same shape from the library on the fast
--- path: version byte 1 and 16 fresh bytes), kept by every later write of
--- the row, dumped and restored with it.  A derived key is a MAC of the
--- seed, the key's created_at, scope, key and step, so it follows the row:
--- not the role's name (a rename changes nothing, a new role of an old
--- name derives none of the old role's keys) and not the database's copied
--- state (a template clone draws other seeds).  Rows stored before 0.6.0
--- carry version 0 and the role's name frozen by the update (see the update
--- script).  Added with ALTER, here as in the update script, so a fresh and
--- an updated database have the same column order.
+-- derive_key()'s seed: drawn by the library when a key's row is first
+-- written (version byte 2, the tag of the derive secret it derives with,
+-- 16 fresh bytes), kept by every later write of the row in the same life,
+-- dumped and restored with it.  A derived key is a MAC, keyed with the
+-- secret the seed's tag names, of the seed, the key's created_at, scope,
+-- key and step, so it follows the row: not the role's name (a rename
+-- changes nothing, a new role of an old name derives none of the old
+-- role's keys), not the database's copied state (a template clone draws
+-- other seeds), and not whichever secret is oldest (a restore into a
+-- database that has keys of its own keeps both sets).  Rows stored before
+-- 0.6.0 carry version 0: the row's created_at, the tag of 0.5.0's secret
+-- and the role's name frozen by the update (see the update script).  No
+-- DEFAULT and no NOT NULL: a row restored from a dump of 0.5.0 (whose COPY
+-- does not name the column) has no seed, and derives as 0.5.0 did, with
+-- the secret restored from the same dump (derive_secret.restored_050).
+-- Added with ALTER, here as in the update script, so a fresh and an
+-- updated database have the same column order.
 ALTER TABLE idempotency.idempotency_key
     ADD COLUMN derive_seed pg_catalog.bytea;
-ALTER TABLE idempotency.idempotency_key
-    ALTER COLUMN derive_seed SET DEFAULT
-        ('\x01'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())),
-    ALTER COLUMN derive_seed SET NOT NULL;
 COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
-'derive_key()''s per-key seed: version byte 1 and 16 random bytes drawn when the row was first written (version 0: the role''s name, for keys stored before 0.6.0)';
+'derive_key()''s per-key seed: version byte 2, the tag of its derive secret and 16 random bytes drawn when the row was first written (version 0: for keys stored before 0.6.0, the tag of 0.5.0''s secret and the role''s name; NULL: restored from a dump of 0.5.0)';
+-- Which derive secret serves the key rows restored from a dump of 0.5.0
+-- (no derive_seed): the rows that dump restores come without this column
+-- and take its DEFAULT, true; the secrets of this install, and of 0.5.0
+-- updated in place (whose keys the update tied to their secret), are false.
+ALTER TABLE idempotency.derive_secret
+    ADD COLUMN restored_050 pg_catalog.bool NOT NULL DEFAULT true;
+UPDATE idempotency.derive_secret SET restored_050 = false;
+COMMENT ON COLUMN idempotency.derive_secret.restored_050 IS
+'true for a secret restored from a dump of 0.5.0: the oldest such serves that dump''s key rows, which have no derive_seed';
 
 -- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
 -- role's oid on disk, like regrole, read and printed as regrole reads and
@@ -1337,8 +1348,9 @@ COMMENT ON COLUMN idempotency.idempotency_key.derive_seed IS
 -- (Citus renames the role on every node, oids stay), never passed to a
 -- role created later under an old name.  It casts to oid implicitly and
 -- without a function (as regrole does), so owner = $1 is oid equality and
--- the primary key's oid_ops serves it.  distribute() turns the owner
--- columns into it; a single server keeps regrole.
+-- the primary key's oid_ops serves it.  The owner columns of keys,
+-- tokens, seen messages and state machines are of this type (below; on
+-- Citus distribute() converts them on every node).
 CREATE TYPE idempotency.roleref;
 CREATE FUNCTION idempotency.roleref_in(pg_catalog.cstring)
 RETURNS idempotency.roleref
@@ -1355,7 +1367,7 @@ COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
 COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
 'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
 COMMENT ON TYPE idempotency.roleref IS
-'A role, stored as its oid, copied between nodes by name (no binary I/O): the owner columns on Citus';
+'A role, stored as its oid, copied between nodes and clusters by name (no binary I/O): the owner columns of keys, tokens, seen messages and state machines';
 CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
 CREATE CAST (pg_catalog.oid AS idempotency.roleref) WITHOUT FUNCTION;
 CREATE CAST (pg_catalog.regrole AS idempotency.roleref) WITHOUT FUNCTION AS ASSIGNMENT;
@@ -1376,6 +1388,50 @@ CREATE OPERATOR idempotency.=== (
     LEFTARG = idempotency.roleref,
     RIGHTARG = pg_catalog.regrole,
     FUNCTION = idempotency.roleref_eq);
+
+-- The owner columns of keys, tokens, seen messages and state machines are
+-- idempotency.roleref on a single server too, as distribute() makes them on
+-- Citus: logical replication to another cluster (a blue/green switch, a
+-- major upgrade by replication) with binary = true copied a regrole as the
+-- publisher's oid, which the subscriber read as whatever role has that oid
+-- there (it replayed another role's stored answers), and a dropped role's
+-- rows travelled as its bare oid even as text.  A roleref has no binary
+-- form: every copy carries the role's name ("-", nobody, for a dropped
+-- role), and each cluster stores its own oid of that role.  On disk and in
+-- every comparison it is the oid, as regrole was (binary-coercible casts:
+-- no rewrite, the primary key keeps oid_ops, the fast path is unchanged).
+-- A table distributed by Citus (or holding 0.5.0's text owner names there)
+-- is left to distribute().  The row security policy is dropped and made
+-- again around the change (a policy's column cannot change type under it).
+DO $$
+DECLARE
+    t pg_catalog.text;
+    rel pg_catalog.regclass;
+    citus pg_catalog.bool := EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+                                      WHERE e.extname OPERATOR(pg_catalog.=) 'citus');
+BEGIN
+    FOREACH t IN ARRAY ARRAY['idempotency_key', 'token', 'seen_message', 'state_machine'] LOOP
+        rel := ('idempotency.' OPERATOR(pg_catalog.||) t)::pg_catalog.regclass;
+        CONTINUE WHEN (SELECT a.atttypid FROM pg_catalog.pg_attribute AS a
+                        WHERE a.attrelid OPERATOR(pg_catalog.=) rel
+                          AND a.attname OPERATOR(pg_catalog.=) 'owner')
+                      OPERATOR(pg_catalog.<>) 'pg_catalog.regrole'::pg_catalog.regtype;
+        IF citus THEN
+            CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS d
+                                   WHERE d.logicalrelid OPERATOR(pg_catalog.=) rel);
+        END IF;
+        IF t OPERATOR(pg_catalog.<>) 'state_machine' THEN
+            EXECUTE pg_catalog.format('DROP POLICY %I ON idempotency.%I', t OPERATOR(pg_catalog.||) '_own_rows', t);
+        END IF;
+        EXECUTE pg_catalog.format('ALTER TABLE idempotency.%I ALTER COLUMN owner TYPE idempotency.roleref', t);
+        IF t OPERATOR(pg_catalog.<>) 'state_machine' THEN
+            EXECUTE pg_catalog.format('CREATE POLICY %I ON idempotency.%I FOR SELECT'
+                                      ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
+                                      t OPERATOR(pg_catalog.||) '_own_rows', t);
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- outbox_message.published_by is a roleref on every server: the message
 -- belongs to the topic's owner and is dumped while that role exists, but

@@ -39,8 +39,9 @@ SELECT idempotency.derive_key('charge-1', 'card');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
--- every row has its own seed: version 1 and 16 fresh bytes, on the fast
--- path and on the SQL path (a trigger on the table turns the fast path off)
+-- every row has its own seed: version 2, the tag of the secret it derives
+-- with and 16 fresh bytes, on the fast path and on the SQL path (a trigger
+-- on the table turns the fast path off)
 SELECT outcome FROM idempotency.begin('seed-fast', lease => '1 hour');
 CREATE FUNCTION id_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
 CREATE TRIGGER id_noop BEFORE INSERT OR UPDATE ON idempotency.idempotency_key
@@ -51,7 +52,11 @@ DROP FUNCTION id_noop();
 SELECT key, length(derive_seed) AS bytes, get_byte(derive_seed, 0) AS version
   FROM idempotency.idempotency_key WHERE key IN ('seed-fast', 'seed-sql') ORDER BY key;
 SELECT count(DISTINCT derive_seed) = count(*) AS all_distinct
-  FROM idempotency.idempotency_key WHERE get_byte(derive_seed, 0) = 1;
+  FROM idempotency.idempotency_key WHERE get_byte(derive_seed, 0) = 2;
+SELECT bool_and(substr(k.derive_seed, 2, 8) = substr(sha256(s.secret), 1, 8)) AS names_its_secret
+  FROM idempotency.idempotency_key AS k, idempotency.derive_secret AS s
+ WHERE k.key IN ('seed-fast', 'seed-sql');
+SELECT restored_050 FROM idempotency.derive_secret;
 -- the same key in two roles: two seeds, two derived keys
 SET ROLE regress_id_alice;
 SELECT idempotency.derive_key('charge-1', 'card') AS alice_key \gset
@@ -102,6 +107,26 @@ SELECT idempotency.derive_key('seed-fast', 'card');
 \echo :LAST_ERROR_SQLSTATE
 SELECT outcome FROM idempotency.begin('seed-fast', lease => '1 hour');
 SELECT idempotency.derive_key('seed-fast', 'card') <> :'first_life' AS new_life;
+
+-- a row without a seed (restored from a dump of 0.5.0, whose COPY does not
+-- name the column) derives as 0.5.0 did, with the secret restored from
+-- that dump (restored_050; none here: 55000, nothing written); new work
+-- over it once it expired draws a seed
+SELECT outcome FROM idempotency.begin('seedless', lease => '1 hour');
+UPDATE idempotency.idempotency_key SET derive_seed = NULL,
+       created_at = created_at - interval '1 second' WHERE key = 'seedless';
+SELECT idempotency.derive_key('seedless', 'card');
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO idempotency.derive_secret (secret, created_at)
+VALUES (sha256('from a dump of 0.5.0'), now() - interval '1 year');
+SELECT idempotency.derive_key('seedless', 'card') AS seedless_key \gset
+SELECT :'seedless_key' ~ '^idk_[a-z2-7]{26}$' AS derives,
+       idempotency.derive_key('seedless', 'card') = :'seedless_key' AS stable;
+UPDATE idempotency.idempotency_key SET expires_at = now() - interval '1 second' WHERE key = 'seedless';
+SELECT outcome FROM idempotency.begin('seedless', lease => '1 hour');
+SELECT get_byte(derive_seed, 0) AS new_life_seed_version FROM idempotency.idempotency_key WHERE key = 'seedless';
+DELETE FROM idempotency.derive_secret WHERE restored_050;
+SELECT count(*) = 1 AS own_secret_kept FROM idempotency.derive_secret;
 
 -- template clones: the same key, derived and published in two databases
 -- cloned from one template, gives two derived keys and two message ids

@@ -197,7 +197,7 @@ ALTER TABLE idempotency.idempotency_key ALTER COLUMN owner TYPE pg_catalog.text 
 SELECT owner FROM idempotency.idempotency_key WHERE key = 'in-flight-text';
 ALTER EXTENSION idempotency UPDATE TO '0.6.0';
 SELECT get_byte(derive_seed, 0) AS seed_version,
-       convert_from(substr(derive_seed, 10), 'UTF8') AS frozen_name
+       convert_from(substr(derive_seed, 18), 'UTF8') AS frozen_name
   FROM idempotency.idempotency_key WHERE key = 'in-flight-text';
 \c :regress_db
 DROP DATABASE regress_upgrade_text_owner;

@@ -321,6 +321,7 @@ extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
 								bool retryable);
 extern bool idem_keystore_has_recovery(void);
+extern bool idem_keystore_has_seed(void);
 extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
 									   Jsonb *state);
 /* Citus (issue 17): the key's shard serialises it */

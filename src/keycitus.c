@@ -51,12 +51,16 @@
  * The statements
  * ---------------------------------------------------------------------
  */
-/* Citus: claim a key with an in_progress row; a row there wins */
+/*
+ * Citus: claim a key with an in_progress row; a row there wins.  $13 is the
+ * new row's derive_seed (a table served on Citus is 0.6.0's: distribute()
+ * ran after the update).
+ */
 static const char *const sql_claim =
 "INSERT INTO idempotency.idempotency_key AS k"
 "  (owner, scope, key, status, request_hash, response, retryable, attempts,"
-"   created_at, updated_at, expires_at, locked_until)"
-" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+"   created_at, updated_at, expires_at, locked_until, derive_seed)"
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 " ON CONFLICT DO NOTHING";
 
 /*
@@ -69,8 +73,8 @@ static const char *const sql_claim =
 #define UPSERT_CITUS \
 "INSERT INTO idempotency.idempotency_key AS k" \
 "  (owner, scope, key, status, request_hash, response, retryable, attempts," \
-"   created_at, updated_at, expires_at, locked_until)" \
-" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)" \
+"   created_at, updated_at, expires_at, locked_until, derive_seed)" \
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)" \
 " ON CONFLICT (key, scope, owner) DO UPDATE" \
 "   SET status = EXCLUDED.status, request_hash = EXCLUDED.request_hash," \
 "       response = EXCLUDED.response, retryable = EXCLUDED.retryable," \
@@ -80,7 +84,8 @@ static const char *const sql_claim =
 
 static const char *const sql_upsert_citus = UPSERT_CITUS;
 static const char *const sql_upsert_citus_rp =
-UPSERT_CITUS ", recovery_point = NULL, recovery_state = NULL";
+UPSERT_CITUS ", recovery_point = NULL, recovery_state = NULL,"
+"       derive_seed = EXCLUDED.derive_seed";
 
 /* Citus: the owner by name (a text column there: see distribute()) */
 static const char *const sql_select_citus =

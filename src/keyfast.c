@@ -168,7 +168,8 @@ idem_store_probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
  * Insert a row through the executor's simple-relation insert (the way
  * logical replication apply does): constraints, index readiness, every
  * index.  Only on the fast path: no triggers, rules or partitions, and
- * values already of the columns' types.  values/nulls are in $n order.
+ * values already of the columns' types.  values/nulls are in $n order
+ * (keywrite.c's, the seed at SEED_ARG).
  */
 void
 idem_store_insert(Relation rel, Datum *values, const char *nulls)
@@ -193,14 +194,9 @@ idem_store_insert(Relation rel, Datum *values, const char *nulls)
 	}
 	if (idem_store.seed)
 	{
-		/* what the column's DEFAULT draws on the SQL path: version 1, 16 fresh bytes */
-		bytea	   *seed = palloc(VARHDRSZ + 1 + 16);
-
-		SET_VARSIZE(seed, VARHDRSZ + 1 + 16);
-		VARDATA(seed)[0] = 1;
-		idem_unique128((uint8 *) VARDATA(seed) + 1);
-		slot->tts_values[idem_store.attnums[COL_DERIVE_SEED] - 1] = PointerGetDatum(seed);
-		slot->tts_isnull[idem_store.attnums[COL_DERIVE_SEED] - 1] = false;
+		/* the new row's seed, as the SQL path's $13 (keywrite.c) */
+		slot->tts_values[idem_store.attnums[COL_DERIVE_SEED] - 1] = values[SEED_ARG];
+		slot->tts_isnull[idem_store.attnums[COL_DERIVE_SEED] - 1] = nulls[SEED_ARG] == 'n';
 	}
 	ExecStoreVirtualTuple(slot);
 	IDEM_SIMPLE_INSERT(rri, estate, slot);

@@ -275,9 +275,10 @@ idem_keystore_lock(const KeyId *id, StoredKey *out, MemoryContext outcxt)
  * through Citus's route, by the owner's name).  Returns false when no live
  * row is visible: never stored (a single-transaction key before its
  * complete()), rolled back, expired, or another role's.  The seed is
- * copied into the caller's memory context.  A table from before 0.6.0 has
- * no seeds: 0.5.0's derivation (the role's name, any key) serves until
- * the update.
+ * copied into the caller's memory context; *seed is NULL for a row with
+ * none (restored from a dump of 0.5.0), and for every row of a table from
+ * before 0.6.0 (during the update; *created_at is 0 then): recovery.c
+ * derives those as 0.5.0 did.
  */
 static SPIPlanPtr plan_seed = NULL;
 static SPIPlanPtr plan_seed_citus = NULL;
@@ -299,23 +300,10 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
 	StoreErrorArg arg = {id, "reading the derive seed of"};
 
 	idem_store_resolve();
+	*seed = NULL;
+	*created_at = 0;
 	if (!idem_store.seed)
-	{
-		/*
-		 * A 0.5.0 table (the library updated, the extension not yet): derive
-		 * as 0.5.0 did, from the role's name now, which is the version 0
-		 * seed the update will freeze into every row.
-		 */
-		const char *name = GetUserNameFromId(id->owner, false);
-		int			len = strlen(name);
-
-		/* version 0, a frozen created_at of 0 that matches, the name */
-		*seed = palloc0(VARHDRSZ + 9 + len);
-		SET_VARSIZE(*seed, VARHDRSZ + 9 + len);
-		memcpy(VARDATA(*seed) + 9, name, len);
-		*created_at = 0;
-		return true;
-	}
+		return true;			/* a 0.5.0 table: any key, as 0.5.0 did */
 	errcb.callback = idem_store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
@@ -347,9 +335,9 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
 
 			*seed = DatumGetByteaPCopy(d);
 			MemoryContextSwitchTo(old);
-			*created_at = DatumGetTimestampTz(SPI_getbinval(tup, td, 2, &isnull));
-			found = true;
 		}
+		*created_at = DatumGetTimestampTz(SPI_getbinval(tup, td, 2, &isnull));
+		found = true;
 	}
 	SPI_finish();
 	error_context_stack = errcb.previous;

@@ -43,6 +43,17 @@ typedef enum StoreCol
 /* the columns every version has (the row written by INSERT and UPDATE) */
 #define NUM_BASE_COLS COL_RECOVERY_POINT
 
+/*
+ * A write's $13 (values[SEED_ARG]; the recovery point columns are never
+ * written from these arrays): the derive_seed of a row written now, on a
+ * table that has the column (idem_store.seed).  idem_store_write_types is
+ * idem_store_col_types' first twelve and bytea.
+ */
+#define SEED_ARG NUM_BASE_COLS
+#define NUM_SEED_ARGS (NUM_BASE_COLS + 1)
+extern Oid	idem_store_write_types[NUM_SEED_ARGS];
+extern bytea *idem_store_new_seed(void);
+
 /* the key table as idem_store_resolve() found it (keytable.c) */
 typedef struct KeyStore
 {

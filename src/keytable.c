@@ -34,8 +34,10 @@
  * came with 0.5.0, derive_seed with 0.6.0.  A table of an older version
  * (before or during ALTER EXTENSION UPDATE) is served as before (fast path
  * included, with the statements that do not name the new columns);
- * checkpoint() and derive_key() ask for the update (idem_store.recovery,
- * idem_store.seed).
+ * checkpoint() asks for the update (idem_store.recovery), derive_key()
+ * derives as 0.5.0 did (idem_store.seed).  A new row's derive_seed is drawn
+ * here too (idem_store_new_seed()), with the tag of the derive secret it
+ * derives with, read once per backend.
  *
  * Also here what every statement on the table shares: its error context
  * (naming the key and the table), the refusal of a read-only transaction
@@ -89,6 +91,12 @@ Oid			idem_store_col_types[NUM_COLS] = {
 	TEXTOID, JSONBOID, BYTEAOID
 };
 
+Oid			idem_store_write_types[NUM_SEED_ARGS] = {
+	REGROLEOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BOOLOID,
+	INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	BYTEAOID
+};
+
 /* NOT NULL as shipped: the fast path relies on it */
 static const bool col_notnull[NUM_COLS] = {
 	true, true, true, true, false, false, false, true, true, true, true, false,
@@ -108,11 +116,28 @@ static bool table_citus[IDEM_NTABLES];
  * For the key store's files (keystore.h)
  * ---------------------------------------------------------------------
  */
+/*
+ * The tag of the derive secret new seeds carry (idem_store_new_seed()):
+ * the first 8 bytes of the SHA-256 of the oldest row of
+ * idempotency.derive_secret, read once per backend as the extension's
+ * owner.  Any row's tag would do (a seed names its own secret), so rows a
+ * restore adds later need no invalidation; the table's relcache
+ * invalidation (DROP EXTENSION, TRUNCATE) reads it again.
+ */
+#define SEED_TAG_LEN 8
+#define SEED_RANDOM_LEN 16
+static Oid	tag_relid = InvalidOid;	/* InvalidOid: not read yet */
+static bool tag_found;
+static uint8 tag_bytes[SEED_TAG_LEN];
+static SPIPlanPtr plan_tag = NULL;
+
 static void
 keystore_relcache(Oid relid)
 {
 	if (relid == InvalidOid || relid == idem_store.relid)
 		idem_store.relid = InvalidOid;
+	if (relid == InvalidOid || relid == tag_relid)
+		tag_relid = InvalidOid;
 	for (int i = 0; i < IDEM_NTABLES; i++)
 		if (relid == InvalidOid || relid == table_relid[i])
 			table_relid[i] = InvalidOid;
@@ -171,6 +196,16 @@ idem_citus_table(Oid relid)
 	return found;
 }
 
+/* the oid of type idempotency.roleref (InvalidOid before 0.6.0) */
+static Oid
+roleref_type(Oid nsp)
+{
+	return OidIsValid(nsp) ?
+		GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+						CStringGetDatum("roleref"), ObjectIdGetDatum(nsp)) :
+		InvalidOid;
+}
+
 /*
  * On Citus a table's owner column is an idempotency.roleref (see
  * IDEM_OWNER_EQ_CITUS).  A table distributed by hand, without distribute(),
@@ -190,9 +225,7 @@ citus_owner_check(Oid relid, const char *table)
 		return;
 	type = get_atttype(relid, att);
 	nsp = get_namespace_oid("idempotency", true);
-	if (OidIsValid(nsp) &&
-		type == GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-								CStringGetDatum("roleref"), ObjectIdGetDatum(nsp)))
+	if (OidIsValid(nsp) && type == roleref_type(nsp))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -226,6 +259,73 @@ idem_table_distributed(IdemTable t)
 		table_relid[t] = relid;
 	}
 	return table_citus[t];
+}
+
+/*
+ * derive_key()'s seed for a row written now (recovery.c): version 2, the
+ * tag of a derive secret (the one it derives with), 16 fresh bytes; version
+ * 1 (16 fresh bytes, the oldest secret) when the secret table is empty,
+ * and on Citus, where the secret is a reference table that a call carried
+ * to a shard's node may not read (a distributed query from a query on a
+ * shard) and every node shares the coordinator's one secret.
+ */
+bytea *
+idem_store_new_seed(void)
+{
+	bytea	   *seed;
+	uint8	   *p;
+
+	if (idem_store.citus)
+	{
+		seed = palloc(VARHDRSZ + 1 + SEED_RANDOM_LEN);
+		SET_VARSIZE(seed, VARHDRSZ + 1 + SEED_RANDOM_LEN);
+		VARDATA(seed)[0] = 1;
+		idem_unique128((uint8 *) VARDATA(seed) + 1);
+		return seed;
+	}
+	if (!OidIsValid(tag_relid))
+	{
+		Oid			nsp = get_namespace_oid("idempotency", true);
+		Oid			rel = OidIsValid(nsp) ? get_relname_relid("derive_secret", nsp) : InvalidOid;
+
+		idem_relcache_watch();
+		tag_found = false;
+		if (OidIsValid(rel))
+		{
+			SPI_connect();
+			if (idem_run_as_owner(&plan_tag,
+								  "SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8)"
+								  "  FROM idempotency.derive_secret AS s"
+								  " ORDER BY s.created_at, s.secret LIMIT 1",
+								  0, NULL, NULL, NULL, SPI_OK_SELECT) == 1)
+			{
+				bool		isnull;
+				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											  1, &isnull);
+
+				if (!isnull && VARSIZE_ANY_EXHDR(DatumGetByteaPP(d)) == SEED_TAG_LEN)
+				{
+					memcpy(tag_bytes, VARDATA_ANY(DatumGetByteaPP(d)), SEED_TAG_LEN);
+					tag_found = true;
+				}
+			}
+			SPI_finish();
+		}
+		tag_relid = OidIsValid(rel) ? rel : InvalidOid;
+	}
+	seed = palloc(VARHDRSZ + 1 + SEED_TAG_LEN + SEED_RANDOM_LEN);
+	p = (uint8 *) VARDATA(seed);
+	if (tag_found)
+	{
+		*p++ = 2;
+		memcpy(p, tag_bytes, SEED_TAG_LEN);
+		p += SEED_TAG_LEN;
+	}
+	else
+		*p++ = 1;
+	idem_unique128(p);
+	SET_VARSIZE(seed, VARHDRSZ + (p + SEED_RANDOM_LEN - (uint8 *) VARDATA(seed)));
+	return seed;
 }
 
 /* the table t (InvalidOid when absent); after idem_table_distributed(t) */
@@ -287,9 +387,9 @@ idem_store_resolve(void)
 		get_attnum(relid, col_names[COL_RECOVERY_STATE]) > 0;
 	/*
 	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
-	 * UPDATE) is served without it, and derive_key() asks for the update.
-	 * The SQL path never names it (its DEFAULT draws the seed); the fast
-	 * path writes one (idem_unique128).
+	 * UPDATE) is served without it, and derive_key() derives as 0.5.0 did.
+	 * Both paths write a new row's seed (idem_store_new_seed()): the column
+	 * has no DEFAULT, so that the rows a dump of 0.5.0 restores have none.
 	 */
 	idem_store.seed = idem_store.recovery && get_attnum(relid, col_names[COL_DERIVE_SEED]) > 0;
 	want = idem_store.seed ? NUM_COLS : idem_store.recovery ? COL_DERIVE_SEED : NUM_BASE_COLS;
@@ -302,8 +402,14 @@ idem_store_resolve(void)
 		if (att == InvalidAttrNumber || att < 0)
 			idem_store_bad_table(psprintf("It has no column \"%s\".", col_names[i]));
 		a = TupleDescAttr(td, att - 1);
-		/* a domain, a typmod or another type: SQL coerces, we do not */
-		if (a->atttypid != idem_store_col_types[i] || a->atttypmod != -1)
+		/*
+		 * a domain, a typmod or another type: SQL coerces, we do not.  The
+		 * owner is idempotency.roleref since 0.6.0 (regrole before): an oid
+		 * either way
+		 */
+		if ((a->atttypid != idem_store_col_types[i] &&
+			 !(i == COL_OWNER && a->atttypid == roleref_type(nsp))) ||
+			a->atttypmod != -1)
 			fast = false;
 		/* the probe reads these without a null check */
 		if (!a->attnotnull && col_notnull[i])
@@ -427,6 +533,14 @@ idem_keystore_has_recovery(void)
 {
 	idem_store_resolve();
 	return idem_store.recovery;
+}
+
+/* whether the key table has derive_seed (0.6.0; not during the update) */
+bool
+idem_keystore_has_seed(void)
+{
+	idem_store_resolve();
+	return idem_store.seed;
 }
 
 /* from _PG_init: our relcache callback */

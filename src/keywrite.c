@@ -40,15 +40,26 @@
  * ---------------------------------------------------------------------
  */
 static SPIPlanPtr plan_insert = NULL;
+static SPIPlanPtr plan_insert_seed = NULL;
 static SPIPlanPtr plan_update = NULL;
 static SPIPlanPtr plan_update_rp = NULL;
+static SPIPlanPtr plan_update_seed = NULL;
 static SPIPlanPtr plan_checkpoint = NULL;
+static SPIPlanPtr plan_update_freeze = NULL;
+static SPIPlanPtr plan_checkpoint_freeze = NULL;
 
 static const char *const sql_insert =
 "INSERT INTO idempotency.idempotency_key AS k"
 "  (owner, scope, key, status, request_hash, response, retryable, attempts,"
 "   created_at, updated_at, expires_at, locked_until)"
 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/* since 0.6.0: with the new row's derive_seed (no DEFAULT: see keytable.c) */
+static const char *const sql_insert_seed =
+"INSERT INTO idempotency.idempotency_key AS k"
+"  (owner, scope, key, status, request_hash, response, retryable, attempts,"
+"   created_at, updated_at, expires_at, locked_until, derive_seed)"
+" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
 #define UPDATE_BASE \
 "UPDATE idempotency.idempotency_key AS k" \
@@ -59,14 +70,46 @@ static const char *const sql_insert =
 /* a retry or the end of the work: the recovery point stays */
 static const char *const sql_update = UPDATE_BASE KEY_WHERE;
 
+/*
+ * Since 0.6.0 a write in the same life also freezes the seed of a row that
+ * has none (restored from a dump of 0.5.0, which derives from its role's
+ * name now): version 0, the row's created_at, the tag of the secret it
+ * derives with (the oldest restored from 0.5.0) and the role's name, as the
+ * update freezes the rows it finds, so that a rename from then on changes
+ * nothing.  Evaluated only for such a row (COALESCE).
+ */
+#define FREEZE_SEED \
+", derive_seed = COALESCE(k.derive_seed," \
+"    pg_catalog.decode('00', 'hex')" \
+"    OPERATOR(pg_catalog.||) pg_catalog.timestamptz_send(k.created_at)" \
+"    OPERATOR(pg_catalog.||) (SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8)" \
+"                               FROM idempotency.derive_secret AS s WHERE s.restored_050" \
+"                              ORDER BY s.created_at, s.secret LIMIT 1)" \
+"    OPERATOR(pg_catalog.||) pg_catalog.convert_to(" \
+"        (SELECT r.rolname::pg_catalog.text FROM pg_catalog.pg_roles AS r" \
+"          WHERE r.oid OPERATOR(pg_catalog.=) k.owner::pg_catalog.oid)," \
+"        pg_catalog.getdatabaseencoding()))"
+static const char *const sql_update_freeze = UPDATE_BASE FREEZE_SEED KEY_WHERE;
+
 /* new work over an expired row: its recovery point goes too */
 static const char *const sql_update_rp =
 UPDATE_BASE ", recovery_point = NULL, recovery_state = NULL" KEY_WHERE;
+
+/*
+ * since 0.6.0, new work over an expired row: a new seed too (a row restored
+ * from a dump of 0.5.0 has none, and 0.5.0's derivation would give the new
+ * life the old life's downstream keys)
+ */
+static const char *const sql_update_seed =
+UPDATE_BASE ", recovery_point = NULL, recovery_state = NULL, derive_seed = $13" KEY_WHERE;
 
 /* checkpoint(): the recovery point of a held lease */
 static const char *const sql_checkpoint =
 "UPDATE idempotency.idempotency_key AS k"
 "   SET recovery_point = $4, recovery_state = $5, updated_at = $6" KEY_WHERE;
+static const char *const sql_checkpoint_freeze =
+"UPDATE idempotency.idempotency_key AS k"
+"   SET recovery_point = $4, recovery_state = $5, updated_at = $6" FREEZE_SEED KEY_WHERE;
 
 /* ---------------------------------------------------------------------
  * Interface
@@ -105,6 +148,15 @@ row_values(const HeldKey *h, const char *status, Jsonb *response,
 	values[COL_LOCKED_UNTIL] = TimestampTzGetDatum(h->locked_until);
 	if (h->locked_until == 0)
 		nulls[COL_LOCKED_UNTIL] = 'n';
+	/*
+	 * $13: the seed of a new row or a new life, where the table has one (an
+	 * UPDATE that finds no row falls back to the INSERT)
+	 */
+	idem_store_resolve();
+	if (idem_store.seed)
+		values[SEED_ARG] = PointerGetDatum(idem_store_new_seed());
+	else
+		nulls[SEED_ARG] = 'n';
 }
 
 /*
@@ -139,19 +191,25 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 		SPI_connect();
 		connected = true;
 		done = idem_store_citus_run(sp, h->reset_point && idem_store.recovery ?
-									SS_UPSERT_RP : SS_UPSERT, NUM_BASE_COLS,
-									idem_store_col_types, values, nulls,
+									SS_UPSERT_RP : SS_UPSERT, NUM_SEED_ARGS,
+									idem_store_write_types, values, nulls,
 									SPI_OK_INSERT) > 0;
 	}
 	else if (h->row_exists)
 	{
 		SPI_connect();
 		connected = true;
-		if (h->reset_point && idem_store.recovery)
+		if (h->reset_point && idem_store.seed)
+			done = idem_run_as_owner(&plan_update_seed, sql_update_seed, NUM_SEED_ARGS,
+									 idem_store_write_types, values, nulls, SPI_OK_UPDATE) > 0;
+		else if (h->reset_point && idem_store.recovery)
 			done = idem_run_as_owner(&plan_update_rp, sql_update_rp, NUM_BASE_COLS,
 									 idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0;
 		else
-			done = idem_run_as_owner(&plan_update, sql_update, NUM_BASE_COLS,
+			done = idem_store.seed ?
+				idem_run_as_owner(&plan_update_freeze, sql_update_freeze, NUM_BASE_COLS,
+								  idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0 :
+				idem_run_as_owner(&plan_update, sql_update, NUM_BASE_COLS,
 									 idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0;
 	}
 	if (!done)
@@ -173,9 +231,12 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 			if (!connected)
 				SPI_connect();
 			connected = true;
-			if (idem_run_as_owner(&plan_insert, sql_insert, NUM_BASE_COLS,
-								  idem_store_col_types, values, nulls,
-								  SPI_OK_INSERT) != 1)
+			if ((idem_store.seed ?
+				 idem_run_as_owner(&plan_insert_seed, sql_insert_seed, NUM_SEED_ARGS,
+								   idem_store_write_types, values, nulls, SPI_OK_INSERT) :
+				 idem_run_as_owner(&plan_insert, sql_insert, NUM_BASE_COLS,
+								   idem_store_col_types, values, nulls,
+								   SPI_OK_INSERT)) != 1)
 				ereport(ERROR,
 						(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
 						 errmsg("%s was not stored in table idempotency.idempotency_key",
@@ -238,7 +299,10 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 								 SPI_OK_UPDATE);
 	}
 	else
-		n = idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes,
+		n = idem_store.seed ?
+			idem_run_as_owner(&plan_checkpoint_freeze, sql_checkpoint_freeze, 6, argtypes,
+							  values, nulls, SPI_OK_UPDATE) :
+			idem_run_as_owner(&plan_checkpoint, sql_checkpoint, 6, argtypes,
 							  values, nulls, SPI_OK_UPDATE);
 	SPI_finish();
 	error_context_stack = errcb.previous;
@@ -274,8 +338,8 @@ idem_keystore_claim(const HeldKey *h)
 	idem_store_resolve();
 	sp = idem_store_shard(&h->id);
 	SPI_connect();
-	inserted = idem_store_citus_run(sp, SS_CLAIM, NUM_BASE_COLS,
-									idem_store_col_types, values, nulls,
+	inserted = idem_store_citus_run(sp, SS_CLAIM, NUM_SEED_ARGS,
+									idem_store_write_types, values, nulls,
 									SPI_OK_INSERT) > 0;
 	SPI_finish();
 	error_context_stack = errcb.previous;

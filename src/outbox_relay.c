@@ -19,6 +19,13 @@
  * it claims are written into the rows (0.5.0's way).  See outbox.c.  With
  * them the window is an index scan in C (outbox_window.c), which also
  * enters each locked row in shared memory for the claims beyond it.
+ * Between a new library and ALTER EXTENSION UPDATE the database has the
+ * previous release's SQL objects, without the functions through which
+ * these statements read claims in shared memory (_outbox_claimed,
+ * _outbox_attempt): there claims stay in the rows, as the release whose
+ * objects they are kept them (claims_shared()), and the statements used
+ * then name no function of the extension.  A claim written into its row
+ * is honoured after the update too.
  *
  * Locking: concurrent claims skip each other's locked rows (FOR UPDATE
  * SKIP LOCKED) and re-check state and available_at on the row they lock;
@@ -29,6 +36,8 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/spi.h"
@@ -37,6 +46,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -56,6 +66,28 @@ static SPIPlanPtr plan_nack = NULL;
 static SPIPlanPtr plan_release = NULL;
 static SPIPlanPtr plan_redrive = NULL;
 static SPIPlanPtr plan_redrive_pick = NULL;
+
+/*
+ * Claims in shared memory for this database: the library preloaded, and the
+ * extension's SQL objects of 0.6.0 or later, which read them
+ * (idempotency._outbox_attempt(int8, uuid)).  Looked up at each call (a
+ * syscache probe): the update's commit changes the answer for every session.
+ */
+static bool
+claims_shared(void)
+{
+	Oid			nsp;
+	Oid			args[2] = {INT8OID, UUIDOID};
+
+	if (!idem_outbox_claims_on())
+		return false;
+	nsp = get_namespace_oid("idempotency", true);
+	return OidIsValid(nsp) &&
+		OidIsValid(GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+								   CStringGetDatum("_outbox_attempt"),
+								   PointerGetDatum(buildoidvector(args, 2)),
+								   ObjectIdGetDatum(nsp)));
+}
 
 /*
  * the caller may consume the message's topic: the condition ack etc. share
@@ -112,13 +144,13 @@ static SPIPlanPtr plan_redrive_pick = NULL;
  * key's backlog (each one blocked behind the key's head) whenever fewer
  * than batch_size messages are claimable.
  */
-#define CLAIM_WINDOW \
+#define CLAIM_WINDOW(UNCLAIMED) \
 	"cand AS (" \
 	" SELECT w.id FROM (SELECT w0.id, w0.message_key FROM idempotency.outbox_message AS w0" \
 	"                    WHERE w0.topic_id OPERATOR(pg_catalog.=) $1" \
 	"                      AND w0.state OPERATOR(pg_catalog.=) 'pending'" \
 	"                      AND w0.available_at OPERATOR(pg_catalog.<=) $5" \
-	"                      AND NOT idempotency._outbox_claimed(w0.id)" \
+	UNCLAIMED("w0") \
 	"                    ORDER BY w0.available_at, w0.id LIMIT $8) AS w" \
 	"  WHERE w.message_key IS NULL OR NOT EXISTS (" \
 	"        SELECT 1 FROM idempotency.outbox_message AS p" \
@@ -134,7 +166,7 @@ static SPIPlanPtr plan_redrive_pick = NULL;
  * messages), and the ready unkeyed messages from their own index.  So a
  * key's backlog never holds up other keys' messages.
  */
-#define CLAIM_BEYOND \
+#define CLAIM_BEYOND(UNCLAIMED) \
 	"k(key) AS (" \
 	" (SELECT s.message_key FROM idempotency.outbox_message AS s" \
 	"   WHERE s.topic_id OPERATOR(pg_catalog.=) $1 AND s.state OPERATOR(pg_catalog.=) 'pending'" \
@@ -156,7 +188,7 @@ static SPIPlanPtr plan_redrive_pick = NULL;
 	" (SELECT u.id FROM idempotency.outbox_message AS u" \
 	"   WHERE u.topic_id OPERATOR(pg_catalog.=) $1 AND u.state OPERATOR(pg_catalog.=) 'pending'" \
 	"     AND u.message_key IS NULL AND u.available_at OPERATOR(pg_catalog.<=) $5" \
-	"     AND NOT idempotency._outbox_claimed(u.id)" \
+	UNCLAIMED("u") \
 	"   ORDER BY u.available_at, u.id LIMIT $2))"
 
 /*
@@ -209,20 +241,38 @@ static SPIPlanPtr plan_redrive_pick = NULL;
 	"        c.attempts, c.published_at, $3, $4, c.durable" \
 	"   FROM c ORDER BY c.id"
 
+/*
+ * Not held by a live claim in shared memory (with them), or nothing (without
+ * them: the rows carry every claim, which their available_at keeps out)
+ */
+#define UNCLAIMED_SHARED(A) "     AND NOT idempotency._outbox_claimed(" A ".id)"
+#define UNCLAIMED_ROWS(A) ""
+
 static const char *const claim_window_sql =
-"WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_REST;
+"WITH RECURSIVE " CLAIM_WINDOW(UNCLAIMED_ROWS) CLAIM_SQL_REST;
 static const char *const claim_beyond_sql =
-"WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_REST;
+"WITH RECURSIVE " CLAIM_BEYOND(UNCLAIMED_ROWS) CLAIM_SQL_REST;
 static const char *const claim_window_lock_sql =
-"WITH RECURSIVE " CLAIM_WINDOW CLAIM_SQL_LOCK;
+"WITH RECURSIVE " CLAIM_WINDOW(UNCLAIMED_SHARED) CLAIM_SQL_LOCK;
 static const char *const claim_beyond_lock_sql =
-"WITH RECURSIVE " CLAIM_BEYOND CLAIM_SQL_LOCK_SORTED;
+"WITH RECURSIVE " CLAIM_BEYOND(UNCLAIMED_SHARED) CLAIM_SQL_LOCK_SORTED;
+
+/* was the window full?  (then messages beyond it may be claimable) */
+#define WINDOW_FULL(UNCLAIMED) \
+	"SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>=) $3 FROM (" \
+	" SELECT 1 FROM idempotency.outbox_message AS w0" \
+	"  WHERE w0.topic_id OPERATOR(pg_catalog.=) $1" \
+	"    AND w0.state OPERATOR(pg_catalog.=) 'pending'" \
+	"    AND w0.available_at OPERATOR(pg_catalog.<=) $2" \
+	UNCLAIMED("w0") \
+	"  LIMIT $3) AS w"
 
 static SPIPlanPtr plan_claim_lock = NULL;
 static SPIPlanPtr plan_claim_beyond_lock = NULL;
 
 static SPIPlanPtr plan_claim_beyond = NULL;
 static SPIPlanPtr plan_window_full = NULL;
+static SPIPlanPtr plan_window_full_rows = NULL;
 
 /*
  * Run a claim statement for up to remaining messages: the claimed ones go
@@ -312,7 +362,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	values[5] = Int32GetDatum(t.max_attempts);
 	values[6] = CStringGetTextDatum(topic);
 	values[7] = Int32GetDatum(window);
-	shared = idem_outbox_claims_on();
+	shared = claims_shared();
 	n = -1;
 	if (shared)
 		n = idem_outbox_claim_scan(values, batch, rsinfo, &full);	/* outbox_window.c */
@@ -330,19 +380,15 @@ idempotency_claim(PG_FUNCTION_ARGS)
 		Datum		wvalues[3];
 		bool		isnull;
 
-		/* was the window full?  (then messages beyond it may be claimable) */
 		wvalues[0] = values[0];
 		wvalues[1] = values[4];
 		wvalues[2] = values[7];
-		idem_run_as_owner(&plan_window_full,
-						  "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>=) $3 FROM ("
-						  " SELECT 1 FROM idempotency.outbox_message AS w0"
-						  "  WHERE w0.topic_id OPERATOR(pg_catalog.=) $1"
-						  "    AND w0.state OPERATOR(pg_catalog.=) 'pending'"
-						  "    AND w0.available_at OPERATOR(pg_catalog.<=) $2"
-						  "    AND NOT idempotency._outbox_claimed(w0.id)"
-						  "  LIMIT $3) AS w",
-						  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
+		if (shared)
+			idem_run_as_owner(&plan_window_full, WINDOW_FULL(UNCLAIMED_SHARED),
+							  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
+		else
+			idem_run_as_owner(&plan_window_full_rows, WINDOW_FULL(UNCLAIMED_ROWS),
+							  3, wtypes, wvalues, NULL, SPI_OK_SELECT);
 		full = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	if (n < batch && full && shared)
@@ -483,7 +529,7 @@ PG_FUNCTION_INFO_V1(idempotency_ack);
 Datum
 idempotency_ack(PG_FUNCTION_ARGS)
 {
-	if (idem_outbox_claims_on())
+	if (claims_shared())
 		PG_RETURN_INT32(claimed_update(&plan_ack_delete,
 									   "DELETE FROM idempotency.outbox_message AS m"
 									   " USING idempotency.outbox_topic AS t"
@@ -551,7 +597,7 @@ idempotency_nack(PG_FUNCTION_ARGS)
 	nulls[0] = PG_ARGISNULL(2) ? 'n' : ' ';
 	extra[1] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[1] = PG_ARGISNULL(3) ? 'n' : ' ';
-	if (idem_outbox_claims_on())
+	if (claims_shared())
 		PG_RETURN_INT32(claimed_update(&plan_nack_shared,
 									   NACK_SQL(CLAIM_ATTEMPT, HELD_BY_CLAIM),
 									   SPI_OK_UPDATE_RETURNING,
@@ -585,7 +631,7 @@ idempotency_release(PG_FUNCTION_ARGS)
 								   SPI_OK_UPDATE_RETURNING,
 								   fcinfo, 0, NULL, NULL, NULL, ENDS_NOTHING, true);
 
-	if (idem_outbox_claims_on())
+	if (claims_shared())
 		n += claimed_update(&plan_release_shared,
 							"SELECT m.id, t.id, t.name, t.notify, m.attempts, false"
 							"  FROM idempotency.outbox_message AS m, idempotency.outbox_topic AS t"

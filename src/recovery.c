@@ -27,33 +27,43 @@
  * derive_key(key, step, scope) = "idk_" + base32 (lowercase, no padding)
  * of the first 128 bits of HMAC-SHA256(secret, seed, created_at, scope,
  * key, step), each field length-prefixed so no two inputs collide.  The
- * seed is the key row's derive_seed: version byte 1 and 16 fresh bytes
- * (keyid.c: idem_unique128 on the fast path, the column's DEFAULT on the
- * SQL path) drawn when the row is first written, kept by every update of
- * the row, dumped and restored with it; created_at is the start of the
- * key's life (new work over an expired row starts a new one, and so gets
- * a new derived key).  So a derived key belongs to the key's row, not to
- * anything the role's name or the database's copied state decides (SPEC
- * section 12): ALTER ROLE ... RENAME changes nothing, a new role of an old
- * name has no row to derive from, and a template clone or a restored dump
- * that shares the secret still draws other seeds for its own keys.  The
- * key must have a live row the caller can see: a lease-mode key (its row
- * commits at begin()), or a key this transaction stored; a
- * single-transaction key before its complete() has none (IK004).
+ * seed is the key row's derive_seed: version byte 2, the tag of the derive
+ * secret it derives with (the first 8 bytes of the secret's SHA-256) and 16
+ * fresh bytes (keytable.c: idem_store_new_seed, on the fast and the SQL
+ * path) drawn when the row is first written or starts a new life, kept by
+ * every other update of the row, dumped and restored with it; created_at
+ * is the start of the key's life (new work over an expired row starts a
+ * new one, and so gets a new derived key).  So a derived key belongs to
+ * the key's row, not to anything the role's name or the database's copied
+ * state decides (SPEC section 12): ALTER ROLE ... RENAME changes nothing, a
+ * new role of an old name has no row to derive from, a template clone or a
+ * restored dump that shares the secret still draws other seeds for its own
+ * keys, and a restore into a database that has the extension (whose own
+ * secret is another row of idempotency.derive_secret, perhaps the older)
+ * leaves each key with the secret it came with.  The key must have a live
+ * row the caller can see: a lease-mode key (its row commits at begin()), or
+ * a key this transaction stored; a single-transaction key before its
+ * complete() has none (IK004).
  *
  * Rows stored before 0.6.0 carry a version 0 seed that the update froze:
- * the row's created_at and the role's name at the time of the update.
- * While the row is in that life (the same created_at) its derived key is
- * the one 0.5.0 gave (HMAC of the name, scope, key and step), so a request
- * in flight across the update sends the same key downstream, even after a
- * rename; new work over it after it expired derives as version 1 does, from
- * the seed's bytes and the new created_at.
+ * the row's created_at, the tag of 0.5.0's secret (its oldest row) and the
+ * role's name at the time of the update.  While the row is in that life
+ * (the same created_at) its derived key is the one 0.5.0 gave (HMAC of the
+ * name, scope, key and step), so a request in flight across the update
+ * sends the same key downstream, even after a rename.  A row restored from
+ * a dump of 0.5.0 has no seed at all (that dump's COPY does not name the
+ * column, which has no DEFAULT): it derives as 0.5.0 did, from the role's
+ * name now, with the secret restored from the same dump (the oldest row
+ * with restored_050, which a 0.5.0 dump's rows take by DEFAULT), until its
+ * next write in the same life freezes a version 0 seed (keywrite.c).  A version
+ * 1 seed (16 bytes, no tag) derives with the oldest secret.
  *
- * The secret is the oldest row of idempotency.derive_secret, readable by
- * the extension's owner only, so no other role can compute or guess
- * another role's derived keys.  It is not idempotency.lock_secret: that
- * one may be changed while no keys are in flight, but a changed derive
- * secret would change the downstream key of a request still to be retried.
+ * The secrets are readable by the extension's owner only, so no other
+ * role can compute or guess another role's derived keys (the tag, which
+ * the key's owner can read in its row, is a hash of the secret).  They are
+ * not idempotency.lock_secret: that one may be changed while no keys are
+ * in flight, but a changed derive secret would change the downstream key
+ * of a request still to be retried.
  *
  * Locking: checkpoint() takes the key lock (guard.c) and writes the row
  * as the extension's owner in the caller's transaction (keywrite.c); on
@@ -140,14 +150,33 @@ require_recovery(const char *what)
 				 errhint("Update the extension: ALTER EXTENSION idempotency UPDATE.")));
 }
 
-/* the oldest row of idempotency.derive_secret, read as the owner */
+/* which row of idempotency.derive_secret a key derives with */
+typedef enum DeriveSecret
+{
+	SECRET_OLDEST,				/* the oldest: 0.5.0's rule (a 0.5.0 table, a
+								 * version 1 seed) */
+	SECRET_RESTORED_050,		/* the oldest restored from a dump of 0.5.0 (a
+								 * row without a seed) */
+	SECRET_TAGGED				/* the one whose tag the seed carries */
+} DeriveSecret;
+
+/*
+ * Read the secret a key derives with (see DeriveSecret), as the owner.
+ * tag: SEED_TAG_LEN bytes, for SECRET_TAGGED.
+ */
+#define SEED_TAG_LEN 8
+static SPIPlanPtr plan_secret_050 = NULL;
+static SPIPlanPtr plan_secret_tag = NULL;
+
 static void
-load_derive_secret(uint8 *secret)
+load_derive_secret(uint8 *secret, DeriveSecret which, const uint8 *tag,
+				   const KeyId *id)
 {
 	Oid			nsp = get_namespace_oid("idempotency", true);
 	bool		isnull;
 	Datum		d;
 	bytea	   *b;
+	uint64		n;
 
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("derive_secret", nsp)))
 		require_recovery("idempotency.derive_key()");	/* before the update */
@@ -157,15 +186,57 @@ load_derive_secret(uint8 *secret)
 				 errmsg("table idempotency.derive_secret does not exist"),
 				 errhint("Update the extension: ALTER EXTENSION idempotency UPDATE.")));
 	SPI_connect();
-	if (idem_run_as_owner(&plan_secret,
-						  "SELECT s.secret FROM idempotency.derive_secret AS s"
-						  " ORDER BY s.created_at, s.secret LIMIT 1",
-						  0, NULL, NULL, NULL, SPI_OK_SELECT) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table idempotency.derive_secret is empty"),
-				 errdetail("derive_key() needs the secret the extension's install script creates."),
-				 errhint("Restore the row from a dump of this database; a new secret changes every derived key (see the README, \"derive_key()\").")));
+	if (which == SECRET_TAGGED)
+	{
+		Oid			argtypes[1] = {BYTEAOID};
+		Datum		values[1];
+		bytea	   *t = palloc(VARHDRSZ + SEED_TAG_LEN);
+
+		SET_VARSIZE(t, VARHDRSZ + SEED_TAG_LEN);
+		memcpy(VARDATA(t), tag, SEED_TAG_LEN);
+		values[0] = PointerGetDatum(t);
+		n = idem_run_as_owner(&plan_secret_tag,
+							  "SELECT s.secret FROM idempotency.derive_secret AS s"
+							  " WHERE pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8)"
+							  "       OPERATOR(pg_catalog.=) $1"
+							  " ORDER BY s.created_at, s.secret LIMIT 1",
+							  1, argtypes, values, NULL, SPI_OK_SELECT);
+		if (n != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the derive secret of %s is not in table idempotency.derive_secret",
+							idem_describe_key(id)),
+					 errdetail("The key's derive_seed names the secret it derives with; no row of the table is that secret."),
+					 errhint("Restore the row from a dump of the database the key came from; another secret would change its derived keys (see the README, \"derive_key()\").")));
+	}
+	else if (which == SECRET_RESTORED_050)
+	{
+		n = idem_run_as_owner(&plan_secret_050,
+							  "SELECT s.secret FROM idempotency.derive_secret AS s"
+							  " WHERE s.restored_050"
+							  " ORDER BY s.created_at, s.secret LIMIT 1",
+							  0, NULL, NULL, NULL, SPI_OK_SELECT);
+		if (n != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.derive_secret has no secret restored from 0.5.0"),
+					 errdetail("%s was restored from a dump of 0.5.0 (it has no derive_seed); it derives with the secret restored from that dump.",
+							   idem_describe_key(id)),
+					 errhint("Restore the dump's rows of idempotency.derive_secret too; another secret would change its derived keys (see the README, \"derive_key()\").")));
+	}
+	else
+	{
+		n = idem_run_as_owner(&plan_secret,
+							  "SELECT s.secret FROM idempotency.derive_secret AS s"
+							  " ORDER BY s.created_at, s.secret LIMIT 1",
+							  0, NULL, NULL, NULL, SPI_OK_SELECT);
+		if (n != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table idempotency.derive_secret is empty"),
+					 errdetail("derive_key() needs the secret the extension's install script creates."),
+					 errhint("Restore the row from a dump of this database; a new secret changes every derived key (see the README, \"derive_key()\").")));
+	}
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	b = isnull ? NULL : DatumGetByteaPP(d);
 	if (b == NULL || VARSIZE_ANY_EXHDR(b) != DERIVE_SECRET_LEN)
@@ -272,16 +343,12 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 	uint32		acc = 0;
 	int			bits = 0;
 
-	load_derive_secret(secret);
 	if (!idem_keystore_seed(&id, &seed, &created_at))
-	{
-		explicit_bzero(secret, sizeof(secret));
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
 				 errmsg("%s has no stored row to derive from", idem_describe_key(&id)),
 				 errdetail("derive_key() derives from the key's own row: a key begun with a lease has one from begin(); a single-transaction key has none before complete() or fail(), and an expired or unknown key none at all."),
 				 errhint("Begin the key with lease => an interval before calling another system with a derived key.")));
-	}
 	if (created_at == GetCurrentTransactionStartTimestamp())
 	{
 		/*
@@ -290,21 +357,44 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 		 * transaction rolls back, the retry draws another seed and derives
 		 * another key, and the other system would see two.
 		 */
-		explicit_bzero(secret, sizeof(secret));
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
 				 errmsg("%s was begun in this transaction", idem_describe_key(&id)),
 				 errdetail("derive_key() derives from the key's committed row: if this transaction rolled back, a retry would begin the key anew and derive another key."),
 				 errhint("Commit the begin() first: begin the key with lease => an interval in its own transaction, then derive.")));
 	}
-	seed_data = VARDATA_ANY(seed);
-	seed_len = VARSIZE_ANY_EXHDR(seed);
-	if (seed_len < 1 || (seed_data[0] != 0 && seed_data[0] != 1) ||
-		(seed_data[0] == 0 && seed_len < 9))
+	if (seed != NULL)
+	{
+		seed_data = VARDATA_ANY(seed);
+		seed_len = VARSIZE_ANY_EXHDR(seed);
+	}
+	else
+	{
+		seed_data = NULL;
+		seed_len = 0;
+	}
+	/*
+	 * version 0: created_at (8), the secret's tag (8), the role's name;
+	 * version 1: 16 bytes; version 2: the secret's tag (8), 16 bytes
+	 */
+	if (seed != NULL &&
+		(seed_len < 1 || seed_data[0] > 2 ||
+		 (seed_data[0] == 0 && seed_len < 1 + 8 + SEED_TAG_LEN) ||
+		 (seed_data[0] == 2 && seed_len < 1 + SEED_TAG_LEN)))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("%s has a derive seed of unknown version", idem_describe_key(&id)),
-				 errdetail("derive_seed must start with byte 0 or 1; it has %d bytes.", seed_len)));
+				 errdetail("derive_seed must start with byte 0, 1 or 2; it has %d bytes.", seed_len)));
+
+	if (seed == NULL)
+		load_derive_secret(secret, idem_keystore_has_seed() ? SECRET_RESTORED_050 : SECRET_OLDEST,
+						   NULL, &id);
+	else if (seed_data[0] == 0)
+		load_derive_secret(secret, SECRET_TAGGED, (const uint8 *) seed_data + 9, &id);
+	else if (seed_data[0] == 2)
+		load_derive_secret(secret, SECRET_TAGGED, (const uint8 *) seed_data + 1, &id);
+	else
+		load_derive_secret(secret, SECRET_OLDEST, NULL, &id);
 
 	ctx = pg_hmac_create(PG_SHA256);
 	if (ctx == NULL)
@@ -313,14 +403,25 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 				 errmsg("out of memory")));
 	if (pg_hmac_init(ctx, secret, DERIVE_SECRET_LEN) < 0)
 		elog(ERROR, "could not compute HMAC-SHA256: %s", pg_hmac_error(ctx));
-	if (seed_data[0] == 0 && be_int64((const uint8 *) seed_data + 1) == (uint64) created_at)
+	if (seed == NULL)
+	{
+		/*
+		 * a row stored by 0.5.0 without a seed (restored from its dump), or
+		 * any key of a 0.5.0 table: 0.5.0's key, from the role's name now
+		 */
+		const char *name = GetUserNameFromId(id.owner, false);
+
+		mac_field(ctx, "idempotency.derive_key v1", strlen("idempotency.derive_key v1"));
+		mac_field(ctx, name, strlen(name));
+	}
+	else if (seed_data[0] == 0 && be_int64((const uint8 *) seed_data + 1) == (uint64) created_at)
 	{
 		/*
 		 * a row stored before 0.6.0, still in the life it had then: 0.5.0's
 		 * key, from the role's name the update froze
 		 */
 		mac_field(ctx, "idempotency.derive_key v1", strlen("idempotency.derive_key v1"));
-		mac_field(ctx, seed_data + 9, seed_len - 9);
+		mac_field(ctx, seed_data + 9 + SEED_TAG_LEN, seed_len - 9 - SEED_TAG_LEN);
 	}
 	else
 	{

@@ -1,6 +1,6 @@
 -- pgTAP: the installed objects, their signatures, attributes and privileges.
 BEGIN;
-SELECT plan(139);
+SELECT plan(141);
 
 -- schema and extension
 SELECT has_schema('idempotency');
@@ -23,8 +23,10 @@ SELECT is((SELECT typsend::oid = 0 AND typreceive::oid = 0 FROM pg_type
 SELECT is((SELECT castmethod::text || castcontext::text FROM pg_cast
             WHERE castsource = 'idempotency.roleref'::regtype AND casttarget = 'oid'::regtype),
           'bi', 'roleref casts to oid implicitly, without a function');
-SELECT col_not_null('idempotency', 'idempotency_key', 'derive_seed', 'derive_seed is NOT NULL');
-SELECT col_type_is('idempotency', 'idempotency_key', 'owner', 'regrole', 'owner is regrole');
+SELECT col_is_null('idempotency', 'idempotency_key', 'derive_seed', 'derive_seed may be NULL (a row restored from a dump of 0.5.0)');
+SELECT col_hasnt_default('idempotency', 'idempotency_key', 'derive_seed', 'derive_seed has no DEFAULT (the library draws it; a restored 0.5.0 row stays without)');
+SELECT col_default_is('idempotency', 'derive_secret', 'restored_050', 'true', 'derive_secret.restored_050 defaults to true (the rows a dump of 0.5.0 restores)');
+SELECT col_type_is('idempotency', 'idempotency_key', 'owner', 'idempotency.roleref', 'owner is idempotency.roleref (by name in every copy: logical replication, dumps)');
 SELECT col_type_is('idempotency', 'idempotency_key', 'scope', 'text', 'scope is text');
 SELECT col_type_is('idempotency', 'idempotency_key', 'key', 'text', 'key is text');
 SELECT col_type_is('idempotency', 'idempotency_key', 'status', 'text', 'status is text');

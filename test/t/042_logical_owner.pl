@@ -1,17 +1,14 @@
 # Logical replication of the key table to another cluster (a blue/green
-# switch, a major upgrade by replication; issue 25, attack-id).  Roles have
-# other oids on the subscriber.  On a single server the owner column is a
-# regrole, which has binary send/receive functions: a subscription with
-# binary = true carries each row's owner as the publisher's oid, and the
-# subscriber reads it as whatever role has that oid there, which then
-# replays another role's stored answers (and could complete or fail its
-# keys in progress).  A role dropped on the publisher leaves its rows,
-# which travel as its bare oid even as text.  Each key must stay with its
-# role, as a dump and restore keeps it (002_dump.pl): the row of a role
-# that does not exist on the subscriber belongs to nobody there.
-#
-# Fails on 0.6.0 as of this commit; a roleref owner column (no binary I/O,
-# as on Citus) would carry the name.
+# switch, a major upgrade by replication).  Roles have other oids on the
+# subscriber.  The owner column is an idempotency.roleref, which has no
+# binary send/receive functions: a subscription with binary = true carries
+# it by name (a regrole went as the publisher's oid, which the subscriber
+# read as whatever role had that oid there, which then replayed another
+# role's stored answers).  A role dropped on the publisher leaves its rows,
+# which travel as "-", nobody (a regrole went as its bare oid even as
+# text).  Each key stays with its role, as a dump and restore keeps it
+# (002_dump.pl): the row of a role that does not exist on the subscriber
+# belongs to nobody there.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -92,9 +89,31 @@ is($sub->safe_psql('postgres', q{SELECT oid FROM pg_roles WHERE rolname = 'bysta
 	'an unrelated role, bystander, has the publisher\'s oid of payer there');
 
 (my $connstr = $pub->connstr('postgres')) =~ s/'/''/g;
-$sub->safe_psql('postgres', qq{CREATE SUBSCRIPTION keys CONNECTION '$connstr' PUBLICATION keys WITH (binary = true)});
-$sub->poll_query_until('postgres', q{SELECT count(*) = 2 FROM idempotency.idempotency_key WHERE key IN ('paid-1', 'gone-1')})
-  or die 'the initial copy did not arrive';
+if ($sub->pg_version >= 16)
+{
+	# PostgreSQL 16 and later copy the initial rows in binary too, which
+	# a roleref refuses: the copy fails, clearly, and nothing arrives;
+	# the initial copy goes as text, the streamed changes in binary
+	my $log = -s $sub->logfile;
+	$sub->safe_psql('postgres', qq{CREATE SUBSCRIPTION refused CONNECTION '$connstr' PUBLICATION keys
+		WITH (binary = true, slot_name = refused)});
+	$sub->wait_for_log(qr/no binary output function available for type idempotency\.roleref/, $log);
+	is($sub->safe_psql('postgres', q{SELECT count(*) FROM idempotency.idempotency_key}), '0',
+		'16 and later: a binary initial copy is refused, nothing copied');
+	$sub->safe_psql('postgres', q{ALTER SUBSCRIPTION refused DISABLE;
+		ALTER SUBSCRIPTION refused SET (slot_name = NONE); DROP SUBSCRIPTION refused});
+	$pub->safe_psql('postgres', q{SELECT pg_drop_replication_slot('refused')});
+	$sub->safe_psql('postgres', qq{CREATE SUBSCRIPTION keys CONNECTION '$connstr' PUBLICATION keys WITH (binary = false)});
+	$sub->poll_query_until('postgres', q{SELECT count(*) = 2 FROM idempotency.idempotency_key WHERE key IN ('paid-1', 'gone-1')})
+	  or die 'the initial copy did not arrive';
+	$sub->safe_psql('postgres', q{ALTER SUBSCRIPTION keys SET (binary = true)});
+}
+else
+{
+	$sub->safe_psql('postgres', qq{CREATE SUBSCRIPTION keys CONNECTION '$connstr' PUBLICATION keys WITH (binary = true)});
+	$sub->poll_query_until('postgres', q{SELECT count(*) = 2 FROM idempotency.idempotency_key WHERE key IN ('paid-1', 'gone-1')})
+	  or die 'the initial copy did not arrive';
+}
 
 # a key completed after the initial copy: streamed (binary = true sends a
 # regrole as its oid)
