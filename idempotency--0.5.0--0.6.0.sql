@@ -2,10 +2,9 @@
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.6.0'" to load this file. \quit
 
--- Each concern of the second review (issue 25) keeps its own section below,
--- so that work on one does not touch the lines of another.
+-- One section per concern below.
 
--- == outbox (issue 25, findings 1-3, 7, 8) ==
+-- == outbox ==
 -- Finding 1: the message policy's subquery compared g.topic_id with itself
 -- (a bare topic_id binds to the nearest FROM, g), so a consumer of any
 -- topic read every topic's messages.  Every column qualified now.
@@ -22,11 +21,11 @@ COMMENT ON FUNCTION idempotency.redrive(pg_catalog.text, pg_catalog.int8[]) IS
 'Send dead messages of a topic again (all of them, or those ids) with their attempts reset, each behind the other messages of its key (a new id, the same message_id); returns how many';
 
 
--- == purge (issue 25, findings 6, 9) ==
+-- == purge ==
 -- No SQL change: the purge's statements are in src/lifecycle.c, the launcher's
 -- bound per database in src/worker.c (setting idempotency.purge_timeout).
 
--- == identity (issue 25, findings 4, 5) ==
+-- == identity ==
 -- derive_key() derives from a per-key seed (see the install script).  Keys
 -- stored before the update keep the key 0.5.0 derived for them: their seed
 -- is version 0, the row's created_at (8 bytes, as timestamptz_send gives
@@ -230,7 +229,7 @@ $$;
 -- belongs to the topic's owner and is dumped while that role exists, but
 -- its publisher may have been dropped since, and a regrole would dump that
 -- oid as a bare number, read back by a restore as whatever role has it
--- there; a roleref prints it as "-" (nobody, oid 0).  (issue 25)
+-- there; a roleref prints it as "-" (nobody, oid 0).
 ALTER TABLE idempotency.outbox_message ALTER COLUMN published_by TYPE idempotency.roleref;
 COMMENT ON COLUMN idempotency.outbox_message.published_by IS
 'the role that published the message; - (oid 0) in a dump or restore once that role is dropped';
@@ -274,7 +273,7 @@ BEGIN
     -- a dropped role's oid, which a regrole prints (and 0.5.0 stored as
     -- text) as bare digits: to_regrole() would read them as the name of
     -- whatever role is called that (a role's own all-digit name prints
-    -- quoted), handing it the dropped role's rows (issue 25, attack-id).
+    -- quoted), handing it the dropped role's rows.
     -- Every node's own copy of the tables, here first (with Citus's DDL
     -- propagation: a table distributed already converts its shards and
     -- its shells on the workers), then on each worker (their copies, which
@@ -334,7 +333,7 @@ BEGIN
     -- a worker's own copies of the route tables (src/keyroute.c): a call
     -- made there updates nothing in them as the caller (a worker added
     -- later got them from the install script, with no grant).  Column
-    -- grants only: LOCK TABLE needs a table grant (issue 25, attackroute)
+    -- grants only: LOCK TABLE needs a table grant
     IF NOT pg_catalog.citus_is_coordinator() THEN
         PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
         REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;
@@ -359,7 +358,7 @@ $do$;
                        (2, 'idempotency.seen_message', 'message_id', 'idempotency.idempotency_key'),
                        (3, 'idempotency.token', 'token', 'default'),
                        (4, 'idempotency.state_machine', NULL, NULL),
-                       -- derive_key()'s secret (issue 19): one for every node,
+                       -- derive_key()'s secret: one for every node,
                        -- the coordinator's, so a retry through any node derives
                        -- the same downstream keys
                        (5, 'idempotency.derive_secret', NULL, NULL),
@@ -413,7 +412,7 @@ $do$;
                                                        colocate_with => 'idempotency.idempotency_key');
     END LOOP;
     -- No role but the owner writes the key, token and seen-message tables,
-    -- on Citus as on a single server (issue 25): a function writes a row
+    -- on Citus as on a single server: a function writes a row
     -- on the node of its shard, as the owner, and a call whose shard is on
     -- another node is carried there through a query on the caller's
     -- connection that updates nothing in a route table (src/keyroute.c):
@@ -445,7 +444,7 @@ $do$;
 END
 $$;
 
--- Dumps carry only the rows of roles that exist (issue 25): a dropped
+-- Dumps carry only the rows of roles that exist: a dropped
 -- role's rows dumped its oid as a bare number, which a restore into
 -- another cluster read as whatever role had that oid there.
 SELECT pg_catalog.pg_extension_config_dump('idempotency.idempotency_key',
@@ -463,7 +462,7 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_grant',
 SELECT pg_catalog.pg_extension_config_dump('idempotency.outbox_message',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) outbox_message.owner::pg_catalog.oid)');
 
--- == wake-ups without NOTIFY (issue 26) ==
+-- == wake-ups without NOTIFY ==
 -- A relay blocks in wait_for() until a transaction that published to one of
 -- its topics has committed, woken through the extension's shared memory
 -- (src/wakeup.c); publishers take no lock for it.  NOTIFY is off by default.
@@ -479,7 +478,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempotency.wait_for(pg_catalog.text[], pg_catalog.interval, pg_catalog.int8[]) IS
 'Wait until a transaction that published to one of topics (each one the caller may consume) has committed since the cursor since (default: since the call began), or timeout; returns the topics woken and the cursor to pass next time (needs the library in shared_preload_libraries)';
 
--- == claims in shared memory (issue 26) ==
+-- == claims in shared memory ==
 -- With the library preloaded a claim writes no row version: its token, end
 -- and attempt live in the extension's shared memory (src/outbox_claims.c),
 -- ack() deletes the message and counts it there until the purge adds the
@@ -578,7 +577,7 @@ RETURNS pg_catalog.int4
 AS 'MODULE_PATHNAME', 'idempotency_create_topic'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- == no direct writes on Citus (issue 25, deliverable 3) ==
+-- == no direct writes on Citus ==
 -- The routes of a call to the node of its shard (src/keyroute.c; see the
 -- install script), and 0.5.0's distribute() grants gone: INSERT, UPDATE,
 -- DELETE on the key, token and seen-message tables to PUBLIC under

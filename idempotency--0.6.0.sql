@@ -66,8 +66,8 @@ GRANT USAGE ON SCHEMA idempotency TO PUBLIC;
 -- Dumped with the database, but only the rows of roles that exist: a
 -- dropped role's rows (DROP ROLE leaves them; nothing ties a row to its
 -- role in pg_shdepend) would dump its oid as a bare number, which a
--- restore into another cluster reads as whatever role has that oid there
--- (issue 25).  The same filter for every table whose rows belong to roles.
+-- restore into another cluster reads as whatever role has that oid there.
+-- The same filter for every table whose rows belong to roles.
 SELECT pg_catalog.pg_extension_config_dump('idempotency.idempotency_key',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) idempotency_key.owner::pg_catalog.oid)');
 
@@ -220,7 +220,7 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) seen_message.owner::pg_catalog.oid)');
 
 -- ---------------------------------------------------------------------
--- Citus: the routes of a call to the node of its shard (issue 25; see
+-- Citus: the routes of a call to the node of its shard (see
 -- src/keyroute.c).  Always empty.  distribute() distributes key_route
 -- co-located with the key table (and so with seen_message) and
 -- token_route with the tokens, and lets PUBLIC UPDATE their column: a
@@ -541,7 +541,7 @@ COMMENT ON FUNCTION idempotency.renew(pg_catalog.text, pg_catalog.interval, pg_c
 -- script idempotency--0.4.0--0.5.0.sql has the same sections, same order).
 -- ---------------------------------------------------------------------
 
--- == review fixes (issue 21) ==
+-- == hardening ==
 
 -- Schema idempotency must be ours.  CREATE EXTENSION uses an existing schema
 -- named in the control file as it finds it, so a role with CREATE on the
@@ -624,7 +624,7 @@ BEGIN
 END
 $$;
 
--- == recovery points (issue 19) ==
+-- == recovery points ==
 -- A request that calls other systems runs in phases under one lease-mode
 -- key.  Each phase commits its business writes together with
 -- checkpoint(), which records the key's recovery point (a name) and state
@@ -702,7 +702,7 @@ COMMENT ON FUNCTION idempotency.derive_key(pg_catalog.text, pg_catalog.text, pg_
 COMMENT ON COLUMN idempotency.stats.ik004_not_held IS 'IK004 raised: complete(), fail(), renew() or checkpoint() of a key not held';
 COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail(), renew() or checkpoint() of an attempt whose key was taken over (IK004, counted there too)';
 
--- == outbox (issue 18) ==
+-- == outbox ==
 -- Messages published in the caller's transaction (publish()), delivered by
 -- relays that claim them with a visibility timeout and ack or nack them
 -- (src/outbox.c holds the design, the ordering proof and the locking).
@@ -933,7 +933,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
 COMMENT ON FUNCTION idempotency.claim(pg_catalog.text, pg_catalog.int4, pg_catalog.interval) IS
 'Claim up to batch_size ready messages of a topic for visibility (no other relay gets them meanwhile); one per message key, in commit order';
 
--- == wake-ups without NOTIFY (issue 26) ==
+-- == wake-ups without NOTIFY ==
 -- A relay blocks in wait_for() until a transaction that published to one of
 -- its topics has committed, woken through the extension's shared memory
 -- (src/wakeup.c); publishers take no lock for it.  NOTIFY is off by default.
@@ -949,7 +949,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION idempotency.wait_for(pg_catalog.text[], pg_catalog.interval, pg_catalog.int8[]) IS
 'Wait until a transaction that published to one of topics (each one the caller may consume) has committed since the cursor since (default: since the call began), or timeout; returns the topics woken and the cursor to pass next time (needs the library in shared_preload_libraries)';
 
--- == claims in shared memory (issue 26) ==
+-- == claims in shared memory ==
 -- With the library preloaded a claim writes no row version: its token, end
 -- and attempt live in the extension's shared memory (src/outbox_claims.c),
 -- ack() deletes the message and counts it there until the purge adds the
@@ -1085,7 +1085,7 @@ COMMENT ON VIEW idempotency.outbox_stats IS
 'Per topic the caller owns or is granted (every topic for pg_read_all_stats): messages published, delivered, retried (claims after the first), dead, in flight, undelivered, and the age of the oldest undelivered (acked counts not yet added to the topic''s row by the purge live in shared memory: a crash loses them)';
 GRANT SELECT ON idempotency.outbox_stats TO PUBLIC;
 
--- == Citus (issue 17) ==
+-- == Citus ==
 -- One set-up step on a Citus coordinator (README "Scaling out with
 -- Citus"): the key table and seen_message distributed by key and message
 -- id in one co-location group (a business table distributed by the same
@@ -1130,7 +1130,7 @@ BEGIN
     -- a dropped role's oid, which a regrole prints (and 0.5.0 stored as
     -- text) as bare digits: to_regrole() would read them as the name of
     -- whatever role is called that (a role's own all-digit name prints
-    -- quoted), handing it the dropped role's rows (issue 25, attack-id).
+    -- quoted), handing it the dropped role's rows.
     -- Every node's own copy of the tables, here first (with Citus's DDL
     -- propagation: a table distributed already converts its shards and
     -- its shells on the workers), then on each worker (their copies, which
@@ -1190,7 +1190,7 @@ BEGIN
     -- a worker's own copies of the route tables (src/keyroute.c): a call
     -- made there updates nothing in them as the caller (a worker added
     -- later got them from the install script, with no grant).  Column
-    -- grants only: LOCK TABLE needs a table grant (issue 25, attackroute)
+    -- grants only: LOCK TABLE needs a table grant
     IF NOT pg_catalog.citus_is_coordinator() THEN
         PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
         REVOKE ALL ON idempotency.key_route, idempotency.token_route FROM PUBLIC;
@@ -1215,7 +1215,7 @@ $do$;
                        (2, 'idempotency.seen_message', 'message_id', 'idempotency.idempotency_key'),
                        (3, 'idempotency.token', 'token', 'default'),
                        (4, 'idempotency.state_machine', NULL, NULL),
-                       -- derive_key()'s secret (issue 19): one for every node,
+                       -- derive_key()'s secret: one for every node,
                        -- the coordinator's, so a retry through any node derives
                        -- the same downstream keys
                        (5, 'idempotency.derive_secret', NULL, NULL),
@@ -1269,7 +1269,7 @@ $do$;
                                                        colocate_with => 'idempotency.idempotency_key');
     END LOOP;
     -- No role but the owner writes the key, token and seen-message tables,
-    -- on Citus as on a single server (issue 25): a function writes a row
+    -- on Citus as on a single server: a function writes a row
     -- on the node of its shard, as the owner, and a call whose shard is on
     -- another node is carried there through a query on the caller's
     -- connection that updates nothing in a route table (src/keyroute.c):
@@ -1304,7 +1304,7 @@ COMMENT ON FUNCTION idempotency.distribute() IS
 'Citus coordinator: distribute the key table, seen messages and tokens, make state machines and derive_key()''s secret reference tables, delegate once() to the node of its key; 55000 without Citus';
 REVOKE ALL ON FUNCTION idempotency.distribute() FROM PUBLIC;
 
--- == identity (issue 25, findings 4 and 5) ==
+-- == identity ==
 -- derive_key()'s seed: drawn by the library when a key's row is first
 -- written (version byte 2, the tag of the derive secret it derives with,
 -- 16 fresh bytes), kept by every later write of the row in the same life,
@@ -1437,7 +1437,7 @@ $$;
 -- belongs to the topic's owner and is dumped while that role exists, but
 -- its publisher may have been dropped since, and a regrole would dump that
 -- oid as a bare number, read back by a restore as whatever role has it
--- there; a roleref prints it as "-" (nobody, oid 0).  (issue 25)
+-- there; a roleref prints it as "-" (nobody, oid 0).
 ALTER TABLE idempotency.outbox_message ALTER COLUMN published_by TYPE idempotency.roleref;
 COMMENT ON COLUMN idempotency.outbox_message.published_by IS
 'the role that published the message; - (oid 0) in a dump or restore once that role is dropped';

@@ -1,4 +1,4 @@
--- identity: whose key is this (SPEC section 12; issue 25, findings 4 and 5).
+-- identity: whose key is this (SPEC section 12).
 -- derive_key() derives from the key's own row (a per-key seed drawn when
 -- the row is first written, and its created_at), not from the role's name
 -- or the database's copied secrets; message ids are fresh random values,

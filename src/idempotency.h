@@ -324,7 +324,7 @@ extern bool idem_keystore_has_recovery(void);
 extern bool idem_keystore_has_seed(void);
 extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
 									   Jsonb *state);
-/* Citus (issue 17): the key's shard serialises it */
+/* Citus: the key's shard serialises it */
 typedef enum IdemTable
 {
 	IDEM_TABLE_TOKEN,			/* idempotency.token */
@@ -351,7 +351,7 @@ typedef enum IdemTable
  * UPDATE's or DELETE's parameters on the coordinator and sends them as
  * constants, and a regrole constant travels by name (relabelled to oid it
  * would carry the coordinator's oid).  0.5.0 stored the role's name as text on Citus: a renamed role's
- * retry found no key and paid again (issue 25).
+ * retry found no key and paid again.
  */
 #define IDEM_OWNER_EQ(col, param) \
 	col " OPERATOR(pg_catalog.=) " param
@@ -365,7 +365,7 @@ extern void idem_shard_inval(Oid relid);
 extern bool idem_table_distributed(IdemTable t);
 extern Oid	idem_table_relid(IdemTable t);
 
-/* keyroute.c: Citus: a call carried to the node of its shard (issue 25) */
+/* keyroute.c: Citus: a call carried to the node of its shard */
 typedef enum IdemRoute
 {
 	IDEM_ROUTE_KEYS,			/* idempotency.key_route: keys, seen messages */
@@ -408,7 +408,7 @@ extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 r
 extern void idem_outbox_counts_forget(Oid db, Oid gen);
 extern int	idem_outbox_counts_databases(Oid *dbs, int max);
 
-/* outbox_vacuum.c: the outbox table vacuumed after enough acks (issue 26) */
+/* outbox_vacuum.c: the outbox table vacuumed after enough acks */
 extern int	idem_outbox_vacuum_after;
 extern void idem_outbox_vacuum_init(void);
 extern void idem_outbox_vacuum_count(int64 n);

@@ -24,7 +24,7 @@
  *
  * A call whose key's shard is on another node is carried there whole
  * (keyroute.c) and takes this shard path there: no role but the owner
- * writes the table (issue 25).  Through Citus's route a statement runs as
+ * writes the table.  Through Citus's route a statement runs as
  * the caller (runas.c: idem_run_as), which only reads succeed at (the
  * caller may SELECT its rows; a write there would be refused, 42501).  The
  * statements name the recovery point columns only when the table has them

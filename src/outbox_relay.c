@@ -12,7 +12,7 @@
  * Redrive: a redriven message takes a new row id, drawn after its key's
  * lock like a published one (its message_id stays), so it queues behind
  * every message of its key, and one of them that is out keeps it waiting
- * (issue 25, finding 3: with its old id it went out beside it).
+ * (with its old id it went out beside it).
  *
  * Claims in shared memory (outbox_claims.c, the library preloaded): claim()
  * locks the rows it hands out and writes none, ack() deletes them; without
