@@ -613,9 +613,16 @@ $$;
 
 -- The secret tables: row security and no policy, so a role that may SELECT
 -- them without owning them (pg_read_all_data, a grant by name) sees no row;
--- their owner, superusers and BYPASSRLS roles read them.
-ALTER TABLE idempotency.lock_secret ENABLE ROW LEVEL SECURITY;
-ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;
+-- their owner, superusers and BYPASSRLS roles read them.  From a DO block:
+-- derive_secret is a reference table on Citus, and Citus carries an ALTER
+-- TABLE of a distributed table to the workers with its statement's text,
+-- which in an extension script is the whole script.
+DO $$
+BEGIN
+    ALTER TABLE idempotency.lock_secret ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;
+END
+$$;
 
 -- A topic whose owner was dropped belongs to no role: a grant counts only
 -- while the topic's owner exists (the topic and message policies read the
