@@ -41,6 +41,7 @@
 static SPIPlanPtr plan_create = NULL;
 static SPIPlanPtr plan_orphan = NULL;
 static SPIPlanPtr plan_orphan_messages = NULL;
+static SPIPlanPtr plan_orphan_left = NULL;
 static SPIPlanPtr plan_orphan_drop = NULL;
 static SPIPlanPtr plan_alter = NULL;
 static SPIPlanPtr plan_pending = NULL;
@@ -54,7 +55,10 @@ static SPIPlanPtr plan_revoke = NULL;
  * Drop topic if its owner no longer exists, with its grants and messages
  * (as drop_topic(force) would), so that create_topic() can take its name;
  * returns whether it did.  The row is locked first, then the topic's lock
- * is taken as drop_topic() takes it.  Inside SPI_connect().
+ * is taken as drop_topic() takes it: a publisher whose transaction began
+ * before the owner was dropped still holds the topic, and its messages
+ * are deleted after its commit (40001 when this transaction's snapshot
+ * cannot see them, as in drop_topic()).  Inside SPI_connect().
  */
 static bool
 drop_orphan(const char *topic)
@@ -78,6 +82,13 @@ drop_orphan(const char *topic)
 					  "DELETE FROM idempotency.outbox_message AS m"
 					  " WHERE m.topic_id OPERATOR(pg_catalog.=) $1",
 					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	if (IsolationUsesXactSnapshot() &&
+		idem_run_as_owner_snap(&plan_orphan_left,
+							   "SELECT 1 FROM idempotency.outbox_message AS m"
+							   " WHERE m.topic_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
+							   1, argtypes, values, NULL, SPI_OK_SELECT,
+							   GetLatestSnapshot()) > 0)
+		idem_outbox_topic_serialization_failure(topic, "A message was published to topic", "publish()");
 	idem_run_as_owner(&plan_orphan_drop,
 					  "DELETE FROM idempotency.outbox_topic AS t"
 					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
