@@ -57,9 +57,21 @@ my @owner_settings = (
 	[ plan_cache_mode => 'force_custom_plan' ],
 	[ work_mem => '64' ],
 	[ exit_on_error => 'on' ],
+	[ DateStyle => 'SQL, DMY' ],
+	[ TimeZone => 'Pacific/Kiritimati' ],
+	[ IntervalStyle => 'sql_standard' ],
+	[ standard_conforming_strings => 'off' ],
+	[ temp_tablespaces => 'pg_default' ],
+	[ vacuum_freeze_min_age => '0' ],
+	[ maintenance_work_mem => '1MB' ],
+	[ 'idempotency.default_ttl' => '1s' ],
+	[ 'idempotency.max_key_length' => '1' ],
 	[ 'idempotency.lock_wait' => '1' ],);
+# accepted too, and reset by every transaction's start: no effect to put back
+my @owner_inert = (
+	[ transaction_read_only => 'on' ],);
 $node->safe_psql('owned', join("\n", 'SET ROLE dbo;', 'CREATE SCHEMA evil;',
-	map { "ALTER DATABASE owned SET $_->[0] = '$_->[1]';" } @owner_settings));
+	map { "ALTER DATABASE owned SET $_->[0] = '$_->[1]';" } @owner_settings, @owner_inert));
 # a superuser's settings for the role the workers run as, in that database
 my @role_settings = (
 	[ session_replication_role => 'replica' ],
@@ -76,7 +88,8 @@ is( $node->safe_psql('owned', q{
 # come before a database's and a role's settings)
 $ENV{PGOPTIONS} = join(' ', map { "-c $_" } 'session_authorization=postgres', 'role=none',
 	'default_transaction_read_only=off', 'statement_timeout=0', 'lock_timeout=0',
-	'idle_in_transaction_session_timeout=0', 'exit_on_error=off', 'session_replication_role=origin');
+	'idle_in_transaction_session_timeout=0', 'exit_on_error=off', 'session_replication_role=origin',
+	'standard_conforming_strings=on', 'idempotency.max_key_length=255');
 
 my $offset = -s $node->logfile;
 
