@@ -410,8 +410,9 @@ idempotency_purge_worker_main(Datum main_arg)
 	/* a dropped database: "database N does not exist" (FATAL), one line */
 	server_settings_save();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	pgstat_report_appname(WORKER_NAME);
+	/* after: putting back application_name reports it too */
 	server_settings_restore(WORKER_NAME);
+	pgstat_report_appname(WORKER_NAME);
 
 	if (!extension_installed(&dbname))
 	{
@@ -451,8 +452,9 @@ idempotency_outbox_vacuum_main(Datum main_arg)
 
 	server_settings_save();
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	pgstat_report_appname(VACUUM_NAME);
+	/* after: putting back application_name reports it too */
 	server_settings_restore(VACUUM_NAME);
+	pgstat_report_appname(VACUUM_NAME);
 
 	/*
 	 * Unthrottled, whatever the database says: one outbox vacuum worker

@@ -12,7 +12,9 @@
 # (session_replication_role, which only a superuser may set).  The purge
 # worker purges owned's expired keys, tokens, seen messages and delivered
 # outbox messages anyway, logs no error, and says (DEBUG1) which settings
-# it did not take.  The outbox vacuum worker does the same.
+# it did not take.  The outbox vacuum worker does the same.  A worker
+# names itself in pg_stat_activity (application_name) whatever the
+# database's setting.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -57,6 +59,7 @@ my @owner_settings = (
 	[ plan_cache_mode => 'force_custom_plan' ],
 	[ work_mem => '64' ],
 	[ exit_on_error => 'on' ],
+	[ application_name => 'not the worker' ],
 	[ DateStyle => 'SQL, DMY' ],
 	[ TimeZone => 'Pacific/Kiritimati' ],
 	[ IntervalStyle => 'sql_standard' ],
@@ -131,6 +134,23 @@ for my $s (@owner_settings, @role_settings)
 }
 like($log, qr/outbox vacuum worker did not take these settings of database "owned" or of its role: [^\n]*\bdefault_transaction_read_only\b/,
 	'nor did the outbox vacuum worker');
+
+# the worker names itself in pg_stat_activity whatever the database's
+# application_name: caught waiting for a lock on the key table
+my $dba = $node->background_psql('owned', on_error_stop => 1);
+$dba->query_safe(q{BEGIN});
+$dba->query_safe(q{LOCK TABLE idempotency.idempotency_key IN ACCESS EXCLUSIVE MODE});
+ok( $node->poll_query_until('postgres', q{
+		SELECT count(*) > 0 FROM pg_stat_activity
+		 WHERE datname = 'owned' AND backend_type = 'idempotency purge worker'
+		   AND wait_event_type = 'Lock'}),
+	'a purge worker of database owned waits for the lock');
+is( $node->safe_psql('postgres', q{
+		SELECT string_agg(DISTINCT application_name, ',') FROM pg_stat_activity
+		 WHERE datname = 'owned' AND backend_type = 'idempotency purge worker'}),
+	'idempotency purge worker', 'its application_name is its own, not the database\'s');
+$dba->query_safe(q{COMMIT});
+$dba->quit;
 
 $node->stop;
 done_testing();
