@@ -310,6 +310,7 @@ typedef struct IdemOutboxClaim
 } IdemOutboxClaim;
 extern bool idem_outbox_claim_read(int64 id, IdemOutboxClaim *out);
 extern void idem_outbox_claims_forget(Oid db, Oid gen);
+extern void idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id);
 extern int	idem_outbox_claims_databases(Oid *dbs, int max);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
@@ -425,6 +426,7 @@ extern void idem_outbox_vacuum_forget(Oid db);
 /* owners.c */
 extern void idem_owners_init(void);
 extern void idem_owners_sweep(void);
+extern void idem_owners_topic_gone(int32 topic_id);
 extern void idem_outbox_vacuum_run(int slot, uint32 seq);
 
 /* lifecycle.c */

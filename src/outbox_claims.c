@@ -27,8 +27,9 @@
  * lapsed claim it took over in its entry until its transaction commits:
  * ROLLBACK PREPARED, which runs none of this backend's callbacks, puts it
  * back when the entry is next looked at (claim_resolve), as an abort here
- * does at once.  DROP DATABASE and DROP EXTENSION free their entries
- * (owners.c); a full table also drops its database's earlier installs'.
+ * does at once.  DROP DATABASE, DROP EXTENSION and the drop of a topic
+ * free their entries (owners.c); a full table also drops its database's
+ * earlier installs'.
  *
  * The acked counts are outbox_counts.c's.
  *
@@ -488,6 +489,26 @@ idem_outbox_claims_forget(Oid db, Oid gen)
 			continue;
 		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
 	}
+	LWLockRelease(claims->lock);
+}
+
+/*
+ * Free the entries of topic topic_id of database db and install gen:
+ * owners.c, at the commit of the topic's drop (its messages are deleted).
+ */
+void
+idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id)
+{
+	HASH_SEQ_STATUS seq;
+	ClaimEntry *e;
+
+	if (claim_hash == NULL)
+		return;
+	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, claim_hash);
+	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
+		if (e->key.db == db && e->key.gen == gen && e->topic_id == topic_id)
+			hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
 	LWLockRelease(claims->lock);
 }
 

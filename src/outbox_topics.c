@@ -93,6 +93,7 @@ drop_orphan(const char *topic)
 					  "DELETE FROM idempotency.outbox_topic AS t"
 					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
 					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	idem_owners_topic_gone(DatumGetInt32(values[0]));
 	return true;
 }
 
@@ -261,6 +262,7 @@ idempotency_drop_topic(PG_FUNCTION_ARGS)
 					  "DELETE FROM idempotency.outbox_topic AS t"
 					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
 					  1, argtypes, values, NULL, SPI_OK_DELETE);
+	idem_owners_topic_gone(t.id);
 	idem_outbox_topics_changed();
 	SPI_finish();
 	PG_RETURN_VOID();

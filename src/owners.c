@@ -33,6 +33,9 @@
  *	                     outbox_message_id_seq, however it is dropped:
  *	                     DROP EXTENSION, DROP OWNED, CASCADE)
  *	  DROP ROLE          the statistics of the role
+ *	  a topic's drop     the claims of its messages (drop_topic(), and
+ *	                     create_topic() taking over a dropped owner's topic:
+ *	                     outbox_topics.c)
  *
  * The hook runs in every backend that shares the memory: there is shared
  * memory only with the library in shared_preload_libraries, which loads it
@@ -80,15 +83,18 @@ typedef enum OwnerGone
 {
 	GONE_DATABASE,
 	GONE_INSTALL,
-	GONE_ROLE
+	GONE_ROLE,
+	GONE_TOPIC
 } OwnerGone;
 
 /* an owner this transaction drops: its state is freed if it commits */
 typedef struct Gone
 {
 	OwnerGone	kind;
-	Oid			oid;			/* the database, the install or the role */
-	Oid			db;				/* GONE_INSTALL: its database */
+	Oid			oid;			/* the database, the install, the role or the
+								 * topic (its id) */
+	Oid			db;				/* GONE_INSTALL, GONE_TOPIC: its database */
+	Oid			gen;			/* GONE_TOPIC: its install */
 	int			level;			/* the (sub)transaction's nesting level */
 } Gone;
 
@@ -122,6 +128,9 @@ owners_free(const Gone *g)
 			break;
 		case GONE_ROLE:
 			idem_stats_forget(InvalidOid, g->oid);
+			break;
+		case GONE_TOPIC:
+			idem_outbox_claims_forget_topic(g->db, g->gen, (int32) g->oid);
 			break;
 	}
 }
@@ -176,7 +185,7 @@ owners_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 }
 
 static void
-owners_gone(OwnerGone kind, Oid oid, Oid db)
+owners_gone(OwnerGone kind, Oid oid, Oid db, Oid gen)
 {
 	MemoryContext old;
 	Gone	   *g;
@@ -192,6 +201,7 @@ owners_gone(OwnerGone kind, Oid oid, Oid db)
 	g->kind = kind;
 	g->oid = oid;
 	g->db = db;
+	g->gen = gen;
 	g->level = GetCurrentTransactionNestLevel();
 	gone = lappend(gone, g);
 	MemoryContextSwitchTo(old);
@@ -206,11 +216,28 @@ owners_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (access != OAT_DROP || subId != 0)
 		return;
 	if (classId == DatabaseRelationId)
-		owners_gone(GONE_DATABASE, objectId, InvalidOid);
+		owners_gone(GONE_DATABASE, objectId, InvalidOid, InvalidOid);
 	else if (classId == AuthIdRelationId)
-		owners_gone(GONE_ROLE, objectId, InvalidOid);
+		owners_gone(GONE_ROLE, objectId, InvalidOid, InvalidOid);
 	else if (classId == RelationRelationId && objectId == idem_outbox_install())
-		owners_gone(GONE_INSTALL, objectId, MyDatabaseId);
+		owners_gone(GONE_INSTALL, objectId, MyDatabaseId, InvalidOid);
+}
+
+/*
+ * outbox_topics.c: this transaction deletes topic topic_id with its
+ * messages (drop_topic(), or create_topic() taking a dropped owner's name):
+ * its claims are freed if it commits.  Catalog reads here, none at the end.
+ */
+void
+idem_owners_topic_gone(int32 topic_id)
+{
+	Oid			gen;
+
+	if (!idem_outbox_claims_on())
+		return;
+	gen = idem_outbox_install();
+	if (OidIsValid(gen))
+		owners_gone(GONE_TOPIC, (Oid) topic_id, MyDatabaseId, gen);
 }
 
 /* from _PG_init: preloaded (there is shared memory), the hook */

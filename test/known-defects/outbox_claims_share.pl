@@ -4,9 +4,7 @@
 # it and claim its own messages with a long visibility, and so fill the
 # table for every role of every database.  Until those claims lapse (a
 # visibility of a year: until a restart) every other relay gets nothing
-# and a 53400 warning.  The same holds for the claims of a topic deleted
-# with drop_topic(force) or taken over from a dropped owner: their entries
-# stay until they lapse, though no message is left to hold.
+# and a 53400 warning.
 #
 # Here role hog fills a 64-entry table in database one; role victim, in
 # database two, publishes one message and claims it.
@@ -50,13 +48,6 @@ my ($rc, $out, $err) = $node->psql('two',
 is($out, '1', 'role victim in database two claims its one message');
 unlike($err, qr/WARNING/, 'and is not warned of a full table');
 note("victim's claim said: $err") if $err ne '';
-
-# the claims of a dropped topic hold no place
-$node->safe_psql('one', q{SET ROLE hog; SELECT idempotency.drop_topic('hog', force => true)});
-($rc, $out, $err) = $node->psql('two',
-	q{SET ROLE victim; SELECT idempotency.publish('work', '{"n": 2}');
-	  SELECT count(*) FROM idempotency.claim('work', 10, '30 seconds')});
-like($out, qr/\n1$/, 'after drop_topic(force) of the topic whose messages were claimed, a claim gets its message');
 
 $node->stop;
 done_testing();

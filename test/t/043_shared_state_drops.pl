@@ -4,7 +4,8 @@
 # clone; a DROP EXTENSION undone by ROLLBACK TO SAVEPOINT of an outer
 # savepoint (its own released first) or by a PL/pgSQL exception block
 # frees nothing.  A template clone of a database with claims starts with
-# none in flight.
+# none in flight.  A topic's claims are freed by drop_topic(force) and by
+# create_topic() taking over a dropped owner's topic, at their commit.
 #
 # The claim table has 64 places; database x holds all of them (claims of a
 # day).  A probe in database other claims 64 messages for 1 ms: it gets 64
@@ -105,6 +106,32 @@ $node->safe_psql('postgres', q{DROP DATABASE x});
 is(probe(), '64', 'DROP DATABASE x frees them');
 is($node->safe_psql('xclone', q{SET ROLE xowner; SELECT count(*) FROM idempotency.claim('t', 64, '1 ms')}),
 	'64', 'and the clone\'s relay claims its 64 messages');
+
+# a dropped topic's claims: freed at the commit of drop_topic(force), kept
+# by one rolled back; and those of a topic taken over from a dropped owner
+$node->safe_psql('xclone', q{
+	SET ROLE xowner;
+	SELECT count(*) FROM idempotency.claim('t', 64, '1 day');
+	BEGIN;
+	SELECT idempotency.drop_topic('t', force => true);
+	ROLLBACK;
+});
+is(probe(), '0 warned', 'a drop_topic() rolled back frees no claim');
+$node->safe_psql('xclone', q{SET ROLE xowner; SELECT idempotency.drop_topic('t', force => true)});
+is(probe(), '64', 'drop_topic(force) frees its topic\'s claims: database other gets 64');
+
+$node->safe_psql('xclone', q{
+	CREATE ROLE gone;
+	SET ROLE gone;
+	SELECT idempotency.create_topic('g');
+	SELECT count(idempotency.publish('g', jsonb_build_object('n', i))) FROM generate_series(1, 64) i;
+	SELECT count(*) FROM idempotency.claim('g', 64, '1 day');
+	RESET ROLE;
+	DROP ROLE gone;
+});
+is(probe(), '0 warned', 'the claims of a dropped owner\'s topic hold their places');
+$node->safe_psql('xclone', q{SET ROLE xowner; SELECT idempotency.create_topic('g')});
+is(probe(), '64', 'create_topic() taking its name over frees them');
 
 $node->stop;
 done_testing();
