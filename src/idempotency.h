@@ -15,7 +15,7 @@
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
  *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyroute.c keyfast.c keytable.c shard.c
- *	  floor ground:   keyid.c stats.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
+ *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
  *
  *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
  *	  worker.c          the background workers: the purge launcher, the
@@ -60,6 +60,8 @@
  *	                    default_ttl, max_key_length)
  *	  stats.c           idempotency.stats: counters in shared memory (GUCs
  *	                    stats_max, log_waits)
+ *	  sharedhash.c      what the shared hash tables share (stats.c,
+ *	                    outbox_claims.c, outbox_counts.c)
  *	  wakeup.c          wait_for(): relays woken through shared memory at
  *	                    commit (publishers call idem_wake_at_commit)
  *	  outbox_claims.c   the outbox's claims in shared memory, and the
@@ -163,6 +165,25 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 
 /* fingerprint.c */
 extern void idem_fingerprint(Jsonb *jb, uint8 *out);
+
+/*
+ * sharedhash.c: a hash table in shared memory (preloaded), whose entries
+ * begin with two Oids: the database, then the install or the role
+ */
+typedef struct IdemSharedHash
+{
+	const char *name;			/* of its lock's tranche and struct */
+	const char *hash_name;		/* of the hash table */
+	Size		keysize;
+	Size		entrysize;
+	struct LWLock *lock;		/* set by idem_sharedhash_attach() */
+	struct HTAB *hash;			/* likewise; NULL: not preloaded */
+} IdemSharedHash;
+
+extern void idem_sharedhash_request(const IdemSharedHash *t, long max);
+extern bool idem_sharedhash_attach(IdemSharedHash *t, long max);
+extern void idem_sharedhash_forget(const IdemSharedHash *t, Oid db, Oid owner);
+extern int	idem_sharedhash_databases(const IdemSharedHash *t, Oid *dbs, int max);
 
 /* keyid.c */
 extern void idem_keyid_init(void);

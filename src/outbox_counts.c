@@ -35,7 +35,7 @@
  * transaction, with the purge's UPDATE: slower, never lost.  A crash or
  * restart empties the table and loses the counts not yet written.
  *
- * Locking: counts->lock (an LWLock) guards the hash table: shared to look
+ * Locking: counts.lock (an LWLock) guards the hash table: shared to look
  * up, exclusive to add, change or remove an entry.  Nothing waits while
  * holding it (folding reads the commit log).
  *
@@ -90,13 +90,12 @@ typedef struct CountEntry
 	CountDelta	deltas[COUNT_DELTAS];
 } CountEntry;
 
-typedef struct CountsShared
-{
-	LWLock	   *lock;
-} CountsShared;
-
-static CountsShared *counts = NULL;
-static HTAB *count_hash = NULL;
+static IdemSharedHash counts = {
+	.name = COUNTS_TRANCHE,
+	.hash_name = "idempotency outbox counts hash",
+	.keysize = sizeof(CountKey),
+	.entrysize = sizeof(CountEntry)
+};
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* ---------------------------------------------------------------------
@@ -106,30 +105,15 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static void
 counts_shmem_request(void)
 {
-	RequestAddinShmemSpace(MAXALIGN(sizeof(CountsShared)) +
-						   hash_estimate_size(COUNT_TOPICS, sizeof(CountEntry)));
-	RequestNamedLWLockTranche(COUNTS_TRANCHE, 1);
+	idem_sharedhash_request(&counts, COUNT_TOPICS);
 }
 
 static void
 counts_shmem_startup(void)
 {
-	bool		found;
-	HASHCTL		info;
-
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	counts = ShmemInitStruct("idempotency outbox counts", sizeof(CountsShared), &found);
-	if (!found)
-		counts->lock = &(GetNamedLWLockTranche(COUNTS_TRANCHE))->lock;
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(CountKey);
-	info.entrysize = sizeof(CountEntry);
-	count_hash = ShmemInitHash("idempotency outbox counts hash",
-							   COUNT_TOPICS, COUNT_TOPICS,
-							   &info, HASH_ELEM | HASH_BLOBS);
-	LWLockRelease(AddinShmemInitLock);
+	(void) idem_sharedhash_attach(&counts, COUNT_TOPICS);
 }
 
 /* from _PG_init: preloaded, the shared memory */
@@ -196,7 +180,7 @@ count_places_of(Oid owner)
 	CountEntry *c;
 	int			n = 0;
 
-	hash_seq_init(&seq, count_hash);
+	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 		if (c->owner == owner)
 			n++;
@@ -210,10 +194,10 @@ count_sweep(void)
 	HASH_SEQ_STATUS seq;
 	CountEntry *c;
 
-	hash_seq_init(&seq, count_hash);
+	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 		if (count_fold(c))
-			hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+			hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 }
 
 /*
@@ -230,19 +214,19 @@ count_add(Oid gen, int32 topic_id, Oid owner, TransactionId xid,
 	bool		found;
 	int			i;
 
-	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+	c = (CountEntry *) hash_search(counts.hash, &k, HASH_FIND, NULL);
 	if (c == NULL)
 	{
 		/*
 		 * dynahash's HASH_ENTER_NULL fails only when the shared memory is
 		 * used up, not at the table's size: the entries are counted here
 		 */
-		if (hash_get_num_entries(count_hash) >= COUNT_TOPICS)
+		if (hash_get_num_entries(counts.hash) >= COUNT_TOPICS)
 			count_sweep();
-		if (hash_get_num_entries(count_hash) >= COUNT_TOPICS ||
+		if (hash_get_num_entries(counts.hash) >= COUNT_TOPICS ||
 			count_places_of(owner) >= COUNT_SHARE)
 			return false;
-		c = (CountEntry *) hash_search(count_hash, &k, HASH_ENTER_NULL, &found);
+		c = (CountEntry *) hash_search(counts.hash, &k, HASH_ENTER_NULL, &found);
 		if (c == NULL)
 			return false;
 		c->owner = owner;
@@ -291,12 +275,12 @@ idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered, int64 retrie
 	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
 	Datum		values[3];
 
-	if (count_hash == NULL || delivered == 0)
+	if (counts.hash == NULL || delivered == 0)
 		return;
 	gen = idem_outbox_install();
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
 	done = count_add(gen, topic_id, owner, xid, delivered, retried);
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 	if (done)
 		return;
 	/* no place: into the row, as the purge writes them */
@@ -331,11 +315,11 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 	Oid			gen;
 	TransactionId xid = InvalidTransactionId;
 
-	if (count_hash == NULL || RecoveryInProgress())
+	if (counts.hash == NULL || RecoveryInProgress())
 		return 0;
 	gen = idem_outbox_install();
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, count_hash);
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 	{
 		int64		d;
@@ -348,14 +332,14 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 		{
 			/* an install dropped since (DROP EXTENSION): its topics are gone */
 			if (OidIsValid(gen))
-				hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+				hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 			continue;
 		}
 		if (OidIsValid(owner) && c->owner != owner)
 			continue;
 		if (count_fold(c))
 		{
-			hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+			hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 			continue;
 		}
 		if (n >= max)
@@ -386,7 +370,7 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 		retried[n] = r;
 		n++;
 	}
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 	return n;
 }
 
@@ -394,13 +378,13 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 void
 idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried)
 {
-	if (count_hash == NULL)
+	if (counts.hash == NULL)
 		return;
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
 	/* the taking delta exists: this only adds to it */
 	(void) count_add(idem_outbox_install(), topic_id, InvalidOid,
 					 GetCurrentTransactionId(), delivered, retried);
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 }
 
 /* ---------------------------------------------------------------------
@@ -424,17 +408,17 @@ counts_read(int32 topic_id, Snapshot snap, int64 *delivered, int64 *retried)
 	int			i;
 
 	*delivered = *retried = 0;
-	if (count_hash == NULL)
+	if (counts.hash == NULL)
 		return;
 	k = count_key(idem_outbox_install(), topic_id);
-	LWLockAcquire(counts->lock, LW_SHARED);
-	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+	LWLockAcquire(counts.lock, LW_SHARED);
+	c = (CountEntry *) hash_search(counts.hash, &k, HASH_FIND, NULL);
 	if (c != NULL)
 	{
 		copy = *c;
 		found = true;
 	}
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 	if (!found)
 		return;
 	*delivered = copy.delivered;
@@ -471,7 +455,7 @@ idempotency_outbox_counts(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "_outbox_counts must return a row");
-	if (count_hash != NULL && idem_outbox_topic_visible(topic_id))
+	if (counts.hash != NULL && idem_outbox_topic_visible(topic_id))
 		counts_read(topic_id, ActiveSnapshotSet() ? GetActiveSnapshot() :
 					GetTransactionSnapshot(), &delivered, &retried);
 	values[0] = Int64GetDatum(delivered);
@@ -486,51 +470,12 @@ idempotency_outbox_counts(PG_FUNCTION_ARGS)
 void
 idem_outbox_counts_forget(Oid db, Oid gen)
 {
-	HASH_SEQ_STATUS seq;
-	CountEntry *c;
-
-	if (count_hash == NULL)
-		return;
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, count_hash);
-	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		if (c->key.db != db)
-			continue;
-		if (OidIsValid(gen) && c->key.gen != gen)
-			continue;
-		hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
-	}
-	LWLockRelease(counts->lock);
+	idem_sharedhash_forget(&counts, db, gen);
 }
 
 /* the databases that have entries here, up to max of them into dbs; how many */
 int
 idem_outbox_counts_databases(Oid *dbs, int max)
 {
-	HASH_SEQ_STATUS seq;
-	CountEntry *e;
-	int			n = 0;
-	int			i;
-
-	if (count_hash == NULL)
-		return 0;
-	LWLockAcquire(counts->lock, LW_SHARED);
-	hash_seq_init(&seq, count_hash);
-	while ((e = (CountEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		for (i = 0; i < n; i++)
-			if (dbs[i] == e->key.db)
-				break;
-		if (i < n)
-			continue;
-		if (n == max)
-		{
-			hash_seq_term(&seq);
-			break;
-		}
-		dbs[n++] = e->key.db;
-	}
-	LWLockRelease(counts->lock);
-	return n;
+	return idem_sharedhash_databases(&counts, dbs, max);
 }

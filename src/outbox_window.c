@@ -44,7 +44,7 @@
  *
  * Locking: RowShareLock on outbox_message (held to the transaction's end,
  * as SELECT FOR UPDATE), AccessShareLock on its two indexes; row locks
- * (exclusive, as FOR UPDATE) on the messages claimed; claims->lock inside
+ * (exclusive, as FOR UPDATE) on the messages claimed; the claims' lock inside
  * outbox_claims.c, never held here.
  *
  *-------------------------------------------------------------------------
