@@ -8,6 +8,8 @@
  * test/layers/run (`make test`, suite layers) reads the floor lines below
  * (one per floor, top first: "floor NAME: files") and checks both against
  * the symbols of the built objects (nm); a file on no floor fails it too.
+ * What each file owns, its locking and the path of a request:
+ * src/README.md.
  *
  *	  floor top:      idempotency.c worker.c
  *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_window.c outbox_topics.c outbox_notify.c outbox_counts.c outbox.c outbox_inflight.c outbox_vacuum.c owners.c
@@ -17,64 +19,12 @@
  *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyroute.c keyfast.c keytable.c shard.c
  *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
  *
- *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
- *	  worker.c          the background workers: the purge launcher, the
- *	                    purge worker, the outbox vacuum worker (GUCs
- *	                    purge_*, database)
- *	  once.c            once()
- *	  lookup.c          lookup()
- *	  http.c            http_response()
- *	  ops.c             forget(), renew()
- *	  recovery.c        checkpoint(), derive_key()
- *	  lifecycle.c       purge(), tokens, first_seen()
- *	  outbox_publish.c  publish()                 (the outbox:
- *	  outbox_relay.c    claim(), ack(), nack(),    outbox.h)
- *	                    release(), redrive()
- *	  outbox_window.c   claim()'s window in C (claims in shared memory)
- *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
- *	  outbox_notify.c   NOTIFY at commit, for topics that ask for it
- *	  outbox_counts.c   acked counts per topic in shared memory, and
- *	                    _outbox_counts() that reads them
- *	  outbox.c          what they share: a topic, its rights, the cache
- *	  outbox_vacuum.c   acked counts per database in shared memory, and
- *	                    the VACUUM of the outbox table the worker runs
- *	                    (GUC outbox_vacuum_after)
- *	  owners.c          what frees the state in shared memory of a
- *	                    dropped database, install or role
- *	  guard.c           begin(), complete(), fail()
- *	  machine.c         create_machine(), transition()  (write helpers,
- *	  versioned.c       update_versioned()                over target.c)
- *	  insert_once.c     insert_once()
- *	  target.c          the helpers' target table, columns and plan cache
- *	  heldkeys.c        what this transaction did with which key
- *	  keylock.c         the lock that serialises one key (GUC lock_wait)
- *	  keyread.c         reading rows of idempotency_key  (the key store:
- *	  keywrite.c        writing them                       keystore.h)
- *	  keycitus.c        their statements on Citus: route and shard
- *	  keyroute.c        Citus: a call carried to its shard's node; a
- *	                    statement on a shard of this node as the owner
- *	  keyfast.c         the fast path: primary key probe, executor insert
- *	  keytable.c        the key table: which, its shape, its path
- *	  shard.c           Citus: the key's shard, when it is on this node
- *	  keyid.c           a key's identity: validate, hash, describe (GUCs
- *	                    default_ttl, max_key_length)
- *	  stats.c           idempotency.stats: counters in shared memory (GUCs
- *	                    stats_max, log_waits)
- *	  sharedhash.c      what the shared hash tables share (stats.c,
- *	                    outbox_claims.c, outbox_counts.c)
- *	  wakeup.c          wait_for(): relays woken through shared memory at
- *	                    commit (publishers call idem_wake_at_commit)
- *	  outbox_claims.c   the outbox's claims in shared memory, and the
- *	                    install they belong to (GUC outbox_claims)
- *	  fingerprint.c     sha256 of a canonical jsonb encoding
- *	  runas.c           prepared SQL as the extension's owner
- *	  cache.c           the one relcache callback every cache shares
- *	  compat.h          every PostgreSQL version difference
- *
- * Each file defines the GUCs it reads in its idem_xxx_init().
- *
- * Every non-static symbol starts with idem_ (SQL-callable functions with
- * idempotency_).
+ * Headers: this one (every floor's exported declarations, the SQLSTATEs,
+ * KeyId, HeldKey, StoredKey), keystore.h (the key store's files), outbox.h
+ * (the outbox's), target.h (the write helpers'), compat.h (every
+ * PostgreSQL version difference).  Each file defines the GUCs it reads in
+ * its idem_xxx_init().  Every non-static symbol starts with idem_
+ * (SQL-callable functions with idempotency_).
  *
  *-------------------------------------------------------------------------
  */

@@ -5,39 +5,23 @@
  *	  acked (and their retries) since the purge last wrote them into the
  *	  topic's row, as each snapshot sees them.
  *
- * With the library preloaded, ack() deletes a message's row at once
- * (outbox_relay.c) and counts it here; the purge (lifecycle.c) moves the
- * counts into the topic's purged_* columns.  outbox_stats adds the counts to
- * what its snapshot sees of the rows, through
- *
- *	idempotency._outbox_counts(topic_id)	acked and retried since the purge
- *											last wrote them into the topic's row
- *
- * so the counts obey the same snapshot as the rows.  Each topic's entry
+ * Preloaded, ack() deletes a message's row (outbox_relay.c) and counts it
+ * here; the purge (lifecycle.c) moves the counts into the topic's purged_*
+ * columns, and outbox_stats adds them to what its snapshot sees of the
+ * rows through idempotency._outbox_counts(topic_id).  Each topic's entry
  * holds a base, which every snapshot sees, and up to COUNT_DELTAS deltas,
- * each made by one (sub)transaction and tagged with its xid: an ack's
- * (+ its messages), made in the statement that deleted the rows, and a
- * purge's (- what it wrote into the topic's row), made in the statement
- * that wrote it.  A snapshot sees a delta exactly when it sees that xid's
- * rows: its own transaction's, or committed before the snapshot was taken.
- * A delta whose xid every snapshot sees as ended (GlobalVis: removable) is
- * folded into the base, or dropped if it aborted; so an aborted or
- * rolled-back-after-PREPARE ack or purge changes nothing, and a prepared
- * one counts from COMMIT PREPARED on.  A purge writes only from the base
- * less what other purges took and did not roll back (their deltas not yet
- * folded), so no two purges write the same count.
+ * each tagged with the xid of the ack (+) or purge (-) that made it and
+ * seen by a snapshot exactly when that xid's rows are; a delta every
+ * snapshot sees as ended is folded into the base, or dropped if it
+ * aborted.  The table has COUNT_TOPICS entries, a role at most
+ * COUNT_SHARE of them; an ack that finds no place writes its count into
+ * the topic's row in its own transaction (slower, never lost).  A crash
+ * loses the counts not yet written.  Why purges never write a count twice:
+ * src/README.md, "Acked counts".
  *
- * Full: the table has COUNT_TOPICS entries for the cluster, and a role
- * (the topics' owner) has at most COUNT_SHARE of them, so that no role
- * takes the places of others; an entry has COUNT_DELTAS deltas.  An ack
- * that finds no place (no entry and none free, or no delta free after
- * folding) writes its count into the topic's row itself, in its
- * transaction, with the purge's UPDATE: slower, never lost.  A crash or
- * restart empties the table and loses the counts not yet written.
- *
- * Locking: counts.lock (an LWLock) guards the hash table: shared to look
- * up, exclusive to add, change or remove an entry.  Nothing waits while
- * holding it (folding reads the commit log).
+ * Locking: counts.lock (an LWLock, sharedhash.c) guards the hash table:
+ * shared to look up, exclusive to add, change or remove an entry.  Nothing
+ * waits while holding it (folding reads the commit log).
  *
  *-------------------------------------------------------------------------
  */
