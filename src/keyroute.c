@@ -121,9 +121,9 @@ idem_route_arrived(void)
 /*
  * Call function fn (its qualified name) with nargs arguments of types
  * argtypes on the node of the shard group of value (of type
- * route_type[via]): see the file comment.  *cache keeps the plan (one per
- * call site).  Returns its result, of type rettype, in the caller's memory
- * context; *isnull when it is null.
+ * route_type[via]): see src/README.md, "Citus in detail".  *cache keeps
+ * the plan (one per call site).  Returns its result, of type rettype, in
+ * the caller's memory context; *isnull when it is null.
  */
 Datum
 idem_route_exec(IdemRoute via, Datum value, const char *fn, int nargs,

@@ -112,7 +112,7 @@ static SPIPlanPtr plan_topic = NULL;
  * Find topic name and the caller's rights on it; raise 42704 if there is no
  * such topic, or its owner was dropped (unless missing_ok: then return
  * false), and 42501 if the caller lacks right.  snap: InvalidSnapshot for the statement's own, or one to read
- * with (GetLatestSnapshot(): see "Dropping a topic" in the file comment).
+ * with (GetLatestSnapshot(): see "Dropping a topic" in src/README.md).
  * Inside SPI_connect().
  */
 bool
@@ -185,7 +185,7 @@ idem_outbox_topic_lookup(const char *name, TopicRight right, Topic *out, Snapsho
 
 /*
  * Hold topic id for this transaction: ShareLock for a publisher, ExclusiveLock
- * for drop_topic() (see "Dropping a topic" in the file comment).  Returns
+ * for drop_topic() (see "Dropping a topic" in src/README.md).  Returns
  * whether this call took it (LOCKACQUIRE_OK), not the transaction before.
  */
 bool
@@ -283,8 +283,8 @@ outbox_relids(void)
 
 /*
  * The caller's rights on topic name for publish(), from the cache or SPI,
- * and the topic held for the transaction (see "Dropping a topic" in the
- * file comment): the first publish() to a topic in a transaction takes the
+ * and the topic held for the transaction (see "Dropping a topic" in
+ * src/README.md): the first publish() to a topic in a transaction takes the
  * topic's lock shared, then looks the topic up again with the newest
  * snapshot, since a drop_topic() may have committed before the lock was
  * granted.  A topic gone (or re-created under a new id) since: 40001 if

@@ -515,7 +515,8 @@ shard_of(Oid relid, const char *key, int key_len)
 /*
  * Citus's shard metadata lock on shard in ShareLock, until the transaction
  * ends, through Citus: LockShardDistributionMetadata itself where citus.so
- * exports it, else lock_shard_metadata() (see the file comment).
+ * exports it, else lock_shard_metadata() (see src/README.md, "Citus in
+ * detail").
  */
 static void
 lock_citus(int64 shard)
@@ -578,7 +579,8 @@ lock_entry(ShardEntry *e)
  * If the shard of key id of Citus table relid (distributed by "key") is on
  * this node, return its id, with the shard's metadata lock taken in
  * ShareLock until the transaction ends, and set *shard_relid to the shard
- * table; else 0 (take Citus's route).  See the file comment.
+ * table; else 0 (take Citus's route).  See src/README.md, "Citus in
+ * detail".
  *
  * The placement and the shard table are cached per shard (shard_entry()),
  * and the cache is trusted only under the lock: a move takes the lock in

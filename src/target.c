@@ -416,7 +416,10 @@ idem_helper_call(PGFunction body, FunctionCallInfo fcinfo)
 	return result;
 }
 
-/* free plan now, or at the next outermost call (see the file comment) */
+/*
+ * free plan now, or at the next outermost call (src/README.md, "The write
+ * helpers' statements and plans")
+ */
 static void
 drop_plan(SPIPlanPtr plan)
 {

@@ -507,9 +507,10 @@ wake_read(WakeEntry **e, int n, const int64 *since, int64 *now)
  * wait_for(topics text[], timeout interval, since int8[])
  *   -> (woken text[], cursor int8[])
  *
- * See the file comment.  The topics are checked (22004, 22023, 42704,
- * 42501) and their entries found or made; then, unless a count already
- * differs from since, the call sleeps until one does or timeout passes.
+ * See src/README.md, "Wake-ups without NOTIFY".  The topics are checked
+ * (22004, 22023, 42704, 42501) and their entries found or made; then,
+ * unless a count already differs from since, the call sleeps until one
+ * does or timeout passes.
  */
 PG_FUNCTION_INFO_V1(idempotency_wait_for);
 
