@@ -417,8 +417,8 @@ idempotency_outbox_vacuum_main(Datum main_arg)
 	 * Unthrottled, whatever the database says: one outbox vacuum worker
 	 * serves the whole cluster, and a database owner (no superuser) may
 	 * ALTER DATABASE ... SET vacuum_cost_delay, which would slow it down for
-	 * every other database (attackvac, finding 3).  A manual VACUUM's
-	 * defaults: no cost delay, the default limit.
+	 * every other database (test/t/017_outbox_vacuum_attack.pl).  A manual
+	 * VACUUM's defaults: no cost delay, the default limit.
 	 */
 	SetConfigOption("vacuum_cost_delay", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("vacuum_cost_limit", "200", PGC_SUSET, PGC_S_OVERRIDE);
