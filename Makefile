@@ -10,6 +10,7 @@ OBJS = \
 	src/runas.o \
 	src/fingerprint.o \
 	src/keyid.o \
+	src/sharedhash.o \
 	src/stats.o \
 	src/heldkeys.o \
 	src/keylock.o \
