@@ -149,8 +149,8 @@ bench:
 # suite fails on any difference.
 .PHONY: indent
 indent:
-	perl test/indent/indent --typedefs-update
-	perl test/indent/indent
+	PG_CONFIG='$(PG_CONFIG)' perl test/indent/indent --typedefs-update
+	PG_CONFIG='$(PG_CONFIG)' perl test/indent/indent
 
 # as root, in cached chroots (test/pg15src.sh): the assertion build, pg_upgrade
 .PHONY: test-cassert test-upgrade
