@@ -144,6 +144,15 @@ demo:
 bench:
 	bash bench/run
 
+# src/ in PostgreSQL's layout (pgindent's pg_bsd_indent and switches;
+# test/indent/indent): the typedefs list from this server's headers first,
+# then every src/*.c and src/*.h rewritten in place.  make test's indent
+# suite fails on any difference.
+.PHONY: indent
+indent:
+	PG_CONFIG='$(PG_CONFIG)' perl test/indent/indent --typedefs-update
+	PG_CONFIG='$(PG_CONFIG)' perl test/indent/indent
+
 # as root, in cached chroots (test/pg15src.sh): the assertion build, pg_upgrade
 .PHONY: test-cassert test-upgrade
 test-cassert:

@@ -296,7 +296,10 @@ purge_outbox_counts(Oid owner)
 	values[1] = PointerGetDatum(construct_array(d_delivered, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(d_retried, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = ObjectIdGetDatum(owner);
-	/* $4: the owner whose topics these are, 0 for every role's */
+	/*
+	 * $4: the owner whose topics these are, 0 for every role's; a dropped
+	 * topic's counts (no row in outbox_topic) go too
+	 */
 	done = idem_run_as_owner(&plan_outbox_counts,
 							 "WITH a AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($1),"
 							 "             pg_catalog.unnest($2), pg_catalog.unnest($3)) AS a(id, d, r)),"
@@ -313,7 +316,6 @@ purge_outbox_counts(Oid owner)
 							 "  WHERE p.id OPERATOR(pg_catalog.=) a.id"
 							 "    AND p.id IN (SELECT tp.id FROM tp)"
 							 " RETURNING p.id)"
-							 /* a dropped topic's counts go too */
 							 " SELECT u.id FROM u"
 							 " UNION ALL"
 							 " SELECT a.id FROM a WHERE NOT EXISTS ("

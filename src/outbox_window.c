@@ -249,8 +249,7 @@ static const struct
 {
 	const char *name;
 	Oid			type;
-}			msg_cols[M_NCOLS] =
-{
+}			msg_cols[M_NCOLS] = {
 	{"id", INT8OID}, {"topic_id", INT4OID}, {"message_id", UUIDOID},
 	{"message_key", TEXTOID}, {"payload", JSONBOID}, {"headers", JSONBOID},
 	{"state", TEXTOID}, {"attempts", INT4OID}, {"available_at", TIMESTAMPTZOID},

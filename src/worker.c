@@ -573,8 +573,10 @@ vacuum_tick(void)
 		idem_outbox_vacuum_forget_others(dbs, n);
 	}
 	foreach(lc, targets)
+	{
 		if (((PurgeTarget *) lfirst(lc))->oid == db)
 			allowed = true;
+	}
 	MemoryContextDelete(cxt);
 	if (slot < 0)
 		return wait_ms;
