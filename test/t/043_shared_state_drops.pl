@@ -5,7 +5,8 @@
 # savepoint (its own released first) or by a PL/pgSQL exception block
 # frees nothing.  A template clone of a database with claims starts with
 # none in flight.  A topic's claims are freed by drop_topic(force) and by
-# create_topic() taking over a dropped owner's topic, at their commit.
+# create_topic() taking over a dropped owner's topic, at their commit;
+# REASSIGN OWNED then DROP OWNED BY the old owner frees nothing.
 #
 # The claim table has 64 places; database x holds all of them (claims of a
 # day).  A probe in database other claims 64 messages for 1 ms: it gets 64
@@ -132,6 +133,20 @@ $node->safe_psql('xclone', q{
 is(probe(), '0 warned', 'the claims of a dropped owner\'s topic hold their places');
 $node->safe_psql('xclone', q{SET ROLE xowner; SELECT idempotency.create_topic('g')});
 is(probe(), '64', 'create_topic() taking its name over frees them');
+
+# REASSIGN OWNED moves the extension to another role; a DROP OWNED BY the
+# old owner then drops nothing and frees nothing
+$node->safe_psql('xclone', q{
+	SET ROLE xowner;
+	SELECT count(idempotency.publish('g', jsonb_build_object('n', i))) FROM generate_series(1, 64) i;
+	SELECT count(*) FROM idempotency.claim('g', 64, '1 day');
+	RESET ROLE;
+	REASSIGN OWNED BY xowner TO postgres;
+	DROP OWNED BY xowner;
+});
+is($node->safe_psql('xclone', q{SELECT count(*) FROM idempotency.outbox_in_flight}),
+	'64', 'after REASSIGN OWNED and DROP OWNED BY the old owner the claims are held');
+is(probe(), '0 warned', 'and hold their places');
 
 $node->stop;
 done_testing();
