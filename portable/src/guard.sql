@@ -324,6 +324,56 @@ $fn$
 -- @end
 
 -- @tail
+-- The attempt that holds a key's lease: the row locked (a takeover waits
+-- for this transaction), IK004 unless the key is live, in progress and at
+-- that attempt.  For complete(), fail() and renew() of a lease begun in
+-- an earlier transaction.
+CREATE FUNCTION idempotency._lease_holder(p_key pg_catalog.text, p_scope pg_catalog.text,
+                                          p_attempt pg_catalog.int4, p_owner pg_catalog.regrole)
+RETURNS record
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_msg pg_catalog.text := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
+    r record;
+BEGIN
+    SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
+      FROM idempotency.idempotency_key AS k
+     WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+       AND k.owner OPERATOR(pg_catalog.=) p_owner
+       FOR UPDATE;
+    IF NOT FOUND OR r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = 'No such key exists for this role, or it expired.';
+    ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.=) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('This attempt (%s) already %s the key; the stored outcome stands.', p_attempt, r.status),
+            HINT = 'A second complete() or fail() of the same attempt, e.g. after a lost acknowledgement, changes nothing.';
+    ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended, and %s it; this result is discarded.',
+                                       r.attempts, p_attempt, r.status),
+            HINT = 'Make leases longer than the work takes.';
+    ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('The key is already %s, at attempt %s.', r.status, r.attempts);
+    ELSIF r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended; this result is discarded.',
+                                       r.attempts, p_attempt),
+            HINT = 'Make leases longer than the work takes.';
+    ELSIF r.attempts OPERATOR(pg_catalog.<>) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('The key is at attempt %s.', r.attempts);
+    END IF;
+    RETURN r;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._lease_holder(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.regrole) IS
+'Portable edition, internal: lock the key''s row and check that attempt holds its lease (IK004 otherwise)';
+REVOKE ALL ON FUNCTION idempotency._lease_holder(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.regrole) FROM PUBLIC;
+
 -- complete() and fail(): store the outcome of a key this transaction began,
 -- or (attempt given) of a lease attempt begun earlier.  IK004 otherwise.
 CREATE FUNCTION idempotency._finish(p_key pg_catalog.text, p_scope pg_catalog.text, p_status pg_catalog.text,
@@ -357,38 +407,9 @@ BEGIN
                 DETAIL = pg_catalog.format('This transaction began attempt %s.', r.attempts);
         END IF;
     ELSIF p_attempt IS NOT NULL THEN
-        v_msg := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
         -- a lease begun earlier: the row locked, so that a takeover cannot
         -- slip in between this check and the write
-        SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
-          FROM idempotency.idempotency_key AS k
-         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
-           AND k.owner OPERATOR(pg_catalog.=) v_owner
-           FOR UPDATE;
-        IF NOT FOUND OR r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = 'No such key exists for this role, or it expired.';
-        ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.=) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('This attempt (%s) already %s the key; the stored outcome stands.', p_attempt, r.status),
-                HINT = 'A second complete() or fail() of the same attempt, e.g. after a lost acknowledgement, changes nothing.';
-        ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended, and %s it; this result is discarded.',
-                                           r.attempts, p_attempt, r.status),
-                HINT = 'Make leases longer than the work takes.';
-        ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('The key is already %s, at attempt %s.', r.status, r.attempts);
-        ELSIF r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended; this result is discarded.',
-                                           r.attempts, p_attempt),
-                HINT = 'Make leases longer than the work takes.';
-        ELSIF r.attempts OPERATOR(pg_catalog.<>) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('The key is at attempt %s.', r.attempts);
-        END IF;
+        PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);
     ELSIF FOUND AND idempotency._mine(r.x) THEN
         RAISE EXCEPTION '% is not held by this transaction', idempotency._describe(p_key, p_scope)
             USING ERRCODE = 'IK004',

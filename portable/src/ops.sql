@@ -1,0 +1,120 @@
+-- portable/src/ops.sql: operating on one key — forget() and renew().
+--
+-- forget() deletes one of the caller's keys so that the next begin() is
+-- new.  A key in flight is refused with IK002 and nothing is deleted: one
+-- this transaction began and has not finished, one whose row another
+-- transaction holds (locked without waiting: forget() never queues behind
+-- a request), one under a live lease.  An absent or expired key is false.
+-- The row lock is kept to the end of the transaction, so a begin() of the
+-- key waits for the forget() to commit or roll back.  A key another
+-- transaction is beginning anew (its row not committed yet) is invisible
+-- here, as to lookup(): false, and that request's work commits.
+--
+-- renew() extends the lease of the caller's attempt under the checks
+-- complete(..., attempt) makes (_lease_holder, which locks the row).
+
+-- @body idempotency_forget
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_key   ALIAS FOR $1;
+    p_scope ALIAS FOR $2;
+    v_owner pg_catalog.regrole;
+    r       record;
+BEGIN
+    PERFORM idempotency._check_key(p_key, p_scope);
+    v_owner := idempotency._caller();
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        IF pg_catalog.pg_is_in_recovery() THEN
+            RAISE EXCEPTION 'cannot forget % in a read-only transaction', idempotency._describe(p_key, p_scope)
+                USING ERRCODE = 'read_only_sql_transaction', HINT = 'Send it to the primary server.';
+        END IF;
+        RAISE EXCEPTION 'cannot forget % in a read-only transaction', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    SELECT k.status, k.locked_until, k.xmin AS x INTO r
+      FROM idempotency.idempotency_key AS k
+     WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
+    IF FOUND AND r.status = 'in_progress' AND (r.locked_until IS NULL OR idempotency._mine(r.x)) THEN
+        RAISE EXCEPTION 'cannot forget %: it is in progress in this transaction', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'IK002',
+                  DETAIL = 'This transaction began it and has not completed or failed it yet.';
+    END IF;
+    BEGIN
+        SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
+          FROM idempotency.idempotency_key AS k
+         WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner
+           FOR UPDATE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'cannot forget %: it is in progress in another transaction', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'IK002',
+                  DETAIL = 'Another transaction holds the key; forget() does not wait for it.',
+                  HINT = 'Try again when that request has finished.';
+    END;
+    IF NOT FOUND OR r.expires_at <= pg_catalog.now() THEN
+        RETURN false;       -- absent, expired (the purge takes it), or another role's
+    END IF;
+    IF r.status = 'in_progress' AND r.locked_until > pg_catalog.clock_timestamp() THEN
+        RAISE EXCEPTION 'cannot forget %: it is in progress under a lease', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'IK002',
+                  DETAIL = pg_catalog.format('Attempt %s holds it until %s.', r.attempts, r.locked_until),
+                  HINT = 'Let the worker finish it, or forget it after the lease ends.';
+    END IF;
+    DELETE FROM idempotency.idempotency_key AS k
+     WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    RAISE LOG 'role "%" forgot % (status %, attempt %)', pg_catalog.pg_get_userbyid(v_owner::pg_catalog.oid), idempotency._describe(p_key, p_scope),
+              r.status, r.attempts;
+    RETURN true;
+END
+$fn$
+-- @end
+
+-- @body idempotency_renew
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_key     ALIAS FOR $1;
+    p_lease   ALIAS FOR $2;
+    p_attempt ALIAS FOR $3;
+    p_scope   ALIAS FOR $4;
+    v_owner   pg_catalog.regrole;
+    v_clock   pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    v_end     pg_catalog.timestamptz;
+BEGIN
+    PERFORM idempotency._check_key(p_key, p_scope);
+    v_owner := idempotency._caller();
+    IF p_lease IS NULL THEN
+        RAISE EXCEPTION 'lease must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_attempt IS NULL THEN
+        RAISE EXCEPTION 'attempt must not be null' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the attempts value that begin() returned.';
+    END IF;
+    v_end := v_clock + p_lease;
+    IF v_end <= v_clock THEN
+        RAISE EXCEPTION 'lease must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        IF pg_catalog.pg_is_in_recovery() THEN
+            RAISE EXCEPTION 'cannot renew % in a read-only transaction', idempotency._describe(p_key, p_scope)
+                USING ERRCODE = 'read_only_sql_transaction', HINT = 'Send it to the primary server.';
+        END IF;
+        RAISE EXCEPTION 'cannot renew % in a read-only transaction', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);     -- IK004
+    UPDATE idempotency.idempotency_key AS k
+       SET status = 'in_progress', locked_until = v_end,
+           expires_at = GREATEST(k.expires_at, v_end), updated_at = pg_catalog.now()
+     WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
+    RETURN v_end;
+END
+$fn$
+-- @end
