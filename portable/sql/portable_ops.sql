@@ -1,7 +1,9 @@
 -- portable_ops: forget() and renew() in the portable edition, the cases of
 -- the C edition's stats.sql without its counters (the portable edition has
 -- no shared-memory statistics): each outcome, each error path with its
--- SQLSTATE, and that a refused call wrote nothing.
+-- SQLSTATE, and that a refused call wrote nothing.  Then purge() by the
+-- installing role, which purges every role's rows (what a pg_cron job runs,
+-- where the C edition has its background worker).
 \set VERBOSITY terse
 SET ROLE regress_alice;
 
@@ -131,3 +133,49 @@ SELECT idempotency.renew('job', '1 hour', 1, 'jobs');
 RESET ROLE;
 SELECT owner, key, status FROM idempotency.idempotency_key WHERE key IN ('k1', 'job') ORDER BY key;
 DELETE FROM idempotency.idempotency_key WHERE scope IN ('pay', 'jobs');
+
+-- purge() by the installing role (regress_admin here): every role's expired
+-- keys, tokens and seen messages, in batches; live rows stay (the rows the
+-- earlier files left are cleared first)
+DELETE FROM idempotency.idempotency_key;
+DELETE FROM idempotency.seen_message;
+DELETE FROM idempotency.token;
+SET ROLE regress_alice;
+SELECT count(*) FROM generate_series(1, 3) i, idempotency.begin('exp-a' || i, ttl => '1 ms', lease => '1 ms');
+SELECT outcome FROM idempotency.begin('live-a', ttl => '1 hour', lease => '1 ms');
+SELECT idempotency.issue_token(ttl => '1 ms') IS NOT NULL AS token;
+SELECT idempotency.first_seen('q', 'm-a', ttl => '1 ms');
+SET ROLE regress_bob;
+SELECT count(*) FROM generate_series(1, 3) i, idempotency.begin('exp-b' || i, ttl => '1 ms', lease => '1 ms');
+SELECT idempotency.first_seen('q', 'm-b', ttl => '1 hour');
+RESET ROLE;
+SELECT pg_sleep(0.01);
+SELECT (SELECT count(*) FROM idempotency.idempotency_key) AS keys,
+       (SELECT count(*) FROM idempotency.token WHERE expires_at <= now()) AS expired_tokens,
+       (SELECT count(*) FROM idempotency.seen_message) AS seen;
+-- another role purges its own rows only
+SET ROLE regress_bob;
+SELECT idempotency.purge(2) AS bobs_first, idempotency.purge(2) AS bobs_second;
+SET ROLE regress_admin;
+SELECT idempotency.purge(2) AS first_batches, idempotency.purge(2) AS second_batches,
+       idempotency.purge(2) AS nothing_left;
+RESET ROLE;
+SELECT owner, key FROM idempotency.idempotency_key ORDER BY owner::text, key;
+SELECT count(*) AS expired_tokens FROM idempotency.token WHERE expires_at <= now();
+SELECT owner, message_id FROM idempotency.seen_message ORDER BY owner::text, message_id;
+-- a batch below 1: 22023, nothing deleted; NULL (STRICT): NULL
+SELECT count(*) FROM generate_series(1, 2) i, idempotency.begin('exp-c' || i, ttl => '1 ms', lease => '1 ms');
+SELECT pg_sleep(0.01);
+SELECT idempotency.purge(0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.purge(NULL) IS NULL AS strict;
+-- a read-only transaction: 25006, nothing deleted
+BEGIN READ ONLY;
+SELECT idempotency.purge();
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS still_there FROM idempotency.idempotency_key WHERE key LIKE 'exp-c%';
+SELECT idempotency.purge() AS purged;
+DELETE FROM idempotency.idempotency_key;
+DELETE FROM idempotency.seen_message;
+DELETE FROM idempotency.token;
