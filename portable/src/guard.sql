@@ -168,9 +168,9 @@ BEGIN
                 ELSE
                     INSERT INTO idempotency.idempotency_key AS k
                            (owner, scope, key, status, request_hash, response, retryable, attempts,
-                            created_at, updated_at, expires_at, locked_until)
+                            created_at, updated_at, expires_at, locked_until, derive_seed)
                     VALUES (v_owner, p_scope, p_key, 'in_progress', v_hash, NULL, NULL, 1,
-                            v_now, v_now, GREATEST(v_exp, v_lend), v_lend);
+                            v_now, v_now, GREATEST(v_exp, v_lend), v_lend, idempotency._new_seed());
                     GET DIAGNOSTICS v_rows = ROW_COUNT;
                     IF v_rows <> 1 THEN
                         RAISE EXCEPTION '% was not stored in table idempotency.idempotency_key', idempotency._describe(p_key, p_scope)
@@ -239,7 +239,11 @@ BEGIN
                expires_at = GREATEST(v_exp, v_lend),
                locked_until = v_lend,
                recovery_point = CASE WHEN v_live THEN r.recovery_point END,
-               recovery_state = CASE WHEN v_live THEN r.recovery_state END
+               recovery_state = CASE WHEN v_live THEN r.recovery_state END,
+               -- a new life draws a new seed; a retry keeps the row's
+               -- (and freezes one for a row restored from 0.5.0)
+               derive_seed = CASE WHEN v_live THEN coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
+                                  ELSE idempotency._new_seed() END
          WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
         res.outcome := CASE WHEN v_live THEN 'retry' ELSE 'new' END;
         res.status := 'in_progress';
@@ -423,7 +427,8 @@ BEGIN
 
     UPDATE idempotency.idempotency_key AS k
        SET status = p_status, response = p_payload, retryable = p_retryable,
-           locked_until = NULL, updated_at = pg_catalog.now()
+           locked_until = NULL, updated_at = pg_catalog.now(),
+           derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
      WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
        AND k.owner OPERATOR(pg_catalog.=) v_owner;
 END

@@ -112,7 +112,8 @@ BEGIN
     PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);     -- IK004
     UPDATE idempotency.idempotency_key AS k
        SET status = 'in_progress', locked_until = v_end,
-           expires_at = GREATEST(k.expires_at, v_end), updated_at = pg_catalog.now()
+           expires_at = GREATEST(k.expires_at, v_end), updated_at = pg_catalog.now(),
+           derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
      WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
     RETURN v_end;
 END
