@@ -1,4 +1,4 @@
--- portable/src/ops.sql: operating on one key — forget() and renew().
+-- portable/src/ops.sql: operating on one key — forget(), renew(), checkpoint().
 --
 -- forget() deletes one of the caller's keys so that the next begin() is
 -- new.  A key in flight is refused with IK002 and nothing is deleted: one
@@ -116,6 +116,76 @@ BEGIN
            derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
      WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
     RETURN v_end;
+END
+$fn$
+-- @end
+
+-- checkpoint(key, point, state, attempt, scope): the recovery point of
+-- the caller's lease attempt, written in the caller's transaction (it
+-- commits with the phase's writes); the attempt must hold the lease
+-- (_lease_holder, which locks the row: a takeover waits for the phase).
+-- A key begun in this transaction without a lease has no point to resume
+-- from: IK004.
+
+-- @body idempotency_checkpoint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_key     ALIAS FOR $1;
+    p_point   ALIAS FOR $2;
+    p_state   ALIAS FOR $3;
+    p_attempt ALIAS FOR $4;
+    p_scope   ALIAS FOR $5;
+    v_owner   pg_catalog.regrole;
+    v_max     pg_catalog.int4;
+    r         record;
+BEGIN
+    PERFORM idempotency._check_key(p_key, p_scope);
+    -- the point: not null (22004), not empty, at most max_key_length
+    -- characters (22023)
+    IF p_point IS NULL THEN
+        RAISE EXCEPTION 'recovery point must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_point = '' THEN
+        RAISE EXCEPTION 'recovery point must not be empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_max := coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), ''), '255')::pg_catalog.int4;
+    IF pg_catalog.length(p_point) > v_max THEN
+        RAISE EXCEPTION 'recovery point is too long' USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = pg_catalog.format('The recovery point has %s characters; idempotency.max_key_length allows %s.',
+                                       pg_catalog.length(p_point), v_max);
+    END IF;
+    IF p_attempt IS NULL THEN
+        RAISE EXCEPTION 'attempt must not be null' USING ERRCODE = 'null_value_not_allowed',
+            HINT = 'Pass the attempts value that begin() returned.';
+    END IF;
+    v_owner := idempotency._caller();
+    SELECT k.status, k.locked_until, k.xmin AS x INTO r
+      FROM idempotency.idempotency_key AS k
+     WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
+    IF FOUND AND r.status = 'in_progress' AND r.locked_until IS NULL AND idempotency._mine(r.x) THEN
+        RAISE EXCEPTION '% is not held by a lease', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'IK004',
+                  DETAIL = 'This transaction began it without a lease; its work commits at once, so there is no point to resume from.',
+                  HINT = 'Begin the key with lease => an interval to run it in phases.';
+    END IF;
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'cannot store % during recovery', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'read_only_sql_transaction',
+                  DETAIL = 'This server is a hot standby; it can replay finished keys but not store new ones.',
+                  HINT = 'Send requests that do work to the primary server.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        RAISE EXCEPTION 'cannot store % in a read-only transaction', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);     -- IK004
+    UPDATE idempotency.idempotency_key AS k
+       SET recovery_point = p_point, recovery_state = p_state, updated_at = pg_catalog.now(),
+           derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
+     WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
 END
 $fn$
 -- @end
