@@ -1,9 +1,10 @@
 -- portable_ops: forget() and renew() in the portable edition, the cases of
 -- the C edition's stats.sql without its counters (the portable edition has
 -- no shared-memory statistics): each outcome, each error path with its
--- SQLSTATE, and that a refused call wrote nothing.  Then purge() by the
--- installing role, which purges every role's rows (what a pg_cron job runs,
--- where the C edition has its background worker).
+-- SQLSTATE, and that a refused call wrote nothing; checkpoint() in a
+-- read-only transaction (the key's checks first, as in the C edition).
+-- Then purge() by the installing role, which purges every role's rows
+-- (what a pg_cron job runs, where the C edition has its background worker).
 \set VERBOSITY terse
 SET ROLE regress_alice;
 
@@ -133,6 +134,25 @@ SELECT idempotency.renew('job', '1 hour', 1, 'jobs');
 RESET ROLE;
 SELECT owner, key, status FROM idempotency.idempotency_key WHERE key IN ('k1', 'job') ORDER BY key;
 DELETE FROM idempotency.idempotency_key WHERE scope IN ('pay', 'jobs');
+
+-- checkpoint() in a read-only transaction: the key's checks come first (an
+-- unknown key is IK004), then 25006; nothing written
+SET ROLE regress_alice;
+SELECT outcome FROM idempotency.begin('cp-ro', lease => '1 hour');
+BEGIN READ ONLY;
+SELECT idempotency.checkpoint('cp-unknown', 'p', '{}', 1);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT idempotency.checkpoint('cp-ro', 'p', '{}', 2);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT idempotency.checkpoint('cp-ro', 'p', '{}', 1);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT recovery_point FROM idempotency.lookup('cp-ro');
+RESET ROLE;
 
 -- purge() by the installing role (regress_admin here): every role's expired
 -- keys, tokens and seen messages, in batches; live rows stay (the rows the

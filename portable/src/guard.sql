@@ -342,11 +342,20 @@ DECLARE
     v_msg pg_catalog.text := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
     r record;
 BEGIN
-    SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
-      FROM idempotency.idempotency_key AS k
-     WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
-       AND k.owner OPERATOR(pg_catalog.=) p_owner
-       FOR UPDATE;
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        -- no row lock in a read-only transaction: the checks only (the
+        -- caller refuses to write after them, 25006)
+        SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
+          FROM idempotency.idempotency_key AS k
+         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+           AND k.owner OPERATOR(pg_catalog.=) p_owner;
+    ELSE
+        SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
+          FROM idempotency.idempotency_key AS k
+         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+           AND k.owner OPERATOR(pg_catalog.=) p_owner
+           FOR UPDATE;
+    END IF;
     IF NOT FOUND OR r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
         RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
             DETAIL = 'No such key exists for this role, or it expired.';

@@ -171,6 +171,7 @@ BEGIN
                   DETAIL = 'This transaction began it without a lease; its work commits at once, so there is no point to resume from.',
                   HINT = 'Begin the key with lease => an interval to run it in phases.';
     END IF;
+    PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);     -- IK004
     IF pg_catalog.pg_is_in_recovery() THEN
         RAISE EXCEPTION 'cannot store % during recovery', idempotency._describe(p_key, p_scope)
             USING ERRCODE = 'read_only_sql_transaction',
@@ -181,7 +182,6 @@ BEGIN
         RAISE EXCEPTION 'cannot store % in a read-only transaction', idempotency._describe(p_key, p_scope)
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
-    PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);     -- IK004
     UPDATE idempotency.idempotency_key AS k
        SET recovery_point = p_point, recovery_state = p_state, updated_at = pg_catalog.now(),
            derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
