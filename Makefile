@@ -159,11 +159,12 @@ dist:
 	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
 
 # the portable edition (portable/README.md): its install script generated
-# from this one, and the C edition's key-guard tests run against it on a
-# server without the C library (not part of `make test` yet)
+# from this one, and the C edition's tests run against it on a copy of the
+# host's server without the C library (portable/server.sh; the suite
+# `portable` of make test)
 .PHONY: portable portable-check
 portable:
 	$(MAKE) -C portable PG_CONFIG=$(PG_CONFIG)
 
 portable-check:
-	$(MAKE) -C portable check PG_CONFIG=$(PG_CONFIG)
+	$(MAKE) -C portable check PG_CONFIG=$$(PG_CONFIG=$(PG_CONFIG) bash portable/server.sh)
