@@ -10,6 +10,7 @@ OBJS = \
 	src/runas.o \
 	src/fingerprint.o \
 	src/keyid.o \
+	src/sharedhash.o \
 	src/stats.o \
 	src/heldkeys.o \
 	src/keylock.o \
@@ -142,6 +143,15 @@ demo:
 .PHONY: bench
 bench:
 	bash bench/run
+
+# src/ in PostgreSQL's layout (pgindent's pg_bsd_indent and switches;
+# test/indent/indent): the typedefs list from this server's headers first,
+# then every src/*.c and src/*.h rewritten in place.  make test's indent
+# suite fails on any difference.
+.PHONY: indent
+indent:
+	PG_CONFIG='$(PG_CONFIG)' perl test/indent/indent --typedefs-update
+	PG_CONFIG='$(PG_CONFIG)' perl test/indent/indent
 
 # as root, in cached chroots (test/pg15src.sh): the assertion build, pg_upgrade
 .PHONY: test-cassert test-upgrade

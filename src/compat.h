@@ -6,55 +6,18 @@
  *	  test PG_VERSION_NUM themselves.
  *
  * Majors: 15, 17 and 18 are built with -Wall -Wextra -Werror and every
- * suite runs on them (Debian bookworm, trixie and sid; test/chroot.sh,
- * `make test-all`, .ci/run).  16 is UNTESTED: no Debian suite ships it, so
- * it has never been compiled here; the thresholds at 160000 below are taken
- * from the server's source, and every branch a 16 build would take is also
- * the branch that 15 or 17 compiles and tests.  13 and 14 are not supported
- * (their shims were never compiled either and were removed in 0.5.0).
+ * suite runs on them.  16 is untested (no Debian suite ships it): the
+ * thresholds at 160000 are taken from the server's source, and every
+ * branch a 16 build takes is one that 15 or 17 compiles.  13 and 14 are
+ * not supported.
  *
- * The minor-release ABI trap.  15.9, 16.5 and 17.1 added a field to
- * ResultRelInfo: an extension that allocated one with its own sizeof (as
- * makeNode(ResultRelInfo) in the extension does: makeNode expands to
- * newNode(sizeof(...)) at OUR compile time) and handed it to the server's
- * InitResultRelInfo, which zeroes the server's sizeof, overwrote memory
- * (timescaledb crashed; 15.10, 16.6 and 17.2 restored the old size).  So:
- *
- *	- Executor nodes are allocated by the server, never by us:
- *	  CreateExecutorState() for the EState, ExecGetTriggerResultRel() for
- *	  the ResultRelInfo (IDEM_NEW_RESULT_REL below: the server's makeNode
- *	  and InitResultRelInfo, so its sizeof is the running server's),
- *	  ExecInitExtraTupleSlot()/table_slot_create() for slots,
- *	  index_beginscan() for scans.  No RangeTblEntry, no range table.
- *
- *	- Server structs WE size (stack or palloc with our sizeof), each
- *	  unchanged in every minor release so far and filled only through the
- *	  server's macros or functions:
- *		ScanKeyData (keyfast.c: ScanKeyEntryInitialize; runas.c:
- *		ScanKeyInit), HASHCTL
- *		(hash_create: heldkeys.c, machine.c, once.c, stats.c, target.c),
- *		LOCKTAG (keylock.c: SET_LOCKTAG_ADVISORY), BackgroundWorker
- *		(worker.c: RegisterBackgroundWorker, RegisterDynamicBackgroundWorker),
- *		FmgrInfo (once.c: fmgr_info_cxt), JsonbValue (once.c,
- *		fingerprint.c, target.c: pushJsonbValue), StringInfoData
- *		(initStringInfo).
- *
- *	- Server structs whose fields we read or write through a pointer the
- *	  server gave us (a field offset compiled in):
- *		RelationData (rd_rel, rd_rules, rd_index, rd_indcollation,
- *		trigdesc), FormData_pg_class (relkind, relam),
- *		FormData_pg_index (indkey, indnkeyatts), FormData_pg_attribute
- *		(atttypid, atttypmod, attnotnull, attisdropped),
- *		FormData_pg_namespace, FormData_pg_operator,
- *		FormData_pg_extension (extowner), FormData_pg_database
- *		(datname, datallowconn, datistemplate, datconnlimit), TupleDescData
- *		(natts), TupleTableSlot (tts_values, tts_isnull), EState
- *		(es_output_cid, es_tupleTable), PGPROC (pid; vxid.lxid or lxid
- *		below), VirtualTransactionId, SPITupleTable (SPI_tuptable),
- *		FunctionCallInfoBaseData (flinfo, context, resultinfo, nargs),
- *		ReturnSetInfo (setResult, setDesc), ErrorData, Query
- *		(utilityStmt), JsonbValue read back from JsonbIterator,
- *		config_generic (name, context, source: worker.c).
+ * The minor-release ABI trap: 15.9, 16.5 and 17.1 added a field to
+ * ResultRelInfo, and an extension that allocated one with its own sizeof
+ * overwrote memory.  So executor nodes are allocated by the server, never
+ * by us (IDEM_NEW_RESULT_REL below), and the server structs we size or
+ * whose fields we read are listed in src/README.md, "PostgreSQL versions
+ * and the server's structs", so that a minor release's change is checked
+ * against them.
  *
  *-------------------------------------------------------------------------
  */

@@ -3,51 +3,26 @@
  * guard.c
  *	  idempotency.begin(), complete() and fail(): the key guard.
  *
- * Design (single-transaction mode):
+ * The guard is idem_guard_begin() and idem_guard_finish(); the SQL
+ * functions here and once() call them.  Single-transaction mode: begin()
+ * validates the key (IK003), fingerprints the request, takes the key lock
+ * (keylock.c) if it is free and looks the key up (keyread.c); if another
+ * transaction holds the lock it looks first and replays a live finished
+ * key without waiting, else waits at most lock_wait (IK002) and looks
+ * again.  Then: replay (the lock given back), retry, or new; a different
+ * fingerprint is IK001; new work in a read-only transaction or on a
+ * standby is 25006.  Nothing is written at begin(): complete() and fail()
+ * store the row for a key this transaction began (else IK004), and COMMIT
+ * fails while a begun key is unfinished (heldkeys.c).  So a first-time
+ * request costs a lock, a probe and an insert; a replay a lock and a probe.
+ * Nothing runs in parallel mode (a worker could escape the commit check).
+ * Lease mode, and a key on Citus (claimed on its shard, or carried to the
+ * shard's node): src/README.md, "Lease mode and Citus in the guard".
  *
- *	begin(key)	  validate the key (IK003) and fingerprint the request; take
- *				  the key lock (keylock.c) if it is free and look the key up
- *				  (keyread.c).  If another transaction holds the lock, look
- *				  first and replay a live finished key without waiting, else
- *				  wait at most idempotency.lock_wait (IK002) for the lock and
- *				  look again.  Then decide: replay (giving the lock back: a
- *				  replay writes nothing), retry a retryably failed key, or
- *				  start a new one; a different request fingerprint is IK001.
- *				  New work is refused (25006) where its outcome could not be
- *				  stored: a read-only transaction, a hot standby.
- *				  Nothing is written at begin: other transactions are kept
- *				  out by the lock, not by a row, so a first-time request
- *				  writes its row once, at complete().
- *
- *	complete()/	  store the row (an INSERT, or an UPDATE when a row was
- *	fail()		  there) for a key this transaction began (else IK004).
- *
- *	COMMIT		  fails while a begun key is unfinished (heldkeys.c).
- *
- * So a first-time request costs a lock, one index probe and one row
- * insert; a replay a lock and one probe, and no write at all.  None of it
- * runs in parallel mode (a worker could escape the commit check).
- *
- * The guard itself is idem_guard_begin() and idem_guard_finish(); the SQL
- * functions here and once() call them.
- *
- * On Citus (the key table distributed; keycitus.c) the key lock is this
- * node's only, and a duplicate may arrive through another node.  There a
- * key is serialised where its shard lives: begin() claims it first with an
- * uncommitted in_progress row (INSERT ... ON CONFLICT DO NOTHING; a claim
- * from any node waits for it on the shard's primary key), or, when a row
- * is there, locks that row (SELECT ... FOR UPDATE) and decides on it.  So
- * a first-time request costs a claim, the work and an UPDATE on the key's
- * shard; complete() updates the claimed row.  When the shard is on another
- * node, begin(), complete() and fail() call themselves there (keyroute.c),
- * where they take the shard path as the extension's owner.  The key lock is
- * still taken first: duplicates through the same node queue on it, with
- * idempotency.lock_wait, as without Citus.
- *
- * Locking: the key lock is held from begin() to the end of the transaction
- * (or of the subtransaction that took it, if that one rolls back).  A
- * replay gives it back at once, and never waits for it: a live completed
- * or permanently failed key changes only by expiring.
+ * Locking: the key lock is held from begin() to the end of the
+ * transaction (or of the subtransaction that took it, if that one rolls
+ * back).  A replay gives it back at once and never waits for it: a live
+ * completed or permanently failed key changes only by expiring.
  *
  *-------------------------------------------------------------------------
  */

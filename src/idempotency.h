@@ -8,6 +8,8 @@
  * test/layers/run (`make test`, suite layers) reads the floor lines below
  * (one per floor, top first: "floor NAME: files") and checks both against
  * the symbols of the built objects (nm); a file on no floor fails it too.
+ * What each file owns, its locking and the path of a request:
+ * src/README.md.
  *
  *	  floor top:      idempotency.c worker.c
  *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_window.c outbox_topics.c outbox_notify.c outbox_counts.c outbox.c outbox_inflight.c outbox_vacuum.c owners.c
@@ -15,64 +17,14 @@
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
  *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyroute.c keyfast.c keytable.c shard.c
- *	  floor ground:   keyid.c stats.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
+ *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
  *
- *	  idempotency.c     _PG_init: one idem_xxx_init() per file, nothing else
- *	  worker.c          the background workers: the purge launcher, the
- *	                    purge worker, the outbox vacuum worker (GUCs
- *	                    purge_*, database)
- *	  once.c            once()
- *	  lookup.c          lookup()
- *	  http.c            http_response()
- *	  ops.c             forget(), renew()
- *	  recovery.c        checkpoint(), derive_key()
- *	  lifecycle.c       purge(), tokens, first_seen()
- *	  outbox_publish.c  publish()                 (the outbox:
- *	  outbox_relay.c    claim(), ack(), nack(),    outbox.h)
- *	                    release(), redrive()
- *	  outbox_window.c   claim()'s window in C (claims in shared memory)
- *	  outbox_topics.c   create/alter/drop_topic(), grant/revoke_topic()
- *	  outbox_notify.c   NOTIFY at commit, for topics that ask for it
- *	  outbox_counts.c   acked counts per topic in shared memory, and
- *	                    _outbox_counts() that reads them
- *	  outbox.c          what they share: a topic, its rights, the cache
- *	  outbox_vacuum.c   acked counts per database in shared memory, and
- *	                    the VACUUM of the outbox table the worker runs
- *	                    (GUC outbox_vacuum_after)
- *	  owners.c          what frees the state in shared memory of a
- *	                    dropped database, install or role
- *	  guard.c           begin(), complete(), fail()
- *	  machine.c         create_machine(), transition()  (write helpers,
- *	  versioned.c       update_versioned()                over target.c)
- *	  insert_once.c     insert_once()
- *	  target.c          the helpers' target table, columns and plan cache
- *	  heldkeys.c        what this transaction did with which key
- *	  keylock.c         the lock that serialises one key (GUC lock_wait)
- *	  keyread.c         reading rows of idempotency_key  (the key store:
- *	  keywrite.c        writing them                       keystore.h)
- *	  keycitus.c        their statements on Citus: route and shard
- *	  keyroute.c        Citus: a call carried to its shard's node; a
- *	                    statement on a shard of this node as the owner
- *	  keyfast.c         the fast path: primary key probe, executor insert
- *	  keytable.c        the key table: which, its shape, its path
- *	  shard.c           Citus: the key's shard, when it is on this node
- *	  keyid.c           a key's identity: validate, hash, describe (GUCs
- *	                    default_ttl, max_key_length)
- *	  stats.c           idempotency.stats: counters in shared memory (GUCs
- *	                    stats_max, log_waits)
- *	  wakeup.c          wait_for(): relays woken through shared memory at
- *	                    commit (publishers call idem_wake_at_commit)
- *	  outbox_claims.c   the outbox's claims in shared memory, and the
- *	                    install they belong to (GUC outbox_claims)
- *	  fingerprint.c     sha256 of a canonical jsonb encoding
- *	  runas.c           prepared SQL as the extension's owner
- *	  cache.c           the one relcache callback every cache shares
- *	  compat.h          every PostgreSQL version difference
- *
- * Each file defines the GUCs it reads in its idem_xxx_init().
- *
- * Every non-static symbol starts with idem_ (SQL-callable functions with
- * idempotency_).
+ * Headers: this one (every floor's exported declarations, the SQLSTATEs,
+ * KeyId, HeldKey, StoredKey), keystore.h (the key store's files), outbox.h
+ * (the outbox's), target.h (the write helpers'), compat.h (every
+ * PostgreSQL version difference).  Each file defines the GUCs it reads in
+ * its idem_xxx_init().  Every non-static symbol starts with idem_
+ * (SQL-callable functions with idempotency_).
  *
  *-------------------------------------------------------------------------
  */
@@ -163,6 +115,25 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 
 /* fingerprint.c */
 extern void idem_fingerprint(Jsonb *jb, uint8 *out);
+
+/*
+ * sharedhash.c: a hash table in shared memory (preloaded), whose entries
+ * begin with two Oids: the database, then the install or the role
+ */
+typedef struct IdemSharedHash
+{
+	const char *name;			/* of its lock's tranche and struct */
+	const char *hash_name;		/* of the hash table */
+	Size		keysize;
+	Size		entrysize;
+	struct LWLock *lock;		/* set by idem_sharedhash_attach() */
+	struct HTAB *hash;			/* likewise; NULL: not preloaded */
+} IdemSharedHash;
+
+extern void idem_sharedhash_request(const IdemSharedHash *t, long max);
+extern bool idem_sharedhash_attach(IdemSharedHash *t, long max);
+extern void idem_sharedhash_forget(const IdemSharedHash *t, Oid db, Oid owner);
+extern int	idem_sharedhash_databases(const IdemSharedHash *t, Oid *dbs, int max);
 
 /* keyid.c */
 extern void idem_keyid_init(void);

@@ -132,8 +132,10 @@ named_in(List *cols, const IdemColumn *c)
 	ListCell   *lc;
 
 	foreach(lc, cols)
+	{
 		if (((IdemColumn *) lfirst(lc))->attnum == c->attnum)
 			return true;
+	}
 	return false;
 }
 

@@ -4,45 +4,22 @@
  *	  Citus: carry a call to the node of its key's shard, and run a
  *	  statement on a shard of this node as the extension's owner.
  *
- * Design: on Citus no role but the
- * extension's owner may write the key, token and seen-message tables, as on
- * a single server.  The functions write a row where its shard lives, as the
- * owner (the shard-local paths: keycitus.c for keys, idem_shard_exec()
- * here for tokens and seen messages).  A call whose shard is on another
- * node is carried there whole: the SQL function calls itself again on that
- * node, with the same arguments, through a router query on the caller's
- * own connection and transaction:
+ * On Citus no role but the extension's owner writes the key, token and
+ * seen-message tables either: rows are written where their shard lives, as
+ * the owner (keycitus.c for keys, idem_shard_exec() here for tokens and
+ * seen messages).  A call whose shard is on another node is carried there
+ * whole: the SQL function calls itself on that node, with the same
+ * arguments and the caller's settings, in the caller's distributed
+ * transaction, through a router query with a modifying CTE on an
+ * always-empty co-located table (key_route, token_route), so Citus
+ * includes that node in its two-phase commit.  A routed call does what the
+ * same call on the shard's node does, no more.  The query and why each of
+ * its parts: src/README.md, "Citus in detail".
  *
- *	  WITH r AS (UPDATE idempotency.key_route AS r SET k = r.k
- *	              WHERE r.k OPERATOR(pg_catalog.=) $1 RETURNING r.k)
- *	  SELECT idempotency.begin(c.a1, c.a2, ...)
- *	    FROM (SELECT $2 AS a1, $3 AS a2, ...,
- *	                 pg_catalog.set_config('idempotency.default_ttl', s.g0, true) AS g0, ...
- *	            FROM (SELECT pg_catalog.count(*), $n AS g0, ... FROM r) AS s) AS c
- *
- * key_route (token_route for tokens) is an empty table distributed on the
- * routing value, co-located with the table the call writes: $1 (the key,
- * the message id, the token) prunes the query to that shard group, and
- * Citus sends all of it to the group's node, where the function runs in
- * the same distributed transaction, as the caller, and finds its shard
- * local.  The modifying CTE (which updates nothing) makes the task a
- * modification for Citus: the connection counts as one that wrote, so
- * Citus keeps the transaction's later statements on that shard group on
- * it and prepares it in a two-phase commit; a plain SELECT would be
- * committed after the coordinator's own commit, outside the 2PC.  The
- * function's arguments pass through the subquery's columns (c.aN), so
- * Citus, which evaluates a modification's constant expressions on the
- * node that plans it, cannot call the function there.  The aggregate
- * gives the one row the function is called on.  The set_config() calls
- * carry the caller's settings (carried[], below).
- *
- * So a routed call does what the same call on the shard's node does, no
- * more: a role calling the function there itself gets the same checks
- * (the fencing of a lease included).  The route tables are always empty;
- * PUBLIC may UPDATE (and read) their one column, nothing else: a column
- * grant, which LOCK TABLE does not accept (a table grant of DELETE let any
- * role LOCK a route table and hold up every role's carried calls).  The
- * UPDATE sets the distribution column to itself, which Citus allows.
+ * Locking: a carried call's UPDATE takes RowExclusiveLock on the route
+ * table's shard and matches no row.  PUBLIC may UPDATE that one column and
+ * nothing else (a column grant, which LOCK TABLE does not accept), so no
+ * role can lock a route table and hold up the others' carried calls.
  *
  *-------------------------------------------------------------------------
  */
@@ -144,9 +121,9 @@ idem_route_arrived(void)
 /*
  * Call function fn (its qualified name) with nargs arguments of types
  * argtypes on the node of the shard group of value (of type
- * route_type[via]): see the file comment.  *cache keeps the plan (one per
- * call site).  Returns its result, of type rettype, in the caller's memory
- * context; *isnull when it is null.
+ * route_type[via]): see src/README.md, "Citus in detail".  *cache keeps
+ * the plan (one per call site).  Returns its result, of type rettype, in
+ * the caller's memory context; *isnull when it is null.
  */
 Datum
 idem_route_exec(IdemRoute via, Datum value, const char *fn, int nargs,

@@ -4,44 +4,21 @@
  *	  The key store's table (stores floor): which table holds the keys, its
  *	  shape, and the path every read and write takes (keystore.h).
  *
- * Design: the table may be as the extension made it, or changed by a DBA
- * (a trigger, a CHECK constraint, an index built concurrently, a column
- * type, hash partitioning).  Whatever it is, a row is written under every
- * rule the executor enforces on an INSERT or UPDATE, and read back in the
- * types the guard works with.  Three paths, chosen per table shape (cached
- * in idem_store until a relcache invalidation of the table):
- *
- *	fast   the table is a plain heap with exactly the shipped columns and
- *		   types, no triggers and no rules, a btree primary key on (owner,
- *		   scope, key): keyfast.c probes the primary key directly and
- *		   inserts through the executor's simple-relation insert.
- *	SQL    anything else (a partitioned table, a changed column type or
- *		   domain, triggers, rules, extra columns with defaults): prepared
- *		   SELECT and INSERT statements (keyread.c, keywrite.c), which
- *		   PostgreSQL routes to partitions and whose values it coerces to
- *		   the column types (length limits and domain constraints
- *		   included); the SELECT casts every column back to the type the
- *		   guard expects.
- *	Citus  the table is distributed by Citus (it is in pg_dist_partition,
- *		   which Citus keeps on the coordinator and on every worker): only
- *		   SQL reaches the rows (keycitus.c).  Detected once and cached like
- *		   the path (Citus invalidates the table's relcache entry when it
- *		   changes pg_dist_partition).  The same question for the other
- *		   tables (tokens, seen messages, state machines):
- *		   idem_table_distributed().
- *
- * Versions: the recovery point columns (recovery_point, recovery_state)
- * came with 0.5.0, derive_seed with 0.6.0.  A table of an older version
- * (before or during ALTER EXTENSION UPDATE) is served as before (fast path
- * included, with the statements that do not name the new columns);
- * checkpoint() asks for the update (idem_store.recovery), derive_key()
- * derives as 0.5.0 did (idem_store.seed).  A new row's derive_seed is drawn
- * here too (idem_store_new_seed()), with the tag of the derive secret it
- * derives with, read once per backend.
- *
- * Also here what every statement on the table shares: its error context
- * (naming the key and the table), the refusal of a read-only transaction
- * and of a hot standby (25006), the key's values as $1..$3.
+ * The table may be as shipped or changed by a DBA (a trigger, a CHECK
+ * constraint, a column type, hash partitioning); a row is written under
+ * every rule the executor enforces, and read back in the guard's types.
+ * The path is chosen per table shape and cached in idem_store until the
+ * table's relcache invalidation: fast (a plain heap of the shipped columns
+ * and types, no triggers or rules, btree primary key: keyfast.c), SQL
+ * (anything else: prepared statements in keyread.c and keywrite.c, which
+ * PostgreSQL routes and coerces) or Citus (the table is in
+ * pg_dist_partition: keycitus.c; idem_table_distributed() asks the same of
+ * the other tables).  Also here: whether the table has the columns of
+ * 0.5.0 (recovery) and 0.6.0 (derive_seed), a new row's derive seed
+ * (idem_store_new_seed()), and what every statement shares (its error
+ * context, the 25006 refusal, the key's values as $1..$3).  Why each
+ * path, and the older table versions: src/README.md, "The key table's
+ * paths and versions".
  *
  * Locking: AccessShareLock on the table (and its primary key) while its
  * shape is read; idem_store_open() takes the caller's lock and looks again

@@ -259,8 +259,9 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 uint64
 idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 {
-	Oid			argtypes[6] = {REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID,
-							   TIMESTAMPTZOID};
+	Oid			argtypes[6] = {
+		REGROLEOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID
+	};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	uint64		n;

@@ -3,75 +3,29 @@
  * lifecycle.c
  *	  Expiry and purge, one-time tokens, consumer deduplication.
  *
- * purge: every table of the extension has owner and expires_at columns and
- * an index on expires_at.  One batch is two steps per table:
+ * purge(): a batch per table locks up to n expired rows FOR UPDATE SKIP
+ * LOCKED, returns their (tableoid, ctid) to C, and deletes them one
+ * relation at a time by a TID scan that rechecks expiry and owner: only
+ * row locks, never a wait for another transaction's row, linear in the
+ * batch.  On Citus a batch is a DELETE ... WHERE pk IN (SELECT ... LIMIT n)
+ * planned afresh.  Delivered outbox messages are purged likewise, adding
+ * them to their topics' purged_* counters.  The SQL function purges one
+ * batch of the caller's rows; the worker (worker.c) every role's,
+ * idem_purge_expired().
  *
- *	  SELECT tableoid, ctid ... WHERE expires_at <= now [AND owner = r]
- *		LIMIT n FOR UPDATE SKIP LOCKED				-- lock the batch
- *	  DELETE ... WHERE ctid = ANY ($tids)			-- a TID scan
- *				   AND tableoid = $rel				-- one relation at a time
- *				   AND expires_at <= now [AND owner = r]
+ * Tokens: issue_token() inserts a random uuid, consume_token() deletes it
+ * (the row lock decides the one consumer).  first_seen(): INSERT ... ON
+ * CONFLICT DO NOTHING into seen_message.
  *
- * so a batch takes only row locks, never waits for a row another
- * transaction has locked, and rechecks the expiry (and owner) of each row
- * it deletes.  The locked rows come back to C, grouped by relation: one
- * DELETE on a plain table, one per partition the batch touched on a
- * partitioned key table (the README's recipe), where a ctid is unique only
- * within one partition: another partition has a row at the same ctid,
- * perhaps another role's, perhaps locked by another transaction, and the
- * filter on tableoid (a constant per DELETE) drops it before the row is
- * locked, so the DELETE never touches, nor waits for, a row the batch did
- * not lock.  The TID scan sorts the batch's positions once and each row it
- * fetches is checked against constants: linear in the batch.  (0.5.0
- * matched (tableoid, ctid) = ANY (an array of the batch), a linear search
- * per row: the default batch of 10000 took seconds;
- * test/t/007_purge_plans.pl checks the plans.)
- * A begin() that found an expired row and later writes it copes with the
- * row vanishing (idem_keystore_write falls back to INSERT).  The SQL function
- * purges one batch of the caller's own rows; the background worker
- * (worker.c) purges every role's rows, a committed batch at a time.
+ * Every statement runs as the tables' owner (runas.c) with the caller's
+ * role as a parameter; on Citus on the row's shard, on its node
+ * (keyroute.c).  The two purge statements, why each, and the tokens and
+ * seen messages on Citus: src/README.md, "Expiry and purge".
  *
- * On Citus (a table in pg_dist_partition, idem_citus_table()) Citus cannot
- * run the ctid statement above (ctids are per shard, and a locking
- * subquery over many shards is not routable).  There a batch is
- *
- *	  DELETE ... WHERE (primary key) IN (SELECT primary key ... WHERE
- *									   expires_at <= now LIMIT n)
- *				  AND expires_at <= now
- *
- * which Citus plans in two steps (the subquery's rows gathered first, then
- * one DELETE per shard), planned afresh with its values each time (Citus
- * cannot split a generic plan).  It does not skip locked rows: it waits for a
- * transaction that holds one (a begin() retrying an expired key), then
- * rechecks the expiry and leaves a row that was renewed.  Asked per batch,
- * so a table distributed while the worker runs is purged the new way.
- *
- * Delivered outbox messages (outbox.c) are purged the same way; the
- * DELETE also adds them to their topics' purged_* counters, and the batch
- * first locks those topic rows with SKIP LOCKED and takes only messages of
- * the topics it locked: a role holding alter_topic() open on its topic
- * keeps that topic's messages for a later batch, and stalls nothing
- * (0.5.0's counter UPDATE waited for it).
- *
- * Tokens: issue_token() inserts a random uuid; consume_token() deletes it.
- * Concurrent consumers serialise on the row lock of the DELETE: exactly one
- * deletes it, the others then find nothing.  A rolled-back consumer gives
- * the token back.
- *
- * first_seen(): INSERT ... ON CONFLICT DO NOTHING into seen_message.  A
- * second delivery waits for the first one's transaction like any unique
- * insert, then finds the row (false) or, if the first rolled back, inserts
- * it (true).  A redelivery writes nothing; an expired entry is re-armed by
- * an UPDATE guarded by its expiry.
- *
- * All statements run as the tables' owner (runas.c) with the
- * caller's role as a parameter, schema-qualified, prepared once and kept.
- * On Citus they run on the row's shard table, on the node that
- * holds it, as the owner (keyroute.c: idem_shard_exec, planned afresh:
- * the text names the shard); a call whose token or message id lives on
- * another node calls itself there (idem_route_call).  issue_token() draws
- * tokens until one falls on a shard of this node; a node with none (the
- * coordinator) carries the call to the node of the last one drawn.
+ * Locking: row locks only: a batch's FOR UPDATE SKIP LOCKED (and its
+ * topic rows', SKIP LOCKED); on Citus a batch waits for a locked row and
+ * rechecks it.  A consumer's DELETE and a first_seen() insert wait as any
+ * DELETE or unique insert does.
  *
  *-------------------------------------------------------------------------
  */
@@ -342,7 +296,10 @@ purge_outbox_counts(Oid owner)
 	values[1] = PointerGetDatum(construct_array(d_delivered, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(d_retried, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = ObjectIdGetDatum(owner);
-	/* $4: the owner whose topics these are, 0 for every role's */
+	/*
+	 * $4: the owner whose topics these are, 0 for every role's; a dropped
+	 * topic's counts (no row in outbox_topic) go too
+	 */
 	done = idem_run_as_owner(&plan_outbox_counts,
 							 "WITH a AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($1),"
 							 "             pg_catalog.unnest($2), pg_catalog.unnest($3)) AS a(id, d, r)),"
@@ -359,7 +316,6 @@ purge_outbox_counts(Oid owner)
 							 "  WHERE p.id OPERATOR(pg_catalog.=) a.id"
 							 "    AND p.id IN (SELECT tp.id FROM tp)"
 							 " RETURNING p.id)"
-							 /* a dropped topic's counts go too */
 							 " SELECT u.id FROM u"
 							 " UNION ALL"
 							 " SELECT a.id FROM a WHERE NOT EXISTS ("

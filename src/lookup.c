@@ -46,8 +46,9 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 	KeyId		id;
 	StoredKey	stored;
 	Datum		out[9];
-	bool		onulls[9] = {false, false, false, false, false, false, false,
-							 true, true};
+	bool		onulls[9] = {
+		false, false, false, false, false, false, false, true, true
+	};
 	bool		have_row = false;
 	bool		finished = false;
 	TimestampTz now = GetCurrentTimestamp();

@@ -4,53 +4,27 @@
  *	  One round trip: idempotency.once().
  *
  * once(key, request, sql, VARIADIC args) is begin() -> the work ->
- * complete() in one statement, so a client sends a guarded request as
- * one statement in autocommit:
+ * complete() in one statement, so a client sends a guarded request as one
+ * statement in autocommit: the key is validated (IK003) and the work's
+ * plan found (one SELECT/INSERT/UPDATE/DELETE/MERGE, else refused before
+ * anything happens); idem_guard_begin() (guard.c) decides; a replay returns
+ * the stored response and runs nothing; new work runs with SPI as the
+ * caller (SECURITY INVOKER: the caller's privileges, row-level security
+ * and search_path), its rows become the response, and idem_guard_finish()
+ * stores it.  An error in the work aborts the statement: nothing is
+ * stored and the key stays free.
  *
- *	1. validate the key (IK003) and find the work's plan (below); a
- *	   statement that is not one SELECT/INSERT/UPDATE/DELETE/MERGE is
- *	   refused here, before anything else happens
- *	2. idem_guard_begin() (guard.c): wait/IK002, IK001, replay, new, retry
- *	3. replay: return the stored response; the work does not run and
- *	   nothing is written
- *	4. new/retry: run the work with SPI as the caller (this function is
- *	   SECURITY INVOKER and never switches user: the caller's privileges,
- *	   row-level security and search_path apply), turn its rows into the
- *	   response, idem_guard_finish() stores it.  An error in the work
- *	   aborts the statement, so nothing is stored and the key stays free.
+ * The response: a single json or jsonb column's value as it is, else the
+ * row as a jsonb object; several rows an array, no row null.  String
+ * arguments (text, varchar, unknown: what drivers send untyped) get the
+ * types the statement decides, as untyped bind parameters do; hence the
+ * two forms, VARIADIC text[] and VARIADIC "any".  Plans are kept per
+ * (statement, argument types, search_path, role), at most
+ * ONCE_PLAN_CACHE_SIZE, the least recently used freed first; the details:
+ * src/README.md, "once()".
  *
- * The response: a row's value is its only column when that column is json
- * or jsonb (so the work can return an http_response() as it is), else the
- * row as a jsonb object; one row gives its value, several rows an array of
- * their values, no row (or a statement without RETURNING) null.
- *
- * Arguments.  A driver sends most bind parameters untyped (node-postgres
- * all of them, psycopg strings, JDBC setString as varchar).  Untyped
- * parameters cannot be passed to VARIADIC "any" (PostgreSQL cannot decide
- * their type), so once() has two forms: VARIADIC text[] for untyped and
- * text arguments, VARIADIC "any" for typed ones.  In both, an argument of
- * type text, varchar or unknown is a string whose type the statement
- * decides, the way the server decides the type of an untyped bind
- * parameter: the statement is parse-analysed with variable parameter
- * types (the typed arguments keep theirs), $n left undecided become text,
- * and the string goes through the decided type's input function.
- *
- * Plans: each (statement text, argument types) is prepared once per
- * backend with SPI and kept, in a cache of at most ONCE_PLAN_CACHE_SIZE
- * plans (least recently used goes first, with SPI_freeplan).  Each plan's
- * own data and its input functions live in a memory context of their own
- * (a child of plan_cxt): the input functions of domain, array and record
- * types keep state in fn_extra (a domain's constraint reference and
- * ExprContext), which goes when the plan's context is deleted with it.  A plan that
- * SPI_plan_is_valid() says is stale (say, a column changed type) is freed
- * and prepared again, so the parameter types are decided afresh.  The
- * plan cache re-analyses a kept plan when search_path or the role changes.
- *
- * lookup() (lookup.c) tells a client when to retry; http_response()
- * (http.c) builds a response to replay byte for byte.
- *
- * Locking: once() holds the key lock from begin to the end of the
- * transaction, like begin().
+ * Locking: the key lock, from begin to the end of the transaction, as
+ * begin() holds it.
  *
  *-------------------------------------------------------------------------
  */

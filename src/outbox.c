@@ -1,84 +1,23 @@
 /*-------------------------------------------------------------------------
  *
  * outbox.c
- *	  The outbox (features floor): what its SQL functions share (outbox.h):
- *	  argument checks, a topic and the caller's rights on it (lookup, lock,
- *	  the publish() cache), a message key's lock; and the outbox's design.
+ *	  What the outbox's SQL functions share (outbox.h): argument checks, a
+ *	  topic and the caller's rights on it (lookup, the topic lock, the
+ *	  publish() cache), and a message key's lock.
  *
  * publish() is in outbox_publish.c, the relay API (claim, ack, nack,
  * release, redrive) in outbox_relay.c, topics and their grants in
- * outbox_topics.c; relays are woken at commit by wakeup.c (wait_for()), and
- * topics that ask for it are also NOTIFYed by outbox_notify.c.
+ * outbox_topics.c; relays are woken at commit by wakeup.c (wait_for()),
+ * and topics that ask for it are also NOTIFYed by outbox_notify.c.  The
+ * tables, a message's life, the order per message key and how a topic is
+ * dropped under its publishers: src/README.md, "The outbox".
  *
- * Tables (idempotency--0.5.0.sql): outbox_topic (one row per topic, owned
- * by a role), outbox_grant (what other roles may do with a topic),
- * outbox_message (one row per message).  Plain roles only read them
- * (row-level security); every write is a statement prepared once, run as
- * the extension's owner with the caller's role as a parameter (runas.c),
- * and every statement checks the caller's right on the topic itself.
- *
- * A message's life: publish() inserts it 'pending' with available_at =
- * now (+ deliver_after).  With the library preloaded (outbox_claims.c)
- * claim() locks ready pending messages for its transaction and enters a
- * fresh claim token, the claim's end and the attempt (the row's attempts +
- * 1) in shared memory: the row is not written, and nobody else claims it
- * until the claim lapses.  ack(claim, ids) deletes the message (its topic's
- * delivered count is kept in shared memory, outbox_counts.c, until the purge adds it to the
- * topic's purged_* counters).  nack() writes the attempt and a retry time
- * (capped exponential backoff unless given) or makes it 'dead' after
- * max_attempts; release() ends the claim, the attempt not counted.  A claim
- * whose visibility passed is claimed again: the new claim writes the lapsed
- * attempt into the row first (so a crash, which empties shared memory and
- * lapses every claim, loses at most the attempt in flight), and at
- * max_attempts makes it dead instead.  Without the library preloaded claims
- * are written into the row as in 0.5.0 (claim token, available_at = the
- * claim's end, attempts + 1) and ack makes the message 'delivered' with
- * expires_at = now + the topic's retention (the purge in lifecycle.c
- * deletes it then, in batches); ack, nack and release accept a claim of
- * either kind.  ack/nack/release name the claim token, so a relay whose
- * claim was taken over can no longer change the message.
- *
- * Order per message key, in commit order.  publish() of a keyed message
- * first takes a transaction-level lock on (topic, key) -- an advisory lock
- * tag, field4 OUTBOX_LOCK_FIELD4, named by the keyed SipHash of keyid.c so
- * no role can aim a collision at another's keys -- and only then draws the
- * message id from the sequence.  A second publisher of the key waits for
- * the first to commit or roll back before it draws its id.  So, per key,
- * id order is commit order (ids of rolled-back publishers leave gaps, which
- * nothing relies on), and when a snapshot sees a key's message it also sees
- * every earlier committed message of that key.  claim() takes a keyed
- * message only if no pending message of its key has a smaller id (the
- * earlier one is delivered or dead), so a key has at most one message out at
- * a time, and the next one becomes claimable only when the earlier one is
- * acked or dead (a claim in shared memory leaves its message 'pending', so
- * it still heads its key; a claim whose snapshot still shows a head that an
- * ack deleted since finds the row deleted when it locks it, and skips it).  There is no cursor or watermark: every claim looks at all
- * pending rows, so a message whose transaction commits late is found by the
- * next claim, never skipped.  Concurrent claims skip each other's locked
- * rows (FOR UPDATE SKIP LOCKED) and re-check state and available_at on the
- * row they lock.
- *
- * Dropping a topic: messages have no foreign key to
- * their topic (it would lock the topic row for every publish), so a
- * drop_topic() that counted and deleted the committed messages could miss
- * an open publisher's message, which then outlived its topic.  Now a
- * transaction that publishes to a topic holds the topic: an advisory lock
- * on its id (field4 OUTBOX_TOPIC_LOCK_FIELD4, unreachable from
- * pg_advisory_lock()), ShareLock, taken at its first publish() to the topic
- * and held to its end; drop_topic() takes it ExclusiveLock, so it waits
- * for the open publishers and new ones wait for it.  Whoever gets the lock
- * then looks the topic up again with the newest snapshot, since the other
- * may have committed just before: a publisher finds the topic gone and
- * fails (42704), a drop counts and deletes with a fresh statement snapshot
- * (READ COMMITTED).  A transaction snapshot (REPEATABLE READ, SERIALIZABLE)
- * cannot see what committed after it: there a publisher whose snapshot
- * still shows a dropped topic, and a drop that leaves a message behind in
- * the newest snapshot, fail with 40001 instead.
- *
- * Locking: the per-key lock above (until the publisher's transaction
- * ends; deadlocks between keys are found by the deadlock detector, and the
- * session's lock_timeout applies); the topic's lock (publishers shared,
- * drop_topic() exclusive, until the transaction ends; a prepared
+ * Locking: a keyed message's lock, an advisory tag on (topic, key), field4
+ * OUTBOX_LOCK_FIELD4, keyed by keyid.c's SipHash, taken before the message
+ * id is drawn and held to the publisher's transaction's end (deadlocks
+ * between keys are the deadlock detector's; lock_timeout applies); the
+ * topic's lock, field4 OUTBOX_TOPIC_LOCK_FIELD4, ShareLock for publishers
+ * and ExclusiveLock for drop_topic(), to the transaction's end (a prepared
  * transaction keeps both until COMMIT/ROLLBACK PREPARED); row locks of the
  * messages a statement updates.
  *
@@ -173,7 +112,7 @@ static SPIPlanPtr plan_topic = NULL;
  * Find topic name and the caller's rights on it; raise 42704 if there is no
  * such topic, or its owner was dropped (unless missing_ok: then return
  * false), and 42501 if the caller lacks right.  snap: InvalidSnapshot for the statement's own, or one to read
- * with (GetLatestSnapshot(): see "Dropping a topic" in the file comment).
+ * with (GetLatestSnapshot(): see "Dropping a topic" in src/README.md).
  * Inside SPI_connect().
  */
 bool
@@ -246,7 +185,7 @@ idem_outbox_topic_lookup(const char *name, TopicRight right, Topic *out, Snapsho
 
 /*
  * Hold topic id for this transaction: ShareLock for a publisher, ExclusiveLock
- * for drop_topic() (see "Dropping a topic" in the file comment).  Returns
+ * for drop_topic() (see "Dropping a topic" in src/README.md).  Returns
  * whether this call took it (LOCKACQUIRE_OK), not the transaction before.
  */
 bool
@@ -344,8 +283,8 @@ outbox_relids(void)
 
 /*
  * The caller's rights on topic name for publish(), from the cache or SPI,
- * and the topic held for the transaction (see "Dropping a topic" in the
- * file comment): the first publish() to a topic in a transaction takes the
+ * and the topic held for the transaction (see "Dropping a topic" in
+ * src/README.md): the first publish() to a topic in a transaction takes the
  * topic's lock shared, then looks the topic up again with the newest
  * snapshot, since a drop_topic() may have committed before the lock was
  * granted.  A topic gone (or re-created under a new id) since: 40001 if

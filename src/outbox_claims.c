@@ -32,7 +32,7 @@
  *
  * The acked counts are outbox_counts.c's.
  *
- * Locking: claims->lock (an LWLock) guards the hash table: shared to look
+ * Locking: claims.lock (an LWLock) guards the hash table: shared to look
  * up, exclusive to add, change or remove an entry.  Nothing waits while
  * holding it.
  *
@@ -105,11 +105,6 @@ typedef struct ClaimEntry
 	int32		prior_attempt;
 } ClaimEntry;
 
-typedef struct ClaimsShared
-{
-	LWLock	   *lock;
-} ClaimsShared;
-
 /* what this transaction does to the table at its end */
 typedef enum PendingKind
 {
@@ -131,8 +126,12 @@ typedef struct Pending
 
 int			idem_outbox_claims_max = 65536;
 
-static ClaimsShared *claims = NULL;
-static HTAB *claim_hash = NULL;
+static IdemSharedHash claims = {
+	.name = CLAIMS_TRANCHE,
+	.hash_name = "idempotency outbox claims hash",
+	.keysize = sizeof(ClaimKey),
+	.entrysize = sizeof(ClaimEntry)
+};
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static List *pending = NIL;		/* of Pending, in TopTransactionContext */
@@ -148,30 +147,15 @@ static void claims_relcache(Oid relid);
 static void
 claims_shmem_request(void)
 {
-	RequestAddinShmemSpace(MAXALIGN(sizeof(ClaimsShared)) +
-						   hash_estimate_size(idem_outbox_claims_max, sizeof(ClaimEntry)));
-	RequestNamedLWLockTranche(CLAIMS_TRANCHE, 1);
+	idem_sharedhash_request(&claims, idem_outbox_claims_max);
 }
 
 static void
 claims_shmem_startup(void)
 {
-	bool		found;
-	HASHCTL		info;
-
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	claims = ShmemInitStruct("idempotency outbox claims", sizeof(ClaimsShared), &found);
-	if (!found)
-		claims->lock = &(GetNamedLWLockTranche(CLAIMS_TRANCHE))->lock;
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(ClaimKey);
-	info.entrysize = sizeof(ClaimEntry);
-	claim_hash = ShmemInitHash("idempotency outbox claims hash",
-							   idem_outbox_claims_max, idem_outbox_claims_max,
-							   &info, HASH_ELEM | HASH_BLOBS);
-	LWLockRelease(AddinShmemInitLock);
+	(void) idem_sharedhash_attach(&claims, idem_outbox_claims_max);
 }
 
 /* from _PG_init, before the prefix is reserved: the GUC; preloaded, the shared memory */
@@ -197,13 +181,13 @@ idem_outbox_claims_init(void)
 bool
 idem_outbox_claims_on(void)
 {
-	return claim_hash != NULL;
+	return claims.hash != NULL;
 }
 
 /*
  * This database's install of the extension: the OID of its
  * outbox_message_id_seq (InvalidOid without one), cached until a relcache
- * invalidation names it.  Catalog reads: never with claims->lock held,
+ * invalidation names it.  Catalog reads: never with claims.lock held,
  * never at the transaction's end (Pending keeps what was read).
  */
 Oid
@@ -303,11 +287,11 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 	 * prepared: its claims stay, their xid set (claim_aborted(): ROLLBACK
 	 * PREPARED undoes them); what its acks end lapses (documented)
 	 */
-	if (event != XACT_EVENT_PREPARE && claim_hash != NULL)
+	if (event != XACT_EVENT_PREPARE && claims.hash != NULL)
 	{
 		bool		commit = event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT;
 
-		LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+		LWLockAcquire(claims.lock, LW_EXCLUSIVE);
 		foreach(lc, pending)
 		{
 			Pending    *p = (Pending *) lfirst(lc);
@@ -316,7 +300,7 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 
 			if (p->kind != PENDING_MADE && !commit)
 				continue;
-			e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+			e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_FIND, NULL);
 			if (e == NULL || memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) != 0)
 				continue;
 			if (p->kind == PENDING_MADE && !commit && p->took_over)
@@ -330,9 +314,9 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 				e->prior_attempt = 0;
 				continue;
 			}
-			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+			hash_search(claims.hash, &k, HASH_REMOVE, NULL);
 		}
-		LWLockRelease(claims->lock);
+		LWLockRelease(claims.lock);
 	}
 	pending = NIL;				/* its memory goes with TopTransactionContext */
 }
@@ -356,8 +340,8 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
 		return;
 	old = MemoryContextSwitchTo(TopTransactionContext);
-	if (event == SUBXACT_EVENT_ABORT_SUB && claim_hash != NULL)
-		LWLockAcquire(claims->lock, LW_EXCLUSIVE);
+	if (event == SUBXACT_EVENT_ABORT_SUB && claims.hash != NULL)
+		LWLockAcquire(claims.lock, LW_EXCLUSIVE);
 	foreach(lc, pending)
 	{
 		Pending    *p = (Pending *) lfirst(lc);
@@ -368,17 +352,17 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 				p->level = level - 1;
 			else
 			{
-				if (p->kind == PENDING_MADE && claim_hash != NULL)
+				if (p->kind == PENDING_MADE && claims.hash != NULL)
 				{
 					ClaimKey	k = claim_key_of(p->gen, p->id);
-					ClaimEntry *e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+					ClaimEntry *e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_FIND, NULL);
 
 					if (e != NULL && memcmp(&e->token, &p->token, sizeof(pg_uuid_t)) == 0)
 					{
 						if (p->took_over)
 							*e = p->before;
 						else
-							hash_search(claim_hash, &k, HASH_REMOVE, NULL);
+							hash_search(claims.hash, &k, HASH_REMOVE, NULL);
 					}
 				}
 				continue;
@@ -386,8 +370,8 @@ claims_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribut
 		}
 		kept = lappend(kept, p);
 	}
-	if (event == SUBXACT_EVENT_ABORT_SUB && claim_hash != NULL)
-		LWLockRelease(claims->lock);
+	if (event == SUBXACT_EVENT_ABORT_SUB && claims.hash != NULL)
+		LWLockRelease(claims.lock);
 	MemoryContextSwitchTo(old);
 	pending = kept;
 }
@@ -435,7 +419,7 @@ claims_sweep(TimestampTz now, Oid gen)
 	ClaimEntry *e;
 	int			n = 0;
 
-	hash_seq_init(&seq, claim_hash);
+	hash_seq_init(&seq, claims.hash);
 	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
 	{
 		bool		aborted = claim_resolve(e);
@@ -444,7 +428,7 @@ claims_sweep(TimestampTz now, Oid gen)
 
 		if (!aborted && !gone && e->until > now)
 			continue;
-		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
+		hash_search(claims.hash, &e->key, HASH_REMOVE, NULL);
 		n++;
 	}
 	return n;
@@ -461,7 +445,7 @@ claims_sweep(TimestampTz now, Oid gen)
 static bool
 claims_room(TimestampTz now, Oid gen)
 {
-	if (hash_get_num_entries(claim_hash) < idem_outbox_claims_max)
+	if (hash_get_num_entries(claims.hash) < idem_outbox_claims_max)
 		return true;
 	return claims_sweep(now, gen) > 0;
 }
@@ -473,22 +457,7 @@ claims_room(TimestampTz now, Oid gen)
 void
 idem_outbox_claims_forget(Oid db, Oid gen)
 {
-	HASH_SEQ_STATUS seq;
-	ClaimEntry *e;
-
-	if (claim_hash == NULL)
-		return;
-	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, claim_hash);
-	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		if (e->key.db != db)
-			continue;
-		if (OidIsValid(gen) && e->key.gen != gen)
-			continue;
-		hash_search(claim_hash, &e->key, HASH_REMOVE, NULL);
-	}
-	LWLockRelease(claims->lock);
+	idem_sharedhash_forget(&claims, db, gen);
 }
 
 /*
@@ -511,21 +480,21 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	int			result;
 
 	*lapsed = -1;
-	LWLockAcquire(claims->lock, LW_EXCLUSIVE);
-	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+	LWLockAcquire(claims.lock, LW_EXCLUSIVE);
+	e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_FIND, NULL);
 	found = e != NULL;
 	if (e != NULL && claim_resolve(e))
 		found = false;			/* rolled back after PREPARE: as if never made */
 	if (e == NULL && claims_room(now, k.gen))
-		e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_ENTER_NULL, &found);
+		e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_ENTER_NULL, &found);
 	if (e == NULL)
 	{
-		LWLockRelease(claims->lock);
+		LWLockRelease(claims.lock);
 		return CLAIM_FULL;
 	}
 	if (found && e->until > now)
 	{
-		LWLockRelease(claims->lock);
+		LWLockRelease(claims.lock);
 		return CLAIM_BUSY;
 	}
 	if (found)
@@ -535,8 +504,8 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 		*lapsed = Max(e->attempt, row_attempts);
 		if (*lapsed >= max_attempts)
 		{
-			hash_search(claim_hash, &k, HASH_REMOVE, NULL);
-			LWLockRelease(claims->lock);
+			hash_search(claims.hash, &k, HASH_REMOVE, NULL);
+			LWLockRelease(claims.lock);
 			return CLAIM_LAPSED;
 		}
 		e->attempt = *lapsed + 1;
@@ -555,7 +524,7 @@ idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	e->until = until;
 	e->topic_id = topic_id;
 	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
-	LWLockRelease(claims->lock);
+	LWLockRelease(claims.lock);
 	pending_add(PENDING_MADE, id, token, topic_id);
 	if (result == CLAIM_LAPSED)
 	{
@@ -581,31 +550,7 @@ idem_outbox_claim_end(int64 id, const pg_uuid_t *token)
 int
 idem_outbox_claims_databases(Oid *dbs, int max)
 {
-	HASH_SEQ_STATUS seq;
-	ClaimEntry *e;
-	int			n = 0;
-	int			i;
-
-	if (claim_hash == NULL)
-		return 0;
-	LWLockAcquire(claims->lock, LW_SHARED);
-	hash_seq_init(&seq, claim_hash);
-	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		for (i = 0; i < n; i++)
-			if (dbs[i] == e->key.db)
-				break;
-		if (i < n)
-			continue;
-		if (n == max)
-		{
-			hash_seq_term(&seq);
-			break;
-		}
-		dbs[n++] = e->key.db;
-	}
-	LWLockRelease(claims->lock);
-	return n;
+	return idem_sharedhash_databases(&claims, dbs, max);
 }
 
 /* ---------------------------------------------------------------------
@@ -626,11 +571,11 @@ idem_outbox_claim_read(int64 id, IdemOutboxClaim *out)
 	bool		found = false;
 	TransactionId xid = InvalidTransactionId;
 
-	if (claim_hash == NULL)
+	if (claims.hash == NULL)
 		return false;
 	k = claim_key(id);
-	LWLockAcquire(claims->lock, LW_SHARED);
-	e = (ClaimEntry *) hash_search(claim_hash, &k, HASH_FIND, NULL);
+	LWLockAcquire(claims.lock, LW_SHARED);
+	e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_FIND, NULL);
 	if (e != NULL)
 	{
 		out->token = e->token;
@@ -648,6 +593,6 @@ idem_outbox_claim_read(int64 id, IdemOutboxClaim *out)
 			xid = InvalidTransactionId;
 		}
 	}
-	LWLockRelease(claims->lock);
+	LWLockRelease(claims.lock);
 	return found && !claim_aborted(xid);
 }

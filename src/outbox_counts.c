@@ -5,39 +5,23 @@
  *	  acked (and their retries) since the purge last wrote them into the
  *	  topic's row, as each snapshot sees them.
  *
- * With the library preloaded, ack() deletes a message's row at once
- * (outbox_relay.c) and counts it here; the purge (lifecycle.c) moves the
- * counts into the topic's purged_* columns.  outbox_stats adds the counts to
- * what its snapshot sees of the rows, through
- *
- *	idempotency._outbox_counts(topic_id)	acked and retried since the purge
- *											last wrote them into the topic's row
- *
- * so the counts obey the same snapshot as the rows.  Each topic's entry
+ * Preloaded, ack() deletes a message's row (outbox_relay.c) and counts it
+ * here; the purge (lifecycle.c) moves the counts into the topic's purged_*
+ * columns, and outbox_stats adds them to what its snapshot sees of the
+ * rows through idempotency._outbox_counts(topic_id).  Each topic's entry
  * holds a base, which every snapshot sees, and up to COUNT_DELTAS deltas,
- * each made by one (sub)transaction and tagged with its xid: an ack's
- * (+ its messages), made in the statement that deleted the rows, and a
- * purge's (- what it wrote into the topic's row), made in the statement
- * that wrote it.  A snapshot sees a delta exactly when it sees that xid's
- * rows: its own transaction's, or committed before the snapshot was taken.
- * A delta whose xid every snapshot sees as ended (GlobalVis: removable) is
- * folded into the base, or dropped if it aborted; so an aborted or
- * rolled-back-after-PREPARE ack or purge changes nothing, and a prepared
- * one counts from COMMIT PREPARED on.  A purge writes only from the base
- * less what other purges took and did not roll back (their deltas not yet
- * folded), so no two purges write the same count.
+ * each tagged with the xid of the ack (+) or purge (-) that made it and
+ * seen by a snapshot exactly when that xid's rows are; a delta every
+ * snapshot sees as ended is folded into the base, or dropped if it
+ * aborted.  The table has COUNT_TOPICS entries, a role at most
+ * COUNT_SHARE of them; an ack that finds no place writes its count into
+ * the topic's row in its own transaction (slower, never lost).  A crash
+ * loses the counts not yet written.  Why purges never write a count twice:
+ * src/README.md, "Acked counts".
  *
- * Full: the table has COUNT_TOPICS entries for the cluster, and a role
- * (the topics' owner) has at most COUNT_SHARE of them, so that no role
- * takes the places of others; an entry has COUNT_DELTAS deltas.  An ack
- * that finds no place (no entry and none free, or no delta free after
- * folding) writes its count into the topic's row itself, in its
- * transaction, with the purge's UPDATE: slower, never lost.  A crash or
- * restart empties the table and loses the counts not yet written.
- *
- * Locking: counts->lock (an LWLock) guards the hash table: shared to look
- * up, exclusive to add, change or remove an entry.  Nothing waits while
- * holding it (folding reads the commit log).
+ * Locking: counts.lock (an LWLock, sharedhash.c) guards the hash table:
+ * shared to look up, exclusive to add, change or remove an entry.  Nothing
+ * waits while holding it (folding reads the commit log).
  *
  *-------------------------------------------------------------------------
  */
@@ -90,13 +74,12 @@ typedef struct CountEntry
 	CountDelta	deltas[COUNT_DELTAS];
 } CountEntry;
 
-typedef struct CountsShared
-{
-	LWLock	   *lock;
-} CountsShared;
-
-static CountsShared *counts = NULL;
-static HTAB *count_hash = NULL;
+static IdemSharedHash counts = {
+	.name = COUNTS_TRANCHE,
+	.hash_name = "idempotency outbox counts hash",
+	.keysize = sizeof(CountKey),
+	.entrysize = sizeof(CountEntry)
+};
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* ---------------------------------------------------------------------
@@ -106,30 +89,15 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static void
 counts_shmem_request(void)
 {
-	RequestAddinShmemSpace(MAXALIGN(sizeof(CountsShared)) +
-						   hash_estimate_size(COUNT_TOPICS, sizeof(CountEntry)));
-	RequestNamedLWLockTranche(COUNTS_TRANCHE, 1);
+	idem_sharedhash_request(&counts, COUNT_TOPICS);
 }
 
 static void
 counts_shmem_startup(void)
 {
-	bool		found;
-	HASHCTL		info;
-
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	counts = ShmemInitStruct("idempotency outbox counts", sizeof(CountsShared), &found);
-	if (!found)
-		counts->lock = &(GetNamedLWLockTranche(COUNTS_TRANCHE))->lock;
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(CountKey);
-	info.entrysize = sizeof(CountEntry);
-	count_hash = ShmemInitHash("idempotency outbox counts hash",
-							   COUNT_TOPICS, COUNT_TOPICS,
-							   &info, HASH_ELEM | HASH_BLOBS);
-	LWLockRelease(AddinShmemInitLock);
+	(void) idem_sharedhash_attach(&counts, COUNT_TOPICS);
 }
 
 /* from _PG_init: preloaded, the shared memory */
@@ -196,7 +164,7 @@ count_places_of(Oid owner)
 	CountEntry *c;
 	int			n = 0;
 
-	hash_seq_init(&seq, count_hash);
+	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 		if (c->owner == owner)
 			n++;
@@ -210,10 +178,10 @@ count_sweep(void)
 	HASH_SEQ_STATUS seq;
 	CountEntry *c;
 
-	hash_seq_init(&seq, count_hash);
+	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 		if (count_fold(c))
-			hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+			hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 }
 
 /*
@@ -230,19 +198,19 @@ count_add(Oid gen, int32 topic_id, Oid owner, TransactionId xid,
 	bool		found;
 	int			i;
 
-	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+	c = (CountEntry *) hash_search(counts.hash, &k, HASH_FIND, NULL);
 	if (c == NULL)
 	{
 		/*
 		 * dynahash's HASH_ENTER_NULL fails only when the shared memory is
 		 * used up, not at the table's size: the entries are counted here
 		 */
-		if (hash_get_num_entries(count_hash) >= COUNT_TOPICS)
+		if (hash_get_num_entries(counts.hash) >= COUNT_TOPICS)
 			count_sweep();
-		if (hash_get_num_entries(count_hash) >= COUNT_TOPICS ||
+		if (hash_get_num_entries(counts.hash) >= COUNT_TOPICS ||
 			count_places_of(owner) >= COUNT_SHARE)
 			return false;
-		c = (CountEntry *) hash_search(count_hash, &k, HASH_ENTER_NULL, &found);
+		c = (CountEntry *) hash_search(counts.hash, &k, HASH_ENTER_NULL, &found);
 		if (c == NULL)
 			return false;
 		c->owner = owner;
@@ -291,12 +259,12 @@ idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered, int64 retrie
 	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
 	Datum		values[3];
 
-	if (count_hash == NULL || delivered == 0)
+	if (counts.hash == NULL || delivered == 0)
 		return;
 	gen = idem_outbox_install();
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
 	done = count_add(gen, topic_id, owner, xid, delivered, retried);
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 	if (done)
 		return;
 	/* no place: into the row, as the purge writes them */
@@ -331,11 +299,11 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 	Oid			gen;
 	TransactionId xid = InvalidTransactionId;
 
-	if (count_hash == NULL || RecoveryInProgress())
+	if (counts.hash == NULL || RecoveryInProgress())
 		return 0;
 	gen = idem_outbox_install();
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, count_hash);
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 	{
 		int64		d;
@@ -348,14 +316,14 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 		{
 			/* an install dropped since (DROP EXTENSION): its topics are gone */
 			if (OidIsValid(gen))
-				hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+				hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 			continue;
 		}
 		if (OidIsValid(owner) && c->owner != owner)
 			continue;
 		if (count_fold(c))
 		{
-			hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
+			hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 			continue;
 		}
 		if (n >= max)
@@ -386,7 +354,7 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 		retried[n] = r;
 		n++;
 	}
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 	return n;
 }
 
@@ -394,13 +362,13 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 void
 idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried)
 {
-	if (count_hash == NULL)
+	if (counts.hash == NULL)
 		return;
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
 	/* the taking delta exists: this only adds to it */
 	(void) count_add(idem_outbox_install(), topic_id, InvalidOid,
 					 GetCurrentTransactionId(), delivered, retried);
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 }
 
 /* ---------------------------------------------------------------------
@@ -424,17 +392,17 @@ counts_read(int32 topic_id, Snapshot snap, int64 *delivered, int64 *retried)
 	int			i;
 
 	*delivered = *retried = 0;
-	if (count_hash == NULL)
+	if (counts.hash == NULL)
 		return;
 	k = count_key(idem_outbox_install(), topic_id);
-	LWLockAcquire(counts->lock, LW_SHARED);
-	c = (CountEntry *) hash_search(count_hash, &k, HASH_FIND, NULL);
+	LWLockAcquire(counts.lock, LW_SHARED);
+	c = (CountEntry *) hash_search(counts.hash, &k, HASH_FIND, NULL);
 	if (c != NULL)
 	{
 		copy = *c;
 		found = true;
 	}
-	LWLockRelease(counts->lock);
+	LWLockRelease(counts.lock);
 	if (!found)
 		return;
 	*delivered = copy.delivered;
@@ -471,7 +439,7 @@ idempotency_outbox_counts(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "_outbox_counts must return a row");
-	if (count_hash != NULL && idem_outbox_topic_visible(topic_id))
+	if (counts.hash != NULL && idem_outbox_topic_visible(topic_id))
 		counts_read(topic_id, ActiveSnapshotSet() ? GetActiveSnapshot() :
 					GetTransactionSnapshot(), &delivered, &retried);
 	values[0] = Int64GetDatum(delivered);
@@ -486,51 +454,12 @@ idempotency_outbox_counts(PG_FUNCTION_ARGS)
 void
 idem_outbox_counts_forget(Oid db, Oid gen)
 {
-	HASH_SEQ_STATUS seq;
-	CountEntry *c;
-
-	if (count_hash == NULL)
-		return;
-	LWLockAcquire(counts->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, count_hash);
-	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		if (c->key.db != db)
-			continue;
-		if (OidIsValid(gen) && c->key.gen != gen)
-			continue;
-		hash_search(count_hash, &c->key, HASH_REMOVE, NULL);
-	}
-	LWLockRelease(counts->lock);
+	idem_sharedhash_forget(&counts, db, gen);
 }
 
 /* the databases that have entries here, up to max of them into dbs; how many */
 int
 idem_outbox_counts_databases(Oid *dbs, int max)
 {
-	HASH_SEQ_STATUS seq;
-	CountEntry *e;
-	int			n = 0;
-	int			i;
-
-	if (count_hash == NULL)
-		return 0;
-	LWLockAcquire(counts->lock, LW_SHARED);
-	hash_seq_init(&seq, count_hash);
-	while ((e = (CountEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		for (i = 0; i < n; i++)
-			if (dbs[i] == e->key.db)
-				break;
-		if (i < n)
-			continue;
-		if (n == max)
-		{
-			hash_seq_term(&seq);
-			break;
-		}
-		dbs[n++] = e->key.db;
-	}
-	LWLockRelease(counts->lock);
-	return n;
+	return idem_sharedhash_databases(&counts, dbs, max);
 }

@@ -317,9 +317,10 @@ claim_run(SPIPlanPtr *plan, const char *sql, Oid *argtypes, Datum *values,
 /*
  * claim(topic, batch_size, visibility) -> the claimed messages (outbox_claim)
  *
- * See outbox.c's file comment for the order and the concurrency.  First from the
- * window (CLAIM_WINDOW); when that was full of blocked messages and gave
- * fewer than batch_size, also from beyond it (CLAIM_BEYOND).
+ * See src/README.md, "The outbox", for the order and the concurrency.
+ * First from the window (CLAIM_WINDOW); when that was full of blocked
+ * messages and gave fewer than batch_size, also from beyond it
+ * (CLAIM_BEYOND).
  */
 PG_FUNCTION_INFO_V1(idempotency_claim);
 

@@ -2,69 +2,27 @@
  *
  * outbox_vacuum.c
  *	  The outbox's table vacuumed as soon as enough messages were acked:
- *	  acked counts per database in shared memory
- *	  (GUC outbox_vacuum_after), and the VACUUM the background worker runs.
+ *	  acked counts per database in shared memory (GUC
+ *	  outbox_vacuum_after), and the VACUUM the background worker runs.
  *
- * Why.  With claims in shared memory ack() deletes the message, so every
- * delivered message is a dead row version of idempotency.outbox_message,
- * with its index entries, until a vacuum.  Autovacuum visits a database
- * once per autovacuum_naptime (1 min): at 16,000 messages a second that is
- * up to a million dead rows between its visits, and the table and its
- * indexes grow to hold them.
- *
- * Design.  With the library preloaded, shared memory holds VACUUM_DATABASES
- * slots, one per database whose acks were counted:
- *
- *	  db          the database's oid, 0 while free (taken and freed under
- *	              vac->mutex)
- *	  acked       messages acked (and committed) since the launcher last
- *	              started a vacuum of the database: a pg_atomic_uint64
- *	  started     the number of the last vacuum the launcher started
- *	  done,       the number of the last vacuum a worker finished, and
- *	  failed      whether its VACUUM raised an error (the worker's)
- *	  failures,   failed vacuums in a row, and when the next may start
- *	  not_before  (the launcher's)
- *	  horizon     the table's removal horizon when the last vacuum done
- *	              began (the worker's)
- *
- * ack() adds the messages it deleted to a total of its transaction
- * (idem_outbox_vacuum_count); a transaction callback adds that total to the
- * slot at XACT_EVENT_COMMIT, which runs once the commit is visible, so the
- * rows are dead for every snapshot taken after; an abort or PREPARE drops
- * it (a prepared transaction's deletes wait for the next vacuum).  So an
- * ack costs one atomic add per transaction, and the one commit that takes a
- * count to idempotency.outbox_vacuum_after sets the launcher's latch.
- *
- * The launcher (worker.c) looks at the slots whenever it wakes and starts
- * one worker at a time, for the database whose count is highest at or over
- * the setting; that count goes down by what it was.  The worker
- * (idem_outbox_vacuum_run) runs a plain, lazy VACUUM of the table, built as
- * a VacuumStmt naming the table by oid (no SQL text) and run by ExecVacuum
- * as a top-level statement: it commits the worker's transaction and
- * vacuums in its own, as a VACUUM typed in psql does.  Its options:
- * SKIP_LOCKED (another vacuum of the table in progress, autovacuum's or
- * anybody's: skipped, without a word), TRUNCATE false (the truncation at
- * its end takes an ACCESS EXCLUSIVE lock, which would stall publishers and
- * relays; the space stays in the table for the next messages, and
- * autovacuum still truncates) and PARALLEL 0 (no more worker slots, as
- * autovacuum).  Lazy VACUUM takes SHARE UPDATE EXCLUSIVE on the table,
- * which no publish, claim, ack or purge conflicts with.
- *
- * Failures.  A database without the extension (DROP EXTENSION since the
- * acks) ends the worker at once (DEBUG1), its count spent: no more acks
- * come from it.  A VACUUM that raises an error is logged at LOG the first
- * time in a row, at DEBUG1 after, and the launcher waits before it tries
- * that database again (VACUUM_BACKOFF_S, doubled per failure up to
- * VACUUM_BACKOFF_MAX_S); a worker that ended without a word (it could not
- * connect: its FATAL line says why) counts as failed too.  A database the
- * launcher may not vacuum (a template, one that allows no connections, not
- * idempotency.database) has its count spent (DEBUG1).  When every slot is
- * taken a new database is not counted (autovacuum's turn) and the launcher
- * frees the slots of databases that no longer exist.
+ * With claims in shared memory ack() deletes the message, so every
+ * delivered message is a dead row version until a vacuum, and autovacuum
+ * comes once per autovacuum_naptime.  Preloaded, shared memory holds
+ * VACUUM_DATABASES slots, one per database whose acks were counted.  An
+ * ack adds its deleted messages to a total of its transaction
+ * (idem_outbox_vacuum_count()); at XACT_EVENT_COMMIT the total is added to
+ * the slot (one atomic add), and the commit that takes it to
+ * outbox_vacuum_after sets the launcher's latch.  The launcher (worker.c)
+ * starts one vacuum worker at a time, for the database with the most acks;
+ * the worker (idem_outbox_vacuum_run()) runs a lazy VACUUM (SKIP_LOCKED,
+ * TRUNCATE false, PARALLEL 0) of outbox_message.  The slots, the options
+ * and what a failure does: src/README.md, "The outbox's vacuum".
  *
  * Locking: vac->mutex, a spinlock, guards taking and freeing a slot, the
  * slots' started/done/failed and the launcher's latch; the counts are
- * atomics.  Nothing waits while holding it.
+ * atomics.  Nothing waits while holding it.  The VACUUM takes SHARE UPDATE
+ * EXCLUSIVE on the table, which no publish, claim, ack or purge conflicts
+ * with.
  *
  *-------------------------------------------------------------------------
  */

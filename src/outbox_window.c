@@ -5,47 +5,22 @@
  *	  ready messages scanned in C, and what a claim does with each message
  *	  it has locked.
  *
- * Design: the claim's window was one SPI
- * statement (outbox_relay.c, CLAIM_WINDOW + CLAIM_SQL_LOCK), and it was two
- * thirds of a claim + ack of 100 (perf): the window of max(64, 4 x batch)
- * ready messages fetched and kept, a NOT EXISTS for each keyed one, a call
- * of _outbox_claimed() through the function manager for each row, twice.
- * Here the same window is an index scan over outbox_message_ready_idx in
- * availability order (available_at, id), with the statement's rules:
- *
- *	- a message claimed in shared memory (a live claim, not lapsed) is
- *	  skipped, asked directly (outbox_claims.c) by the id in the index
- *	  entry before its row is read, and is not in the window;
- *	- the window is the first `window` ready messages that are left; of
- *	  them a keyed message is a candidate only when it heads its key (no
- *	  pending message of its key with a smaller id: one probe of
- *	  outbox_message_key_idx under the same snapshot);
- *	- candidates are locked in that order, FOR UPDATE SKIP LOCKED
- *	  (table_tuple_lock, LockWaitSkip) until `want` are claimed: a row whose
- *	  newest version had to be followed is checked again (id, topic,
- *	  'pending', available); under REPEATABLE READ a row changed or deleted since the
- *	  snapshot fails with 40001, as the statement's row lock did;
- *	- each locked row is entered in shared memory (claim_take(), which the
- *	  SQL claims beyond the window share): a lapsed claim is taken over, its
- *	  attempt written into the row, and one at max_attempts goes dead; the
- *	  scan runs again (a new snapshot) for the places of those that went
- *	  dead, as the statement did;
- *	- the window was full when, after the claims, `window` ready unclaimed
- *	  messages are still left in it: then outbox_relay.c also claims beyond
- *	  it (CLAIM_BEYOND, SQL), as before.
- *
- * The rows come out in id order (the statement's ORDER BY c.id).  The scan
- * reads the table as its owner's statement did (no row-level security: the
- * caller's right on the topic was checked by the topic lookup) and runs
- * nothing but the btree comparisons of int4, int8, timestamptz and text
- * "C".  It is taken only for the shipped shape (the columns and the two
- * indexes, found in the relcache entries each time); anything else falls
- * back to the statement.
+ * The claim statement's window (outbox_relay.c, CLAIM_WINDOW) done as an
+ * index scan of outbox_message_ready_idx in (available_at, id) order, with
+ * the statement's rules: a message with a live claim in shared memory is
+ * skipped before its row is read; a keyed message is a candidate only when
+ * it heads its key (a probe of outbox_message_key_idx); candidates are
+ * locked FOR UPDATE SKIP LOCKED until `want` are claimed, each entered in
+ * shared memory by claim_take() (which the SQL claims beyond the window
+ * share).  Taken only for the shipped shape of the table and its two
+ * indexes; anything else uses the statement.  Why (the statement was two
+ * thirds of a claim + ack) and each rule: src/README.md, "claim()'s window
+ * in C".
  *
  * Locking: RowShareLock on outbox_message (held to the transaction's end,
  * as SELECT FOR UPDATE), AccessShareLock on its two indexes; row locks
- * (exclusive, as FOR UPDATE) on the messages claimed; claims->lock inside
- * outbox_claims.c, never held here.
+ * (exclusive, as FOR UPDATE) on the messages claimed; the claims' lock
+ * inside outbox_claims.c, never held here.
  *
  *-------------------------------------------------------------------------
  */
@@ -274,8 +249,7 @@ static const struct
 {
 	const char *name;
 	Oid			type;
-}			msg_cols[M_NCOLS] =
-{
+}			msg_cols[M_NCOLS] = {
 	{"id", INT8OID}, {"topic_id", INT4OID}, {"message_id", UUIDOID},
 	{"message_key", TEXTOID}, {"payload", JSONBOID}, {"headers", JSONBOID},
 	{"state", TEXTOID}, {"attempts", INT4OID}, {"available_at", TIMESTAMPTZOID},

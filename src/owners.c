@@ -13,50 +13,19 @@
  *	  outbox vacuum counts (outbox_vacuum.c)  database
  *	  wake-ups (wakeup.c)                database, topic id
  *
- * The install is the OID of its outbox_message_id_seq (idem_outbox_install),
- * new with every CREATE EXTENSION in a database.  Oids name a database, an
- * install or a role only while it exists: a database created again with a
- * dropped one's oid (CREATE DATABASE ... OID, as restore tools do) from the
- * same template has the same sequence oid, the same topic and message ids,
- * and whatever id of its own the extension drew at CREATE EXTENSION (a
- * template is copied with its tables).  Nothing in its catalogs tells it
- * from the dropped one; only the drop between the two does.  So the state
- * is freed at the drop, and a key is never met again by another database
- * or install:
+ * Oids come back (a database created again with a dropped one's oid from
+ * the same template has the same ids), so the state is freed at the drop:
+ * an object_access_hook (OAT_DROP) records a dropped database, install
+ * (its outbox_message_id_seq, however dropped) or role, and its entries
+ * are freed at the drop's commit.  The launcher's sweep
+ * (idem_owners_sweep(), from worker.c) frees what the hook cannot see: a
+ * drop replayed by a standby, an invalid database, a DROP EXTENSION
+ * committed by COMMIT PREPARED.  Wake-up entries are never freed, only
+ * reused.  Why, and what each drop frees: src/README.md, "Shared memory
+ * freed with its owner".
  *
- *	  DROP DATABASE      every entry of the database (object_access_hook,
- *	                     OAT_DROP of the database, freed at the commit of
- *	                     the drop, when no backend is connected to it and
- *	                     none can connect)
- *	  DROP EXTENSION     the claims and counts of the install, and the
- *	                     statistics of the database (OAT_DROP of
- *	                     outbox_message_id_seq, however it is dropped:
- *	                     DROP EXTENSION, DROP OWNED, CASCADE)
- *	  DROP ROLE          the statistics of the role
- *
- * The hook runs in every backend that shares the memory: there is shared
- * memory only with the library in shared_preload_libraries, which loads it
- * into every backend.  What it cannot see:
- *
- *	  a crash (during a drop or not)   empties the shared memory: claims,
- *	                     counts and wake-ups are made again, statistics are
- *	                     kept only across a clean shutdown
- *	  a drop replayed by a standby, then promoted; a drop whose commit
- *	  failed after its files were removed (an invalid database); a
- *	  DROP EXTENSION prepared and committed by COMMIT PREPARED (the commit
- *	  runs no callback of the backend that prepared it)
- *	                     the purge launcher (worker.c) frees the entries of
- *	                     databases that no longer exist or are invalid, at
- *	                     its start and every OWNERS_SWEEP_S; a claim that
- *	                     finds the table full frees the entries of its own
- *	                     database's earlier installs (outbox_claims.c), and
- *	                     the purge drops its database's counts of them
- *	                     (outbox_counts.c)
- *
- * The wake-up entries are never freed, only given to another key by the
- * next waiter that needs a place (wakeup.c): an entry of a dropped
- * database's topic is pinned by nobody, so it holds no place, and a count
- * it passes to a topic that takes its key wakes a relay once at most.
+ * Locking: none of its own; the tables' locks inside the files named
+ * above.  The drops are kept per (sub)transaction in TopTransactionContext.
  *
  *-------------------------------------------------------------------------
  */

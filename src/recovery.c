@@ -3,75 +3,30 @@
  * recovery.c
  *	  Recovery points: idempotency.checkpoint() and derive_key().
  *
- * A request that calls other systems (a card processor, a mailer) runs in
- * phases under one lease-mode key: create the order, charge the card,
- * record the charge, send the receipt.  Each database phase commits its
- * business writes together with checkpoint(key, point, state, attempt),
- * which records on the key's row the name of the phase just finished and a
- * jsonb state the handler chooses (the order id, the charge id).  If the
- * process dies, the retry's begin() returns outcome retry with the last
- * committed point and state (lookup() shows them too), and the handler
- * skips the phases before it.  A phase that calls another system passes
- * derive_key(key, step): the same for every attempt, so the other system's
- * own idempotency turns a repeated call into a replay.
+ * A request that calls other systems runs in phases under one lease-mode
+ * key.  Each phase commits its business writes together with
+ * checkpoint(key, point, state, attempt), which records on the key's row
+ * the phase just finished and a jsonb state; a retry's begin() (and
+ * lookup()) returns the last committed point and state, and the handler
+ * skips the phases before it.  checkpoint() is fenced exactly as
+ * complete(..., attempt) is (guard.c: idem_guard_lease_holder; IK004 for a
+ * taken-over, finished, unknown or expired key, and for a
+ * single-transaction key).
  *
- * Fencing: checkpoint() is allowed only to the attempt that holds the
- * key's lease, checked exactly as complete(..., attempt) checks it
- * (guard.c: lease_holder, which takes the key lock and raises IK004 for a
- * taken-over, finished, unknown or expired key).  The key lock is held to
- * the end of the caller's transaction, so a takeover's begin() waits for
- * the phase to commit or roll back and then sees its point.  A key begun
- * in single-transaction mode has no point to resume from (everything
- * commits at once): IK004.
+ * derive_key(key, step, scope) is "idk_" + base32 of the first 128 bits of
+ * an HMAC-SHA256, under a secret only the extension's owner reads, over
+ * the key row's derive_seed and created_at, the scope, the key and the
+ * step: the same for every attempt of the key's life, so another system's
+ * own idempotency turns a repeated call into a replay.  It belongs to the
+ * row, not to the role's name.  The seed versions (0.5.0's rows, dumps of
+ * 0.5.0) and why the secret is not lock_secret: src/README.md,
+ * "Recovery points".
  *
- * derive_key(key, step, scope) = "idk_" + base32 (lowercase, no padding)
- * of the first 128 bits of HMAC-SHA256(secret, seed, created_at, scope,
- * key, step), each field length-prefixed so no two inputs collide.  The
- * seed is the key row's derive_seed: version byte 2, the tag of the derive
- * secret it derives with (the first 8 bytes of the secret's SHA-256) and 16
- * fresh bytes (keytable.c: idem_store_new_seed, on the fast and the SQL
- * path) drawn when the row is first written or starts a new life, kept by
- * every other update of the row, dumped and restored with it; created_at
- * is the start of the key's life (new work over an expired row starts a
- * new one, and so gets a new derived key).  So a derived key belongs to
- * the key's row, not to anything the role's name or the database's copied
- * state decides (SPEC section 12): ALTER ROLE ... RENAME changes nothing, a
- * new role of an old name has no row to derive from, a template clone or a
- * restored dump that shares the secret still draws other seeds for its own
- * keys, and a restore into a database that has the extension (whose own
- * secret is another row of idempotency.derive_secret, perhaps the older)
- * leaves each key with the secret it came with.  The key must have a live
- * row the caller can see: a lease-mode key (its row commits at begin()), or
- * a key this transaction stored; a single-transaction key before its
- * complete() has none (IK004).
- *
- * Rows stored before 0.6.0 carry a version 0 seed that the update froze:
- * the row's created_at, the tag of 0.5.0's secret (its oldest row) and the
- * role's name at the time of the update.  While the row is in that life
- * (the same created_at) its derived key is the one 0.5.0 gave (HMAC of the
- * name, scope, key and step), so a request in flight across the update
- * sends the same key downstream, even after a rename.  A row restored from
- * a dump of 0.5.0 has no seed at all (that dump's COPY does not name the
- * column, which has no DEFAULT): it derives as 0.5.0 did, from the role's
- * name now, with the secret restored from the same dump (the oldest row
- * with restored_050, which a 0.5.0 dump's rows take by DEFAULT), until its
- * next write in the same life freezes a version 0 seed (keywrite.c).  A version
- * 1 seed (16 bytes, no tag) derives with the oldest secret.
- *
- * The secrets are readable by the extension's owner only, so no other
- * role can compute or guess another role's derived keys (the tag, which
- * the key's owner can read in its row, is a hash of the secret).  They are
- * not idempotency.lock_secret: that one may be changed while no keys are
- * in flight, but a changed derive secret would change the downstream key
- * of a request still to be retried.
- *
- * Locking: checkpoint() takes the key lock (guard.c) and writes the row
- * as the extension's owner in the caller's transaction (keywrite.c); on
- * Citus the lease holder check also locks the row on the key's shard
- * (SELECT ... FOR UPDATE), so a takeover's begin() through any node waits
- * for the phase, and the row is written there as the caller;
- * derive_key() reads the secret table and the key's row and takes no lock
- * of its own.
+ * Locking: checkpoint() takes the key lock (through guard.c) and writes
+ * the row as the extension's owner in the caller's transaction
+ * (keywrite.c); on Citus the lease holder check also locks the row on the
+ * key's shard (SELECT ... FOR UPDATE).  derive_key() reads the secret
+ * table and the key's row and takes no lock of its own.
  *
  *-------------------------------------------------------------------------
  */

@@ -4,39 +4,21 @@
  *	  Ground floor: prepared SQL, run as the extension's owner or as the
  *	  caller.
  *
- * Design: the extension's tables belong to the extension's owner
- * (pg_extension.extowner: the superuser that ran CREATE EXTENSION), never
- * trusted from the owner of schema idempotency, which another role could
- * have created first (the install script refuses such a schema; an old
- * install may still have one).  Plain roles may only
- * SELECT their own rows; the SQL functions are SECURITY INVOKER and switch
- * to that owner for the duration of each statement, the way PostgreSQL's
- * own foreign-key checks do (SECURITY_LOCAL_USERID_CHANGE, plus
- * SECURITY_RESTRICTED_OPERATION so nothing the statement runs can change
- * session state).  Every statement passes the caller's role as a
- * parameter, taken before the switch, so a role only reaches its own rows.
- * An error inside the statement is cleaned up by (sub)transaction abort,
- * which restores the user id.
- *
- * The owner is read from pg_extension once and cached.  PostgreSQL 15 has
- * no syscache on pg_extension, so nothing announces a change of its rows;
- * but an extension's owner never changes, and DROP EXTENSION drops
- * idempotency.idempotency_key, whose relcache invalidation (or a reset of
- * them all, or a change of pg_namespace) forgets the cached owner.
- *
- * Citus: on a distributed table the reads through Citus's
- * route run as the caller (idem_run_as): Citus sends a transaction's
- * statements on one group of co-located shards through one connection per
- * role, and the caller's own work uses it too.  No role but the owner
- * writes the tables there either: the writes run on the row's
- * shard, as the owner, on the node that holds it (keyroute.c).
- * idem_run_as_owner_once() plans a statement afresh with its values, for
- * Citus statements that have no generic plan.
- *
- * Statements are prepared once per backend (SPI_prepare_cursor with a
- * generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr; every name
- * in them is schema-qualified and every value a parameter.  The plan
- * cache revalidates kept plans after DDL by itself.
+ * The tables belong to the extension's owner (pg_extension.extowner,
+ * never the owner of schema idempotency, which another role could have
+ * created first).  Plain roles only SELECT their own rows; the SECURITY
+ * INVOKER functions switch to the owner for each statement, as core's
+ * foreign-key checks do (SECURITY_LOCAL_USERID_CHANGE |
+ * SECURITY_RESTRICTED_OPERATION), with the caller's role as a parameter
+ * taken before the switch; an error is cleaned up by (sub)transaction
+ * abort, which restores the user id.  The owner is read once and cached
+ * until the key table's relcache invalidation (an extension's owner never
+ * changes; DROP EXTENSION drops the table).  Statements are prepared once
+ * per backend (generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr,
+ * every name schema-qualified and every value a parameter;
+ * idem_run_as_owner_once() plans afresh, for Citus statements that have no
+ * generic plan.  On Citus the reads through Citus's route run as the
+ * caller (idem_run_as): see src/README.md, "Citus in detail".
  *
  * Callers are inside SPI_connect().  No locks of its own.
  *

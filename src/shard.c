@@ -3,59 +3,23 @@
  * shard.c
  *	  Citus: is the shard that holds a key on this node?
  *
- * Design: on Citus the key table is a shell; a key's row lives in one shard
- * (a plain table named <table>_<shardid> in the same schema) on one node.
- * Statements on the shell go through Citus's planner and executor even when
- * the shard is local (a delegated once() call runs on the shard's node), and
- * that costs several times a plain statement.  When the key's shard is on
- * this node, keycitus.c runs its statements on the shard table itself: the
- * same rows, the same primary key as the serialization point, no Citus
- * planning.  This file says when that is safe.
+ * On Citus a key's row lives in one shard table on one node, and a
+ * statement on the distributed table costs several times one on the
+ * shard.  When the key's shard is here, keycitus.c runs its statements on
+ * the shard table itself; this file says when that is safe.  The shard
+ * comes from Citus (get_shard_id_for_distribution_column), its placement
+ * from pg_dist_placement, compared with pg_dist_local_group.  Each backend
+ * caches the verdict per shard until Citus's own invalidation, believed
+ * only under the lock below.  Without Citus every answer is "not local".
+ * How the lock is reached on each Citus build and why the cache is safe:
+ * src/README.md, "Citus in detail".
  *
- * The shard of a key comes from Citus itself
- * (pg_catalog.get_shard_id_for_distribution_column: its metadata cache and
- * hash function, no SQL).  Its placement is read from pg_dist_placement
- * (shardid index) and compared with this node's group
- * (pg_dist_local_group).
- *
- * Locking: Citus's own writes take the shard's metadata lock in ShareLock
- * before they look at its placement (citus_custom_scan.c:
- * AcquireMetadataLocks), and a shard move or split takes it in ExclusiveLock
- * on every node before it switches the placement (BlockWritesToShardList).
- * We do the same: if the placement looks local, take that lock through
- * Citus's own code, so the tag is the one Citus computes (held until the
- * transaction ends), and read the placement again.  Citus built for
- * PostgreSQL 15 exports LockShardDistributionMetadata from citus.so, which
- * we call directly; a Citus built for 16 or later hides it
- * (-fvisibility=hidden), and there we call its SQL-callable
- * lock_shard_metadata(lockmode, shardids[]) through the function manager
- * (PG_FUNCTION_INFO_V1, so exported whatever the visibility; it checks that
- * the caller owns the table, so it runs as the extension's owner, and then
- * calls LockShardDistributionMetadata).  Either way the lock is the one a
- * move's BlockWritesToShardList takes (test/citus/run checks it in pg_locks
- * on every major).  So a move waits for a
- * transaction that wrote to the local shard, and a transaction that comes
- * after the move finds the placement gone and takes Citus's route.  The
- * verdict is remembered for the rest of the transaction (the lock keeps it
- * true).
- *
- * Caching: reading the placement twice, this node's group and
- * the shard table's name on every call, and the lock through Citus's
- * function (its owner check reads pg_dist_shard), cost about a tenth of a
- * once() on the shard's node.  So each backend keeps, per shard, whether
- * it is here, its shard table, and the lock's tag, until Citus's own
- * invalidation for that table (its triggers on pg_dist_placement,
- * pg_dist_shard and pg_dist_partition invalidate the distributed table's
- * relcache entry; the one on pg_dist_local_group, that catalog's); and the
- * cache is believed only under the lock, after the invalidations that came
- * while it was taken are processed: a move holds the lock from before it
- * switches the placement until after its commit has sent the invalidation.
- * The lock's tag is computed (co-location id, shard index, class 8:
- * resource_lock.h, unchanged from Citus 11.0 to 14.0) and used by itself
- * only after Citus's own call has been seen to take exactly that tag in
- * this backend; otherwise every call goes through Citus.
- *
- * Without Citus (no such function or catalog) every answer is "not local".
+ * Locking: if the placement looks local, the shard's metadata lock is
+ * taken in ShareLock through Citus's own code (the lock a shard move takes
+ * ExclusiveLock on every node before it switches the placement), held to
+ * the transaction's end, and the placement read again.  So a move waits
+ * for a transaction that wrote to the local shard, and one that comes
+ * after the move takes Citus's route.
  *
  *-------------------------------------------------------------------------
  */
@@ -551,7 +515,8 @@ shard_of(Oid relid, const char *key, int key_len)
 /*
  * Citus's shard metadata lock on shard in ShareLock, until the transaction
  * ends, through Citus: LockShardDistributionMetadata itself where citus.so
- * exports it, else lock_shard_metadata() (see the file comment).
+ * exports it, else lock_shard_metadata() (see src/README.md, "Citus in
+ * detail").
  */
 static void
 lock_citus(int64 shard)
@@ -614,7 +579,8 @@ lock_entry(ShardEntry *e)
  * If the shard of key id of Citus table relid (distributed by "key") is on
  * this node, return its id, with the shard's metadata lock taken in
  * ShareLock until the transaction ends, and set *shard_relid to the shard
- * table; else 0 (take Citus's route).  See the file comment.
+ * table; else 0 (take Citus's route).  See src/README.md, "Citus in
+ * detail".
  *
  * The placement and the shard table are cached per shard (shard_entry()),
  * and the cache is trusted only under the lock: a move takes the lock in

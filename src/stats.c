@@ -25,7 +25,7 @@
  * before an ERROR is raised: counters are not transactional, and a rolled
  * back begin() still counts as new.
  *
- * Locking: stats->lock (an LWLock) guards the hash table: shared to find an
+ * Locking: stats.lock (an LWLock) guards the hash table: shared to find an
  * entry and count, exclusive to add, evict, reset or load entries.  Each
  * entry's counters have a spinlock, so backends holding the LWLock shared
  * count concurrently.  Nothing here waits while holding a spinlock.
@@ -108,15 +108,14 @@ typedef struct StatsEntry
 	StatsCounters c;
 } StatsEntry;
 
-typedef struct StatsShared
-{
-	LWLock	   *lock;
-} StatsShared;
-
 bool		idem_stats_on = false;
 
-static StatsShared *stats = NULL;
-static HTAB *stats_hash = NULL;
+static IdemSharedHash stats = {
+	.name = STATS_TRANCHE,
+	.hash_name = "idempotency stats hash",
+	.keysize = sizeof(StatsKey),
+	.entrysize = sizeof(StatsEntry)
+};
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* ---------------------------------------------------------------------
@@ -126,9 +125,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static void
 stats_shmem_request(void)
 {
-	RequestAddinShmemSpace(MAXALIGN(sizeof(StatsShared)) +
-						   hash_estimate_size(idem_stats_max, sizeof(StatsEntry)));
-	RequestNamedLWLockTranche(STATS_TRANCHE, 1);
+	idem_sharedhash_request(&stats, idem_stats_max);
 }
 
 /* a new entry for key (exclusive lock held); NULL if shared memory is out */
@@ -138,7 +135,7 @@ entry_enter(const StatsKey *key, const char *scope, int scope_len, int encoding)
 	StatsEntry *e;
 	bool		found;
 
-	e = (StatsEntry *) hash_search(stats_hash, key, HASH_ENTER_NULL, &found);
+	e = (StatsEntry *) hash_search(stats.hash, key, HASH_ENTER_NULL, &found);
 	if (e != NULL && !found)
 	{
 		SpinLockInit(&e->mutex);
@@ -163,17 +160,17 @@ stats_shmem_shutdown(int code, Datum arg pg_attribute_unused())
 	uint32		header[2] = {STATS_FILE_MAGIC, STATS_FILE_VERSION};
 	int32		n;
 
-	if (code != 0 || stats == NULL || stats_hash == NULL)
+	if (code != 0 || stats.hash == NULL)
 		return;					/* a crash: counters are lost */
 
 	f = AllocateFile(STATS_FILE ".tmp", PG_BINARY_W);
 	if (f == NULL)
 		goto error;
-	n = (int32) hash_get_num_entries(stats_hash);
+	n = (int32) hash_get_num_entries(stats.hash);
 	if (fwrite(header, sizeof(header), 1, f) != 1 ||
 		fwrite(&n, sizeof(n), 1, f) != 1)
 		goto error;
-	hash_seq_init(&seq, stats_hash);
+	hash_seq_init(&seq, stats.hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
 		if (fwrite(&e->key, sizeof(StatsKey), 1, f) != 1 ||
@@ -263,22 +260,11 @@ static void
 stats_shmem_startup(void)
 {
 	bool		found;
-	HASHCTL		info;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	stats = ShmemInitStruct("idempotency stats", sizeof(StatsShared), &found);
-	if (!found)
-		stats->lock = &(GetNamedLWLockTranche(STATS_TRANCHE))->lock;
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(StatsKey);
-	info.entrysize = sizeof(StatsEntry);
-	stats_hash = ShmemInitHash("idempotency stats hash",
-							   idem_stats_max, idem_stats_max,
-							   &info, HASH_ELEM | HASH_BLOBS);
-	LWLockRelease(AddinShmemInitLock);
+	found = idem_sharedhash_attach(&stats, idem_stats_max);
 	idem_stats_on = true;
 
 	/* the postmaster (or a single-user backend) keeps the file */
@@ -286,9 +272,9 @@ stats_shmem_startup(void)
 		on_shmem_exit(stats_shmem_shutdown, (Datum) 0);
 	if (found)
 		return;
-	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
+	LWLockAcquire(stats.lock, LW_EXCLUSIVE);
 	stats_load();
-	LWLockRelease(stats->lock);
+	LWLockRelease(stats.lock);
 }
 
 /* ---------------------------------------------------------------------
@@ -318,8 +304,8 @@ stats_evict(void)
 	long		victims;
 	long		i;
 
-	entries = palloc(hash_get_num_entries(stats_hash) * sizeof(StatsEntry *));
-	hash_seq_init(&seq, stats_hash);
+	entries = palloc(hash_get_num_entries(stats.hash) * sizeof(StatsEntry *));
+	hash_seq_init(&seq, stats.hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
 		e->c.usage *= STATS_USAGE_DECAY;
@@ -328,7 +314,7 @@ stats_evict(void)
 	qsort(entries, n, sizeof(StatsEntry *), usage_cmp);
 	victims = Max(1, n * STATS_DEALLOC_PCT / 100);
 	for (i = 0; i < victims && i < n; i++)
-		hash_search(stats_hash, &entries[i]->key, HASH_REMOVE, NULL);
+		hash_search(stats.hash, &entries[i]->key, HASH_REMOVE, NULL);
 	pfree(entries);
 
 	/* never silently: the DBA learns that counters were dropped, and why */
@@ -356,22 +342,22 @@ stats_count(Oid owner, const char *scope, int scope_len, IdemStat what,
 	key.userid = owner;
 	key.scope_hash = hash_bytes_extended((const unsigned char *) scope, scope_len, 0);
 
-	LWLockAcquire(stats->lock, LW_SHARED);
-	e = (StatsEntry *) hash_search(stats_hash, &key, HASH_FIND, NULL);
+	LWLockAcquire(stats.lock, LW_SHARED);
+	e = (StatsEntry *) hash_search(stats.hash, &key, HASH_FIND, NULL);
 	if (e == NULL)
 	{
-		LWLockRelease(stats->lock);
-		LWLockAcquire(stats->lock, LW_EXCLUSIVE);
-		e = (StatsEntry *) hash_search(stats_hash, &key, HASH_FIND, NULL);
+		LWLockRelease(stats.lock);
+		LWLockAcquire(stats.lock, LW_EXCLUSIVE);
+		e = (StatsEntry *) hash_search(stats.hash, &key, HASH_FIND, NULL);
 		if (e == NULL)
 		{
-			if (hash_get_num_entries(stats_hash) >= idem_stats_max)
+			if (hash_get_num_entries(stats.hash) >= idem_stats_max)
 				stats_evict();
 			e = entry_enter(&key, scope, scope_len, GetDatabaseEncoding());
 		}
 		if (e == NULL)
 		{
-			LWLockRelease(stats->lock);
+			LWLockRelease(stats.lock);
 			return;
 		}
 	}
@@ -385,7 +371,7 @@ stats_count(Oid owner, const char *scope, int scope_len, IdemStat what,
 			e->c.wait_max_ms = wait_ms;
 	}
 	SpinLockRelease(&e->mutex);
-	LWLockRelease(stats->lock);
+	LWLockRelease(stats.lock);
 }
 
 /* Add n to counter what; through idem_stats_count(), or for a sum. */
@@ -535,9 +521,9 @@ idempotency_stats(PG_FUNCTION_ARGS)
 			 tupdesc->natts, STATS_COLS);
 
 	/* copy the entries out, then convert their scopes without the lock */
-	LWLockAcquire(stats->lock, LW_SHARED);
-	rows = palloc(Max(hash_get_num_entries(stats_hash), 1) * sizeof(StatsRow));
-	hash_seq_init(&seq, stats_hash);
+	LWLockAcquire(stats.lock, LW_SHARED);
+	rows = palloc(Max(hash_get_num_entries(stats.hash), 1) * sizeof(StatsRow));
+	hash_seq_init(&seq, stats.hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
 		StatsRow   *r = &rows[nrows];
@@ -552,7 +538,7 @@ idempotency_stats(PG_FUNCTION_ARGS)
 		SpinLockRelease(&e->mutex);
 		nrows++;
 	}
-	LWLockRelease(stats->lock);
+	LWLockRelease(stats.lock);
 
 	for (long n = 0; n < nrows; n++)
 	{
@@ -585,53 +571,14 @@ idempotency_stats(PG_FUNCTION_ARGS)
 void
 idem_stats_forget(Oid db, Oid role)
 {
-	HASH_SEQ_STATUS seq;
-	StatsEntry *e;
-
-	if (stats_hash == NULL)
-		return;
-	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, stats_hash);
-	while ((e = hash_seq_search(&seq)) != NULL)
-	{
-		if (OidIsValid(db) && e->key.dbid != db)
-			continue;
-		if (OidIsValid(role) && e->key.userid != role)
-			continue;
-		hash_search(stats_hash, &e->key, HASH_REMOVE, NULL);
-	}
-	LWLockRelease(stats->lock);
+	idem_sharedhash_forget(&stats, db, role);
 }
 
 /* the databases that have entries here, up to max of them into dbs; how many */
 int
 idem_stats_databases(Oid *dbs, int max)
 {
-	HASH_SEQ_STATUS seq;
-	StatsEntry *e;
-	int			n = 0;
-	int			i;
-
-	if (stats_hash == NULL)
-		return 0;
-	LWLockAcquire(stats->lock, LW_SHARED);
-	hash_seq_init(&seq, stats_hash);
-	while ((e = (StatsEntry *) hash_seq_search(&seq)) != NULL)
-	{
-		for (i = 0; i < n; i++)
-			if (dbs[i] == e->key.dbid)
-				break;
-		if (i < n)
-			continue;
-		if (n == max)
-		{
-			hash_seq_term(&seq);
-			break;
-		}
-		dbs[n++] = e->key.dbid;
-	}
-	LWLockRelease(stats->lock);
-	return n;
+	return idem_sharedhash_databases(&stats, dbs, max);
 }
 
 /* stats_reset(): forget every counter (superuser unless granted) */
@@ -644,10 +591,10 @@ idempotency_stats_reset(PG_FUNCTION_ARGS pg_attribute_unused())
 	StatsEntry *e;
 
 	require_shared_memory();
-	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, stats_hash);
+	LWLockAcquire(stats.lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, stats.hash);
 	while ((e = hash_seq_search(&seq)) != NULL)
-		hash_search(stats_hash, &e->key, HASH_REMOVE, NULL);
-	LWLockRelease(stats->lock);
+		hash_search(stats.hash, &e->key, HASH_REMOVE, NULL);
+	LWLockRelease(stats.lock);
 	PG_RETURN_VOID();
 }

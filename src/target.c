@@ -6,47 +6,22 @@
  *	  machine.c, versioned.c and insert_once.c build on it; it calls
  *	  nothing of theirs.
  *
- * Design: the helpers build their statements from catalog facts only: the
- * target relation (regclass, checked and schema-qualified), its column
- * names (checked with get_attnum, quoted with quote_identifier), their
- * types (format_type_extended with FORMAT_TYPE_FORCE_QUALIFY) and the
- * operators of a column's type from the type cache, written as
- * OPERATOR(schema.op).  Every value goes in as a parameter.  JSON values
- * are cast to column types by PostgreSQL itself, through
- * jsonb_populate_record() on a row of NULLs (idem_null_row()), so only
- * the columns the call names are converted, and a column it does not name
- * is never touched, not even checked against its domain.
- *
- * The id argument is converted to the id column's type here, once, and
- * only if the conversion is exact: converted back it must equal what the
- * caller passed (6.5 is not an integer id; 7.0 is 7).  A string is parsed
- * by the column type's own input rules.  So the statements compare the id
- * column with a parameter of its own type, and no rounding cast can pick
- * another row.
- *
- * Plan cache (as core's ri_triggers.c keeps the plans of foreign keys):
- * prepared statements are kept per backend in a hash keyed by (table,
- * signature), where the signature names the helper, its columns and types.
- * A pair is used only while SPI_plan_is_valid() says both plans are; an
- * ALTER TABLE invalidates them and the next call prepares them again from
- * the catalog as it is then.  The cache holds at most
- * IDEM_HELPER_PLANS_MAX pairs; the least recently used pair goes first.
- * A dropped plan is freed with SPI_freeplan() at once, unless a helper
- * call is under way further up the stack (a trigger on a target table may
- * call a helper again): that call may be executing it, so the plan waits
- * on a list that the next outermost call frees.  A caller copies the plans
- * it fetched and never reads the cache entry again.
+ * Statements are built from catalog facts only (the regclass, column names
+ * checked with get_attnum and quoted, types and operators from the
+ * catalog, schema-qualified); every value is a parameter, and JSON values
+ * are cast to column types by PostgreSQL (jsonb_populate_record() on a row
+ * of NULLs: idem_null_row()).  The id argument is converted to the id
+ * column's type once, and only if the conversion is exact.  Plans are kept
+ * per backend keyed by (table, signature), as ri_triggers.c keeps foreign
+ * keys' plans, at most IDEM_HELPER_PLANS_MAX pairs, used only while valid.
+ * Why each, and how a plan is freed under a nested helper call:
+ * src/README.md, "The write helpers' statements and plans".
  *
  * Locking: idem_target_arg() takes RowExclusiveLock on the target (the
  * lock the helper's UPDATE or INSERT takes anyway) before it reads the
- * catalog or the plan cache, so no ALTER TABLE can come between the
- * validity check of a plan and its execution.  It does so whatever the
- * caller's privileges, as the executor does: PostgreSQL's parser opens the
- * target of an INSERT or UPDATE with RowExclusiveLock before any privilege
- * check (parserOpenTable), and a role without privileges then gets the
- * statement's own 42501.  The regclass argument took no lock (regclassin
- * resolves the name with NoLock), so without this the helper would read
- * the relcache of a table another transaction may be dropping
+ * catalog or the plan cache, whatever the caller's privileges, as the
+ * parser does (parserOpenTable): regclassin took no lock, and no ALTER
+ * TABLE may come between a plan's validity check and its execution
  * (test/specs/target_lock.spec).
  *
  *-------------------------------------------------------------------------
@@ -441,7 +416,10 @@ idem_helper_call(PGFunction body, FunctionCallInfo fcinfo)
 	return result;
 }
 
-/* free plan now, or at the next outermost call (see the file comment) */
+/*
+ * free plan now, or at the next outermost call (src/README.md, "The write
+ * helpers' statements and plans")
+ */
 static void
 drop_plan(SPIPlanPtr plan)
 {

@@ -5,85 +5,24 @@
  *	  idempotency.wait_for() sleeps until a transaction that published to
  *	  one of its topics has committed, or until its timeout.
  *
- * Design.  With the library in shared_preload_libraries, shared memory
- * holds WAKE_ENTRIES entries, one per (database, topic id) that somebody
- * has waited on, found by open addressing (WAKE_PROBES places from the
- * key's hash, seeded at random when the server starts) and never freed, but
- * given to another key when a waiter needs a place and nobody pins it
- * (wake_pin()), plus one overflow entry that every topic shares whose
- * places are all pinned.  An entry is
+ * Preloaded, shared memory holds WAKE_ENTRIES entries, one per (database,
+ * topic id) someone has waited on, plus one overflow entry: a count, a
+ * number of waiters and pins, and a ConditionVariable.  A publisher
+ * (publish() in outbox_publish.c; nack(), release(), redrive() in
+ * outbox_relay.c) calls idem_wake_at_commit(topic id), which lists the
+ * topic for its transaction; at XACT_EVENT_COMMIT, once the commit is
+ * visible, each listed topic's count goes up and its sleepers are woken.
+ * wait_for() compares the counts with the cursor it is given and sleeps
+ * until one differs.  Without preloading it raises 55000 (poll claim()).
+ * The entries, the cursor, why no wake-up is lost and what a role can
+ * learn: src/README.md, "Wake-ups without NOTIFY".
  *
- *	  key      (database oid << 32) | topic id, 0 while free (set by a
- *	           waiter, under the spinlock)
- *	  count    a start of the key (wake_start()) + how many transactions
- *	           that published to the topic have committed since the entry
- *	           was made (a pg_atomic_uint64)
- *	  waiters  how many wait_for() calls sleep on cv
- *	  pins     how many wait_for() calls in progress use the entry
- *	  cv       the ConditionVariable they sleep on
- *
- * A publisher (publish(), release(), redrive() in outbox.c) calls
- * idem_wake_at_commit(topic id): the id goes on a backend-local list of
- * the transaction (deduplicated, with the lowest subtransaction level that
- * touched it: a rolled-back subtransaction takes its entries with it, a
- * committed one hands them to its parent).  At XACT_EVENT_COMMIT, which
- * runs after the commit record is flushed and the transaction has left the
- * proc array (so its rows are visible to every new snapshot), each listed
- * topic's entry, if one exists, gets count + 1, and its cv is broadcast
- * when somebody waits.  A publisher takes no lock and writes no queue: per
- * topic, a few reads to find the entry, one atomic add, and a broadcast
- * only while a relay sleeps.  PREPARE TRANSACTION drops the list: a
- * prepared transaction wakes nobody, at PREPARE or at COMMIT PREPARED
- * (which runs in another backend, without our list), and relays find its
- * messages at their timeout.  An abort drops it too.
- *
- * The cursor.  wait_for(topics, timeout, since) compares each topic's count
- * with since (the cursor an earlier call returned, in the same order) and
- * returns at once when one differs; otherwise it sleeps until one changes
- * or the timeout passes.  It returns the topics whose count differs and the
- * counts it read last (the new cursor).  A relay that reads the cursor
- * before its claim and waits with it misses no commit: a commit counted
- * before the cursor was read was visible before the claim's snapshot was
- * taken (the count is added after the commit is visible, with a full
- * barrier), and one counted after makes the wait return at once.  Without
- * since, the counts read when the call starts are the baseline.  Any
- * difference counts, so a cursor from before a restart wakes its relay
- * once.  An entry's count starts at a value of its key and of the server
- * start (wake_start()), not at 0, so that a cursor read from another topic
- * id (a topic dropped and created again under its name) or before a
- * restart does not compare equal to it: such a relay wakes once, at once,
- * instead of missing a commit until its timeout.
- * Cursors are opaque: only their difference from the counts means anything.
- *
- * Lost wake-ups.  A waiter first adds itself to waiters (full barrier),
- * prepares to sleep on cv (on its wait list), then reads the counts.  A
- * publisher adds to count (full barrier), then reads waiters.  So either
- * the waiter reads the new count, or the publisher sees the waiter and
- * broadcasts after it is on cv's list.  An entry created by a waiter after
- * a publisher looked for it and found its place free: the publisher's
- * commit was visible before that look (pg_memory_barrier), so before the
- * waiter's baseline and its relay's next claim.
- *
- * Privacy: wait_for() takes only topics the caller may consume (owns, or
- * was granted consume by grant_topic()), else 42501, and an entry belongs
- * to one topic of one database, so a role learns nothing of other topics'
- * commits, except of the topics that share the overflow entry: only those
- * whose 64 places are all pinned by waits in progress (about the whole
- * table, 4096 topics waited on at once: 41 sessions of 100; the places are
- * a secret hash, so no fewer pins aim at one topic).  Entries nobody waits
- * on are taken back, so a role that waited on thousands of topics once
- * (and dropped them) leaves nothing behind (sql/wakeup_slots.sql).
- *
- * Without preloading there is no shared memory: publishers list nothing
- * and wait_for() raises 55000 with a hint (poll claim() instead).
- *
- * Locking: none on the publisher's path; a waiter takes wake->lock, a
- * spinlock, to find, make and pin its entries; the cv's spinlock inside
- * ConditionVariableBroadcast() and ConditionVariablePrepareToSleep().  The
- * sleep is ConditionVariableTimedSleep(): a cancel, statement_timeout, a
- * shutdown or the postmaster's death end it (CHECK_FOR_INTERRUPTS,
- * WL_EXIT_ON_PM_DEATH).  Note that wait_for(), like pg_sleep(), runs in a
- * statement whose snapshot holds back vacuum's horizon while it waits.
+ * Locking: none on the publisher's path (an atomic add; a broadcast only
+ * while a relay sleeps); a waiter takes wake->lock, a spinlock, to find,
+ * make and pin its entries, and the cv's spinlock inside the
+ * ConditionVariable calls.  The sleep ends on a cancel, statement_timeout,
+ * a shutdown or the postmaster's death.  wait_for(), like pg_sleep(), holds
+ * back vacuum's horizon while it waits.
  *
  *-------------------------------------------------------------------------
  */
@@ -568,9 +507,10 @@ wake_read(WakeEntry **e, int n, const int64 *since, int64 *now)
  * wait_for(topics text[], timeout interval, since int8[])
  *   -> (woken text[], cursor int8[])
  *
- * See the file comment.  The topics are checked (22004, 22023, 42704,
- * 42501) and their entries found or made; then, unless a count already
- * differs from since, the call sleeps until one does or timeout passes.
+ * See src/README.md, "Wake-ups without NOTIFY".  The topics are checked
+ * (22004, 22023, 42704, 42501) and their entries found or made; then,
+ * unless a count already differs from since, the call sleeps until one
+ * does or timeout passes.
  */
 PG_FUNCTION_INFO_V1(idempotency_wait_for);
 

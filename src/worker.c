@@ -1,65 +1,24 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The purge background workers: a launcher, and a short-lived worker per
- *	  database per cycle.
+ *	  The background workers (preloaded only): the purge launcher, a purge
+ *	  worker per database per cycle, and the outbox vacuum worker.
  *
- * Design (as autovacuum does it).  The launcher is registered only when the
- * library is in shared_preload_libraries.  It connects to no database, so it
- * never keeps one busy: DROP DATABASE, ALTER DATABASE ... RENAME and CREATE
- * DATABASE ... TEMPLATE work on every database while it runs.  Every
- * idempotency.purge_interval it reads pg_database (a shared catalog) and,
- * one database at a time, starts a dynamic worker connected to that
- * database and waits for it to end, at most idempotency.purge_timeout: a
- * worker still running then is stopped (SIGTERM) and the launcher logs it,
- * naming the database, and goes on, so one database never holds up the
- * others.  Batches skip the rows and topic counters other transactions hold
- * (lifecycle.c), so only a lock no batch can skip (a LOCK TABLE by a
- * superuser, a Citus table's locked row) makes a worker wait that long.
- * The worker looks for the extension
- * (none: it ends at once, DEBUG1), purges every role's expired rows in
- * batches of idempotency.purge_batch, one short transaction per batch
- * (lifecycle.c: idem_purge_expired), until a batch comes back short (or
- * half of purge_timeout has passed: the rest is purged next cycle), logs
- * what it removed (LOG when something was removed, DEBUG1 otherwise) and
- * exits.  So every database where the extension is installed is purged,
- * and a database is held only while it is being purged.
- *
- * Which databases: every database that accepts connections and is not a
- * template (templates are copied, not used), or only idempotency.database
- * when that is set.  A database that is dropped between the listing and the
- * worker's start costs one log line; a configured database that does not
- * exist costs one line per cycle.
- *
- * Signals: the launcher rereads the configuration on SIGHUP (the database
- * list is read anew every cycle) and ends on SIGTERM (die(); the worker it
- * waits for finishes its batch and exits on its own).  A worker ends on
- * SIGTERM too (DROP DATABASE ... WITH (FORCE) sends one).  An ERROR in a
- * worker is reported, its transaction aborted, and the worker exits; the
- * next cycle tries again.  The launcher exits under binary upgrade, and the
- * postmaster restarts it WORKER_RESTART_S after a crash.  When no worker
- * slot is free (max_worker_processes) the cycle says so once and ends.
- *
- * The outbox's vacuum (outbox_vacuum.c).  The launcher's latch
- * is also set by the commit that takes a database's count of acked outbox
- * messages to idempotency.outbox_vacuum_after.  Whenever it wakes (in its
- * own wait and while it waits for a purge worker) it reaps the outbox
- * vacuum worker that ended and, if none runs, starts one for the database
- * with the most acks at or over the setting: one at a time in the cluster,
- * beside the purge, not waited for (its end sets the latch).  Only the
- * databases the purge would visit (read from pg_database each time); a
- * database without a free worker slot is tried again a second later.  The
- * worker connects, looks for the extension (none: it ends at once, DEBUG1)
- * and runs VACUUM of idempotency.outbox_message (outbox_vacuum.c says how
- * and what a failure does).
- *
- * The launcher also frees the shared memory of databases that are gone
- * where no session's hook saw the drop (owners.c), at its start and every
- * OWNERS_SWEEP_S.
- *
- * They show in pg_stat_activity with backend_type "idempotency purge
- * launcher", "idempotency purge worker" and "idempotency outbox vacuum
- * worker".
+ * The launcher (as autovacuum's) connects to no database, so it never
+ * keeps one busy.  Every purge_interval it starts one purge worker per
+ * database in turn (every database that accepts connections and is not a
+ * template, or only idempotency.database) and waits for it at most
+ * purge_timeout, then stops it and goes on.  A purge worker purges every
+ * role's expired rows in batches of purge_batch, one transaction per batch
+ * (lifecycle.c: idem_purge_expired()), and exits.  Whenever the launcher
+ * wakes it also reaps and starts the outbox vacuum worker
+ * (outbox_vacuum.c), one at a time in the cluster, and every
+ * OWNERS_SWEEP_S it frees the shared memory of databases that are gone
+ * (owners.c).  A worker connects like a session, so it puts back every
+ * setting a database's or role's ALTER ... SET changed.  They show in
+ * pg_stat_activity as "idempotency purge launcher", "idempotency purge
+ * worker" and "idempotency outbox vacuum worker".  Signals, failures and
+ * slots: src/README.md, "The workers".
  *
  * No locks of their own.
  *
@@ -458,8 +417,8 @@ idempotency_outbox_vacuum_main(Datum main_arg)
 	 * Unthrottled, whatever the database says: one outbox vacuum worker
 	 * serves the whole cluster, and a database owner (no superuser) may
 	 * ALTER DATABASE ... SET vacuum_cost_delay, which would slow it down for
-	 * every other database (attackvac, finding 3).  A manual VACUUM's
-	 * defaults: no cost delay, the default limit.
+	 * every other database (test/t/017_outbox_vacuum_attack.pl).  A manual
+	 * VACUUM's defaults: no cost delay, the default limit.
 	 */
 	SetConfigOption("vacuum_cost_delay", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("vacuum_cost_limit", "200", PGC_SUSET, PGC_S_OVERRIDE);
@@ -614,8 +573,10 @@ vacuum_tick(void)
 		idem_outbox_vacuum_forget_others(dbs, n);
 	}
 	foreach(lc, targets)
+	{
 		if (((PurgeTarget *) lfirst(lc))->oid == db)
 			allowed = true;
+	}
 	MemoryContextDelete(cxt);
 	if (slot < 0)
 		return wait_ms;

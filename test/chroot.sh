@@ -148,14 +148,17 @@ bootstrap() {	# suite dir
 # a compiler; and what the driver and client suites would install anyway
 # (test/drivers/run, test/clients/run), so that a run in a throwaway layer
 # does not unpack a JDK and node each time; gdb for the Citus suite's crash
-# between PREPARE and COMMIT PREPARED (test/citus/run)
+# between PREPARE and COMMIT PREPARED (test/citus/run); pg-bsd-indent for 15
 packages_of() {	# major
-	local m=$1
+	local m=$1 indent=
+	# pg_bsd_indent (the indent suite): postgresql-server-dev-N ships it
+	# from 16 on; Debian 12 has it as a package of its own
+	[ "$m" -lt 16 ] && indent=" pg-bsd-indent"
 	echo "postgresql-$m postgresql-server-dev-$m postgresql-$m-pgtap postgresql-contrib-$m" \
 		"libipc-run-perl libtap-parser-sourcehandler-pgtap-perl make gcc libc6-dev ca-certificates" \
 		"pgbouncer python3-psycopg python3-psycopg-pool python3-fastapi python3-uvicorn" \
 		"python3-httpx python3-flask libpostgresql-jdbc-java default-jdk-headless nodejs npm" \
-		"gdb"
+		"gdb$indent"
 }
 
 ensure() {	# major

@@ -97,12 +97,20 @@ pg_major() {
 	echo "${v:-15}"
 }
 
+# indent_package MAJOR: the package with pg_bsd_indent (the indent suite):
+# Debian 12's pg-bsd-indent for 15; from 16 on, postgresql-server-dev-N
+# ships it in the server's bindir
+indent_package() {
+	[ "$1" -lt 16 ] 2>/dev/null && echo pg-bsd-indent
+	true
+}
+
 # ensure_packages: install the Debian packages the suites need when missing.
 ensure_packages() {
 	local pkgs=() p m
 	m=$(pg_major)
 	for p in postgresql-$m postgresql-server-dev-$m postgresql-$m-pgtap libipc-run-perl \
-		libtap-parser-sourcehandler-pgtap-perl make gcc; do
+		libtap-parser-sourcehandler-pgtap-perl make gcc $(indent_package "$m"); do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs+=("$p")
 	done
 	[ ${#pkgs[@]} -eq 0 ] && return 0
