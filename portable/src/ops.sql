@@ -7,8 +7,8 @@
 -- a request), one under a live lease.  An absent or expired key is false.
 -- The row lock is kept to the end of the transaction, so a begin() of the
 -- key waits for the forget() to commit or roll back.  A key another
--- transaction is beginning anew (its row not committed yet) is invisible
--- here, as to lookup(): false, and that request's work commits.
+-- transaction is beginning anew has no committed row yet: forget() tries
+-- to insert the row without waiting and undoes it; a timeout is IK002.
 --
 -- renew() extends the lease of the caller's attempt under the checks
 -- complete(..., attempt) makes (_lease_holder, which locks the row).
@@ -53,8 +53,30 @@ BEGIN
                   DETAIL = 'Another transaction holds the key; forget() does not wait for it.',
                   HINT = 'Try again when that request has finished.';
     END;
-    IF NOT FOUND OR r.expires_at <= pg_catalog.now() THEN
-        RETURN false;       -- absent, expired (the purge takes it), or another role's
+    IF NOT FOUND THEN
+        -- no committed row: another transaction may be beginning the key
+        -- anew (its row is not visible here).  Try the row's insert without
+        -- waiting (1 ms) and undo it: a wait that times out is that
+        -- transaction's row (IK002, as the C edition sees its key lock)
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', '1', true);
+            INSERT INTO idempotency.idempotency_key AS k
+                   (owner, scope, key, status, attempts, created_at, updated_at, expires_at)
+            VALUES (v_owner, p_scope, p_key, 'in_progress', 1, pg_catalog.now(), pg_catalog.now(), pg_catalog.now());
+            RAISE EXCEPTION USING ERRCODE = 'IKPRB';    -- undo the probe (and the setting)
+        EXCEPTION
+            WHEN lock_not_available THEN
+                RAISE EXCEPTION 'cannot forget %: it is in progress in another transaction', idempotency._describe(p_key, p_scope)
+                    USING ERRCODE = 'IK002',
+                          DETAIL = 'Another transaction holds the key; forget() does not wait for it.',
+                          HINT = 'Try again when that request has finished.';
+            WHEN unique_violation OR SQLSTATE 'IKPRB' THEN
+                NULL;   -- absent, or committed just now by another transaction
+        END;
+        RETURN false;       -- absent, or another role's
+    END IF;
+    IF r.expires_at <= pg_catalog.now() THEN
+        RETURN false;       -- expired (the purge takes it)
     END IF;
     IF r.status = 'in_progress' AND r.locked_until > pg_catalog.clock_timestamp() THEN
         RAISE EXCEPTION 'cannot forget %: it is in progress under a lease', idempotency._describe(p_key, p_scope)
