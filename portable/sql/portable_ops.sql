@@ -135,6 +135,28 @@ RESET ROLE;
 SELECT owner, key, status FROM idempotency.idempotency_key WHERE key IN ('k1', 'job') ORDER BY key;
 DELETE FROM idempotency.idempotency_key WHERE scope IN ('pay', 'jobs');
 
+-- forget() of a key another session is beginning anew (its row not
+-- committed, so not visible here): IK002 without waiting for it, nothing
+-- deleted or left behind (the other session through dblink, so the order
+-- is fixed; test/specs/forget_new.spec races the same in the C edition)
+CREATE EXTENSION dblink;
+SELECT dblink_connect('other', pg_catalog.format('host=%s port=%s dbname=%s user=postgres',
+       current_setting('unix_socket_directories'), current_setting('port'), current_database()));
+SELECT dblink_exec('other', 'SET ROLE regress_alice');
+SELECT dblink_exec('other', 'BEGIN');
+SELECT * FROM dblink('other', $$SELECT outcome FROM idempotency.begin('held-elsewhere')$$) AS t(outcome text);
+SET ROLE regress_alice;
+SELECT idempotency.forget('held-elsewhere');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT dblink_exec('other', 'ROLLBACK');
+SET ROLE regress_alice;
+SELECT idempotency.forget('held-elsewhere') AS after_rollback;
+RESET ROLE;
+SELECT count(*) AS rows_left FROM idempotency.idempotency_key WHERE key = 'held-elsewhere';
+SELECT dblink_disconnect('other');
+DROP EXTENSION dblink;
+
 -- checkpoint() in a read-only transaction: the key's checks come first (an
 -- unknown key is IK004), then 25006; nothing written
 SET ROLE regress_alice;
