@@ -168,9 +168,9 @@ BEGIN
                 ELSE
                     INSERT INTO idempotency.idempotency_key AS k
                            (owner, scope, key, status, request_hash, response, retryable, attempts,
-                            created_at, updated_at, expires_at, locked_until)
+                            created_at, updated_at, expires_at, locked_until, derive_seed)
                     VALUES (v_owner, p_scope, p_key, 'in_progress', v_hash, NULL, NULL, 1,
-                            v_now, v_now, GREATEST(v_exp, v_lend), v_lend);
+                            v_now, v_now, GREATEST(v_exp, v_lend), v_lend, idempotency._new_seed());
                     GET DIAGNOSTICS v_rows = ROW_COUNT;
                     IF v_rows <> 1 THEN
                         RAISE EXCEPTION '% was not stored in table idempotency.idempotency_key', idempotency._describe(p_key, p_scope)
@@ -239,7 +239,11 @@ BEGIN
                expires_at = GREATEST(v_exp, v_lend),
                locked_until = v_lend,
                recovery_point = CASE WHEN v_live THEN r.recovery_point END,
-               recovery_state = CASE WHEN v_live THEN r.recovery_state END
+               recovery_state = CASE WHEN v_live THEN r.recovery_state END,
+               -- a new life draws a new seed; a retry keeps the row's
+               -- (and freezes one for a row restored from 0.5.0)
+               derive_seed = CASE WHEN v_live THEN coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
+                                  ELSE idempotency._new_seed() END
          WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
         res.outcome := CASE WHEN v_live THEN 'retry' ELSE 'new' END;
         res.status := 'in_progress';
@@ -324,6 +328,65 @@ $fn$
 -- @end
 
 -- @tail
+-- The attempt that holds a key's lease: the row locked (a takeover waits
+-- for this transaction), IK004 unless the key is live, in progress and at
+-- that attempt.  For complete(), fail() and renew() of a lease begun in
+-- an earlier transaction.
+CREATE FUNCTION idempotency._lease_holder(p_key pg_catalog.text, p_scope pg_catalog.text,
+                                          p_attempt pg_catalog.int4, p_owner pg_catalog.regrole)
+RETURNS record
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_msg pg_catalog.text := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
+    r record;
+BEGIN
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        -- no row lock in a read-only transaction: the checks only (the
+        -- caller refuses to write after them, 25006)
+        SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
+          FROM idempotency.idempotency_key AS k
+         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+           AND k.owner OPERATOR(pg_catalog.=) p_owner;
+    ELSE
+        SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
+          FROM idempotency.idempotency_key AS k
+         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+           AND k.owner OPERATOR(pg_catalog.=) p_owner
+           FOR UPDATE;
+    END IF;
+    IF NOT FOUND OR r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = 'No such key exists for this role, or it expired.';
+    ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.=) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('This attempt (%s) already %s the key; the stored outcome stands.', p_attempt, r.status),
+            HINT = 'A second complete() or fail() of the same attempt, e.g. after a lost acknowledgement, changes nothing.';
+    ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended, and %s it; this result is discarded.',
+                                       r.attempts, p_attempt, r.status),
+            HINT = 'Make leases longer than the work takes.';
+    ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('The key is already %s, at attempt %s.', r.status, r.attempts);
+    ELSIF r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended; this result is discarded.',
+                                       r.attempts, p_attempt),
+            HINT = 'Make leases longer than the work takes.';
+    ELSIF r.attempts OPERATOR(pg_catalog.<>) p_attempt THEN
+        RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
+            DETAIL = pg_catalog.format('The key is at attempt %s.', r.attempts);
+    END IF;
+    RETURN r;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._lease_holder(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.regrole) IS
+'Portable edition, internal: lock the key''s row and check that attempt holds its lease (IK004 otherwise)';
+REVOKE ALL ON FUNCTION idempotency._lease_holder(pg_catalog.text, pg_catalog.text, pg_catalog.int4, pg_catalog.regrole) FROM PUBLIC;
+
 -- complete() and fail(): store the outcome of a key this transaction began,
 -- or (attempt given) of a lease attempt begun earlier.  IK004 otherwise.
 CREATE FUNCTION idempotency._finish(p_key pg_catalog.text, p_scope pg_catalog.text, p_status pg_catalog.text,
@@ -357,38 +420,9 @@ BEGIN
                 DETAIL = pg_catalog.format('This transaction began attempt %s.', r.attempts);
         END IF;
     ELSIF p_attempt IS NOT NULL THEN
-        v_msg := pg_catalog.format('%s is not held by attempt %s', idempotency._describe(p_key, p_scope), p_attempt);
         -- a lease begun earlier: the row locked, so that a takeover cannot
         -- slip in between this check and the write
-        SELECT k.status, k.attempts, k.expires_at, k.locked_until INTO r
-          FROM idempotency.idempotency_key AS k
-         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
-           AND k.owner OPERATOR(pg_catalog.=) v_owner
-           FOR UPDATE;
-        IF NOT FOUND OR r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = 'No such key exists for this role, or it expired.';
-        ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.=) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('This attempt (%s) already %s the key; the stored outcome stands.', p_attempt, r.status),
-                HINT = 'A second complete() or fail() of the same attempt, e.g. after a lost acknowledgement, changes nothing.';
-        ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' AND r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended, and %s it; this result is discarded.',
-                                           r.attempts, p_attempt, r.status),
-                HINT = 'Make leases longer than the work takes.';
-        ELSIF r.status OPERATOR(pg_catalog.<>) 'in_progress' THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('The key is already %s, at attempt %s.', r.status, r.attempts);
-        ELSIF r.attempts OPERATOR(pg_catalog.>) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('Attempt %s took the key over after the lease of attempt %s ended; this result is discarded.',
-                                           r.attempts, p_attempt),
-                HINT = 'Make leases longer than the work takes.';
-        ELSIF r.attempts OPERATOR(pg_catalog.<>) p_attempt THEN
-            RAISE EXCEPTION '%', v_msg USING ERRCODE = 'IK004',
-                DETAIL = pg_catalog.format('The key is at attempt %s.', r.attempts);
-        END IF;
+        PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);
     ELSIF FOUND AND idempotency._mine(r.x) THEN
         RAISE EXCEPTION '% is not held by this transaction', idempotency._describe(p_key, p_scope)
             USING ERRCODE = 'IK004',
@@ -402,7 +436,8 @@ BEGIN
 
     UPDATE idempotency.idempotency_key AS k
        SET status = p_status, response = p_payload, retryable = p_retryable,
-           locked_until = NULL, updated_at = pg_catalog.now()
+           locked_until = NULL, updated_at = pg_catalog.now(),
+           derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
      WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
        AND k.owner OPERATOR(pg_catalog.=) v_owner;
 END

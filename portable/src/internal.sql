@@ -89,8 +89,10 @@ COMMENT ON FUNCTION idempotency._describe(pg_catalog.text, pg_catalog.text) IS
 'Portable edition, internal: how messages name a key and its scope';
 
 -- IK003: the key and scope a function was given (the C edition's checks,
--- in its order)
-CREATE FUNCTION idempotency._check_key(key pg_catalog.text, scope pg_catalog.text)
+-- in its order); what: how messages name the key ('message id' for
+-- first_seen())
+CREATE FUNCTION idempotency._check_key(key pg_catalog.text, scope pg_catalog.text,
+                                       what pg_catalog.text DEFAULT 'idempotency key')
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
 AS $fn$
@@ -98,7 +100,7 @@ DECLARE
     maxlen pg_catalog.int4 := coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), ''), '255')::pg_catalog.int4;
 BEGIN
     IF key IS NULL THEN
-        RAISE EXCEPTION 'idempotency key must not be null' USING ERRCODE = 'IK003';
+        RAISE EXCEPTION '% must not be null', what USING ERRCODE = 'IK003';
     END IF;
     IF scope IS NULL THEN
         RAISE EXCEPTION 'idempotency scope must not be null' USING ERRCODE = 'IK003',
@@ -110,21 +112,21 @@ BEGIN
                                        pg_catalog.length(scope), maxlen);
     END IF;
     IF key OPERATOR(pg_catalog.=) '' THEN
-        RAISE EXCEPTION 'idempotency key must not be empty' USING ERRCODE = 'IK003';
+        RAISE EXCEPTION '% must not be empty', what USING ERRCODE = 'IK003';
     END IF;
     IF pg_catalog.length(key) OPERATOR(pg_catalog.>) maxlen THEN
-        RAISE EXCEPTION 'idempotency key is too long' USING ERRCODE = 'IK003',
-            DETAIL = pg_catalog.format('The idempotency key has %s characters; idempotency.max_key_length allows %s.',
-                                       pg_catalog.length(key), maxlen);
+        RAISE EXCEPTION '% is too long', what USING ERRCODE = 'IK003',
+            DETAIL = pg_catalog.format('The %s has %s characters; idempotency.max_key_length allows %s.',
+                                       what, pg_catalog.length(key), maxlen);
     END IF;
     IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 2048 THEN
-        RAISE EXCEPTION 'idempotency key is too long' USING ERRCODE = 'IK003',
-            DETAIL = pg_catalog.format('The idempotency key and its scope take %s bytes together; at most 2048 are allowed.',
-                                       pg_catalog.octet_length(key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope));
+        RAISE EXCEPTION '% is too long', what USING ERRCODE = 'IK003',
+            DETAIL = pg_catalog.format('The %s and its scope take %s bytes together; at most 2048 are allowed.',
+                                       what, pg_catalog.octet_length(key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope));
     END IF;
 END
 $fn$;
-COMMENT ON FUNCTION idempotency._check_key(pg_catalog.text, pg_catalog.text) IS
+COMMENT ON FUNCTION idempotency._check_key(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
 'Portable edition, internal: IK003 for a null, empty or too long key or scope';
 
 -- Was this row version written by this transaction (or one of its
@@ -262,6 +264,6 @@ CREATE CONSTRAINT TRIGGER idempotency_key_commit_check
     EXECUTE FUNCTION idempotency._commit_check();
 
 REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
-    idempotency._describe(pg_catalog.text, pg_catalog.text), idempotency._check_key(pg_catalog.text, pg_catalog.text),
+    idempotency._describe(pg_catalog.text, pg_catalog.text), idempotency._check_key(pg_catalog.text, pg_catalog.text, pg_catalog.text),
     idempotency._mine(pg_catalog.xid), idempotency._commit_check() FROM PUBLIC;
 -- @end
