@@ -157,6 +157,22 @@ SELECT count(*) AS rows_written FROM idempotency.idempotency_key WHERE key = 'no
 INSERT INTO idempotency.lock_secret SELECT * FROM saved_lock_secret;
 SELECT outcome FROM idempotency.begin('no-lock-secret', lease => '1 hour');
 
+-- a secret column changed by hand: 55000, nothing written
+BEGIN;
+ALTER TABLE idempotency.lock_secret DROP CONSTRAINT lock_secret_length,
+    ALTER COLUMN secret TYPE text USING 'not a secret';
+SELECT outcome FROM idempotency.begin('bad-lock-secret');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+ALTER TABLE idempotency.derive_secret DROP CONSTRAINT derive_secret_length,
+    ALTER COLUMN secret TYPE text USING 'not a secret';
+SELECT outcome FROM idempotency.begin('bad-derive-secret', lease => '1 hour');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS rows_written FROM idempotency.idempotency_key
+ WHERE key IN ('bad-lock-secret', 'bad-derive-secret');
+
 -- template clones: the same key, derived and published in two databases
 -- cloned from one template, gives two derived keys and two message ids
 -- (0.5.0: the same, from the copied secrets and sequence)

@@ -288,7 +288,10 @@ read_secret_tag(Oid relid, uint8 *tag)
 	if (att_secret <= 0 || att_created <= 0 ||
 		get_atttype(relid, att_secret) != BYTEAOID ||
 		get_atttype(relid, att_created) != TIMESTAMPTZOID)
-		elog(ERROR, "table idempotency.derive_secret has no columns secret bytea and created_at timestamptz");
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.derive_secret holds no usable secret"),
+				 errdetail("Its columns must be secret bytea and created_at timestamptz.")));
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
