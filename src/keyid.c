@@ -150,13 +150,20 @@ load_secret(void)
 	PG_TRY();
 	{
 		Relation	r = table_open(rel, AccessShareLock);
-		AttrNumber	att = get_attnum(rel, "secret");
-		bool		is_bytea = att > 0 && get_atttype(rel, att) == BYTEAOID;
+		TupleDesc	td = RelationGetDescr(r);
+		AttrNumber	att = InvalidAttrNumber;
+		bool		is_bytea;
 		Snapshot	snap = RegisterSnapshot(parallel ? GetActiveSnapshot() : GetLatestSnapshot());
 		TupleTableSlot *slot = table_slot_create(r, NULL);
 		TableScanDesc scan = table_beginscan(r, snap, 0, NULL);
 		int			rows = 0;
 
+		/* the column from the open descriptor: no catalog lookup */
+		for (int i = 0; i < td->natts; i++)
+			if (!TupleDescAttr(td, i)->attisdropped &&
+				strcmp(NameStr(TupleDescAttr(td, i)->attname), "secret") == 0)
+				att = i + 1;
+		is_bytea = att > 0 && TupleDescAttr(td, att - 1)->atttypid == BYTEAOID;
 		secret = NULL;
 		while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 		{

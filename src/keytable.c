@@ -147,6 +147,24 @@ keystore_relcache(Oid relid)
 	idem_shard_inval(relid);
 }
 
+/*
+ * The number of td's live column name (InvalidAttrNumber: none), as
+ * get_attnum() answers it, from a descriptor the caller has open: no
+ * catalog lookup.
+ */
+static AttrNumber
+column_of(TupleDesc td, const char *name)
+{
+	for (int i = 0; i < td->natts; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(td, i);
+
+		if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
+			return a->attnum;
+	}
+	return InvalidAttrNumber;
+}
+
 /* error context callback of a statement on the table (arg: StoreErrorArg) */
 void
 idem_store_error_context(void *arg)
@@ -276,8 +294,9 @@ static bool
 read_secret_tag(Oid relid, uint8 *tag)
 {
 	Relation	rel = table_open(relid, AccessShareLock);
-	AttrNumber	att_secret = get_attnum(relid, "secret");
-	AttrNumber	att_created = get_attnum(relid, "created_at");
+	TupleDesc	td = RelationGetDescr(rel);
+	AttrNumber	att_secret = column_of(td, "secret");
+	AttrNumber	att_created = column_of(td, "created_at");
 	Snapshot	snap = RegisterSnapshot(GetTransactionSnapshot());
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
@@ -286,8 +305,8 @@ read_secret_tag(Oid relid, uint8 *tag)
 	bool		best_at_null = false;
 
 	if (att_secret <= 0 || att_created <= 0 ||
-		get_atttype(relid, att_secret) != BYTEAOID ||
-		get_atttype(relid, att_created) != TIMESTAMPTZOID)
+		TupleDescAttr(td, att_secret - 1)->atttypid != BYTEAOID ||
+		TupleDescAttr(td, att_created - 1)->atttypid != TIMESTAMPTZOID)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table idempotency.derive_secret holds no usable secret"),
@@ -451,20 +470,20 @@ idem_store_resolve(void)
 	 * 0.4.0 table, before or during ALTER EXTENSION UPDATE) the guard works
 	 * as before and checkpoint() asks for the update.
 	 */
-	idem_store.recovery = get_attnum(relid, col_names[COL_RECOVERY_POINT]) > 0 &&
-		get_attnum(relid, col_names[COL_RECOVERY_STATE]) > 0;
+	idem_store.recovery = column_of(td, col_names[COL_RECOVERY_POINT]) > 0 &&
+		column_of(td, col_names[COL_RECOVERY_STATE]) > 0;
 	/*
 	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
 	 * UPDATE) is served without it, and derive_key() derives as 0.5.0 did.
 	 * Both paths write a new row's seed (idem_store_new_seed()): the column
 	 * has no DEFAULT, so that the rows a dump of 0.5.0 restores have none.
 	 */
-	idem_store.seed = idem_store.recovery && get_attnum(relid, col_names[COL_DERIVE_SEED]) > 0;
+	idem_store.seed = idem_store.recovery && column_of(td, col_names[COL_DERIVE_SEED]) > 0;
 	want = idem_store.seed ? NUM_COLS : idem_store.recovery ? COL_DERIVE_SEED : NUM_BASE_COLS;
 	fast = fast && ncols == want;
 	for (int i = 0; i < want; i++)
 	{
-		AttrNumber	att = get_attnum(relid, col_names[i]);
+		AttrNumber	att = column_of(td, col_names[i]);
 		Form_pg_attribute a;
 
 		if (att == InvalidAttrNumber || att < 0)
