@@ -128,6 +128,51 @@ SELECT get_byte(derive_seed, 0) AS new_life_seed_version FROM idempotency.idempo
 DELETE FROM idempotency.derive_secret WHERE restored_050;
 SELECT count(*) = 1 AS own_secret_kept FROM idempotency.derive_secret;
 
+-- a new seed carries the tag of the oldest derive secret (by created_at,
+-- then by secret), read again after a change to the table (TRUNCATE,
+-- rolled back here); the rows are inserted so that neither the first row
+-- read, nor the smallest secret, nor the first of the oldest is the one
+BEGIN;
+TRUNCATE idempotency.derive_secret;
+INSERT INTO idempotency.derive_secret (secret, created_at, restored_050) VALUES
+    (decode(repeat('03', 32), 'hex'), '2000-01-01 00:00:00+00', false),
+    (decode(repeat('01', 32), 'hex'), '2001-01-01 00:00:00+00', false),
+    (decode(repeat('02', 32), 'hex'), '2000-01-01 00:00:00+00', false);
+SELECT outcome FROM idempotency.begin('seed-oldest', lease => '1 hour');
+SELECT substr(derive_seed, 2, 8) = substr(sha256(decode(repeat('02', 32), 'hex')), 1, 8) AS oldest_secret_tag
+  FROM idempotency.idempotency_key WHERE key = 'seed-oldest';
+ROLLBACK;
+SELECT outcome FROM idempotency.begin('seed-after', lease => '1 hour');
+SELECT bool_and(substr(k.derive_seed, 2, 8) = substr(sha256(s.secret), 1, 8)) AS own_secret_again
+  FROM idempotency.idempotency_key AS k, idempotency.derive_secret AS s
+ WHERE k.key = 'seed-after';
+
+-- the lock secret: a table without its row is 55000, nothing written; the
+-- row put back serves again (the trigger makes the next transaction read it)
+CREATE TEMP TABLE saved_lock_secret AS SELECT * FROM idempotency.lock_secret;
+DELETE FROM idempotency.lock_secret;
+SELECT outcome FROM idempotency.begin('no-lock-secret');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS rows_written FROM idempotency.idempotency_key WHERE key = 'no-lock-secret';
+INSERT INTO idempotency.lock_secret SELECT * FROM saved_lock_secret;
+SELECT outcome FROM idempotency.begin('no-lock-secret', lease => '1 hour');
+
+-- a secret column changed by hand: 55000, nothing written
+BEGIN;
+ALTER TABLE idempotency.lock_secret DROP CONSTRAINT lock_secret_length,
+    ALTER COLUMN secret TYPE text USING 'not a secret';
+SELECT outcome FROM idempotency.begin('bad-lock-secret');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+ALTER TABLE idempotency.derive_secret DROP CONSTRAINT derive_secret_length,
+    ALTER COLUMN secret TYPE text USING 'not a secret';
+SELECT outcome FROM idempotency.begin('bad-derive-secret', lease => '1 hour');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS rows_written FROM idempotency.idempotency_key
+ WHERE key IN ('bad-lock-secret', 'bad-derive-secret');
+
 -- template clones: the same key, derived and published in two databases
 -- cloned from one template, gives two derived keys and two message ids
 -- (0.5.0: the same, from the copied secrets and sequence)

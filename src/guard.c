@@ -37,6 +37,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "idempotency.h"
 
@@ -89,8 +90,10 @@ iso8601_utc(TimestampTz ts)
 
 /*
  * The row descriptor of the calling function's named result type, built
- * once per call site and kept in fn_extra (a named type: no pg_proc
- * rebuild per call).  For begin() and once().
+ * once per call site and kept in fn_extra.  A call site lives one
+ * execution of a prepared statement, so the type is taken from the call's
+ * expression and its row from the type cache (kept current by the type's
+ * invalidations), without pg_proc.  For begin() and once().
  */
 TupleDesc
 idem_result_desc(FunctionCallInfo fcinfo)
@@ -100,9 +103,15 @@ idem_result_desc(FunctionCallInfo fcinfo)
 	if (tupdesc == NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		Oid			rettype = get_fn_expr_rettype(fcinfo->flinfo);
+		TypeCacheEntry *tce = NULL;
 		TupleDesc	td;
 
-		if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
+		if (OidIsValid(rettype) && rettype != RECORDOID)
+			tce = lookup_type_cache(rettype, TYPECACHE_TUPDESC);
+		if (tce != NULL && tce->tupDesc != NULL)
+			td = tce->tupDesc;
+		else if (get_call_result_type(fcinfo, NULL, &td) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "return type must be a row type");
 		tupdesc = BlessTupleDesc(CreateTupleDescCopy(td));
 		fcinfo->flinfo->fn_extra = tupdesc;

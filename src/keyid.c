@@ -18,7 +18,7 @@
  * predict nor invert the tag; a chance collision (2^-64 per pair) only
  * makes one request wait for another, never gives a wrong answer.
  *
- * The secret is read once per backend (as the extension's owner) and used
+ * The secret is read once per backend (a scan of the table) and used
  * for the rest of the transaction that read it even if an invalidation
  * arrives meanwhile, so a transaction never hashes one key two ways.  A
  * trigger on the table (lock_secret_changed) invalidates it when the row
@@ -37,12 +37,14 @@
 
 #include <limits.h>
 
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
-#include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -85,7 +87,6 @@ static LocalTransactionId secret_lxid = InvalidLocalTransactionId;
 static Oid	secret_relid = InvalidOid;
 static uint64 secret_k0;
 static uint64 secret_k1;
-static SPIPlanPtr plan_secret = NULL;
 
 static void
 keyid_relcache(Oid relid)
@@ -148,23 +149,47 @@ load_secret(void)
 	secret_stale = false;
 	PG_TRY();
 	{
-		LockRelationOid(rel, AccessShareLock);
-		SPI_connect();
-		if (idem_run_as_owner_snap(&plan_secret,
-								   "SELECT s.secret FROM idempotency.lock_secret AS s",
-								   0, NULL, NULL, NULL, SPI_OK_SELECT,
-								   parallel ? InvalidSnapshot : GetLatestSnapshot()) != 1)
+		Relation	r = table_open(rel, AccessShareLock);
+		TupleDesc	td = RelationGetDescr(r);
+		AttrNumber	att = InvalidAttrNumber;
+		bool		is_bytea;
+		Snapshot	snap = RegisterSnapshot(parallel ? GetActiveSnapshot() : GetLatestSnapshot());
+		TupleTableSlot *slot = table_slot_create(r, NULL);
+		TableScanDesc scan = table_beginscan(r, snap, 0, NULL);
+		int			rows = 0;
+
+		/* the column from the open descriptor: no catalog lookup */
+		for (int i = 0; i < td->natts; i++)
+			if (!TupleDescAttr(td, i)->attisdropped &&
+				strcmp(NameStr(TupleDescAttr(td, i)->attname), "secret") == 0)
+				att = i + 1;
+		is_bytea = att > 0 && TupleDescAttr(td, att - 1)->atttypid == BYTEAOID;
+		secret = NULL;
+		while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		{
+			if (++rows > 1)
+				break;
+			if (is_bytea)
+			{
+				d = slot_getattr(slot, att, &isnull);
+				if (!isnull)
+					secret = DatumGetByteaPCopy(d);
+			}
+		}
+		table_endscan(scan);
+		ExecDropSingleTupleTableSlot(slot);
+		UnregisterSnapshot(snap);
+		table_close(r, AccessShareLock);
+		if (rows != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table idempotency.lock_secret must hold exactly one row"),
 					 errhint("Insert one random 16-byte secret (see the README, \"Table idempotency.lock_secret\").")));
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (isnull || SPI_gettypeid(SPI_tuptable->tupdesc, 1) != BYTEAOID)
+		if (secret == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table idempotency.lock_secret holds no usable secret"),
 					 errdetail("Its column secret must be a non-null bytea of %d bytes.", SECRET_LEN)));
-		secret = DatumGetByteaPP(d);
 		if (VARSIZE_ANY_EXHDR(secret) != SECRET_LEN)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -173,7 +198,8 @@ load_secret(void)
 							   (int) VARSIZE_ANY_EXHDR(secret), SECRET_LEN)));
 		secret_k0 = le64((const uint8 *) VARDATA_ANY(secret));
 		secret_k1 = le64((const uint8 *) VARDATA_ANY(secret) + 8);
-		SPI_finish();
+		explicit_bzero(VARDATA_ANY(secret), SECRET_LEN);
+		pfree(secret);
 	}
 	PG_CATCH();
 	{

@@ -33,6 +33,7 @@
 #include "access/skey.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
@@ -40,12 +41,15 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "compat.h"
 #include "idempotency.h"
@@ -96,8 +100,8 @@ static bool table_citus[IDEM_NTABLES];
 /*
  * The tag of the derive secret new seeds carry (idem_store_new_seed()):
  * the first 8 bytes of the SHA-256 of the oldest row of
- * idempotency.derive_secret, read once per backend as the extension's
- * owner.  Any row's tag would do (a seed names its own secret), so rows a
+ * idempotency.derive_secret, read once per backend (read_secret_tag()).
+ * Any row's tag would do (a seed names its own secret), so rows a
  * restore adds later need no invalidation; the table's relcache
  * invalidation (DROP EXTENSION, TRUNCATE) reads it again.
  */
@@ -106,7 +110,6 @@ static bool table_citus[IDEM_NTABLES];
 static Oid	tag_relid = InvalidOid;	/* InvalidOid: not read yet */
 static bool tag_found;
 static uint8 tag_bytes[SEED_TAG_LEN];
-static SPIPlanPtr plan_tag = NULL;
 
 static void
 keystore_relcache(Oid relid)
@@ -119,6 +122,24 @@ keystore_relcache(Oid relid)
 		if (relid == InvalidOid || relid == table_relid[i])
 			table_relid[i] = InvalidOid;
 	idem_shard_inval(relid);
+}
+
+/*
+ * The number of td's live column name (InvalidAttrNumber: none), as
+ * get_attnum() answers it, from a descriptor the caller has open: no
+ * catalog lookup.
+ */
+static AttrNumber
+column_of(TupleDesc td, const char *name)
+{
+	for (int i = 0; i < td->natts; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(td, i);
+
+		if (!a->attisdropped && strcmp(NameStr(a->attname), name) == 0)
+			return a->attnum;
+	}
+	return InvalidAttrNumber;
 }
 
 /* error context callback of a statement on the table (arg: StoreErrorArg) */
@@ -239,6 +260,93 @@ idem_table_distributed(IdemTable t)
 }
 
 /*
+ * The tag of the oldest secret of idempotency.derive_secret (by created_at,
+ * then secret), as SELECT substr(sha256(secret), 1, 8) ... ORDER BY
+ * created_at, secret LIMIT 1 reads it, with the transaction's snapshot:
+ * a scan of the table's few rows, without the parser, planner or SPI, and
+ * no user code (the extension's own table, read as its owner would).
+ * false when the table has no row.
+ */
+static bool
+read_secret_tag(Oid relid, uint8 *tag)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	TupleDesc	td = RelationGetDescr(rel);
+	AttrNumber	att_secret = column_of(td, "secret");
+	AttrNumber	att_created = column_of(td, "created_at");
+	Snapshot	snap = RegisterSnapshot(GetTransactionSnapshot());
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+	bytea	   *best = NULL;
+	TimestampTz best_at = 0;
+	bool		best_at_null = false;
+
+	if (att_secret <= 0 || att_created <= 0 ||
+		TupleDescAttr(td, att_secret - 1)->atttypid != BYTEAOID ||
+		TupleDescAttr(td, att_created - 1)->atttypid != TIMESTAMPTZOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table idempotency.derive_secret holds no usable secret"),
+				 errdetail("Its columns must be secret bytea and created_at timestamptz.")));
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		d = slot_getattr(slot, att_secret, &isnull);
+		bytea	   *secret;
+		bool		at_null;
+		TimestampTz at;
+		int			cmp;
+
+		if (isnull)
+			continue;
+		secret = DatumGetByteaPP(d);
+		at = DatumGetTimestampTz(slot_getattr(slot, att_created, &at_null));
+		if (best == NULL)
+			cmp = -1;
+		else if (at_null != best_at_null)
+			cmp = at_null ? 1 : -1;	/* NULLS LAST, as ORDER BY */
+		else if (!at_null && at != best_at)
+			cmp = at < best_at ? -1 : 1;
+		else
+		{
+			int			len = VARSIZE_ANY_EXHDR(secret);
+			int			best_len = VARSIZE_ANY_EXHDR(best);
+
+			/* bytea order: memcmp of the common prefix, then the shorter */
+			cmp = memcmp(VARDATA_ANY(secret), VARDATA_ANY(best), Min(len, best_len));
+			if (cmp == 0)
+				cmp = len < best_len ? -1 : len > best_len ? 1 : 0;
+		}
+		if (cmp < 0)
+		{
+			if (best != NULL)
+				pfree(best);
+			best = DatumGetByteaPCopy(d);
+			best_at = at;
+			best_at_null = at_null;
+		}
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	table_close(rel, AccessShareLock);
+	if (best == NULL)
+		return false;
+	{
+		IdemSha256	sha;
+		uint8		digest[PG_SHA256_DIGEST_LENGTH];
+
+		idem_sha256_init(&sha);
+		idem_sha256_update(&sha, VARDATA_ANY(best), VARSIZE_ANY_EXHDR(best));
+		idem_sha256_final(&sha, digest);
+		memcpy(tag, digest, SEED_TAG_LEN);
+		explicit_bzero(VARDATA_ANY(best), VARSIZE_ANY_EXHDR(best));
+		pfree(best);
+	}
+	return true;
+}
+
+/*
  * derive_key()'s seed for a row written now (recovery.c): version 2, the
  * tag of a derive secret (the one it derives with), 16 fresh bytes; version
  * 1 (16 fresh bytes, the oldest secret) when the secret table is empty,
@@ -266,29 +374,8 @@ idem_store_new_seed(void)
 		Oid			rel = OidIsValid(nsp) ? get_relname_relid("derive_secret", nsp) : InvalidOid;
 
 		idem_relcache_watch();
-		tag_found = false;
-		if (OidIsValid(rel))
-		{
-			SPI_connect();
-			if (idem_run_as_owner(&plan_tag,
-								  "SELECT pg_catalog.substr(pg_catalog.sha256(s.secret), 1, 8)"
-								  "  FROM idempotency.derive_secret AS s"
-								  " ORDER BY s.created_at, s.secret LIMIT 1",
-								  0, NULL, NULL, NULL, SPI_OK_SELECT) == 1)
-			{
-				bool		isnull;
-				Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-											  1, &isnull);
-
-				if (!isnull && VARSIZE_ANY_EXHDR(DatumGetByteaPP(d)) == SEED_TAG_LEN)
-				{
-					memcpy(tag_bytes, VARDATA_ANY(DatumGetByteaPP(d)), SEED_TAG_LEN);
-					tag_found = true;
-				}
-			}
-			SPI_finish();
-		}
-		tag_relid = OidIsValid(rel) ? rel : InvalidOid;
+		tag_found = OidIsValid(rel) && read_secret_tag(rel, tag_bytes);
+		tag_relid = rel;
 	}
 	seed = palloc(VARHDRSZ + 1 + SEED_TAG_LEN + SEED_RANDOM_LEN);
 	p = (uint8 *) VARDATA(seed);
@@ -360,20 +447,20 @@ idem_store_resolve(void)
 	 * 0.4.0 table, before or during ALTER EXTENSION UPDATE) the guard works
 	 * as before and checkpoint() asks for the update.
 	 */
-	idem_store.recovery = get_attnum(relid, col_names[COL_RECOVERY_POINT]) > 0 &&
-		get_attnum(relid, col_names[COL_RECOVERY_STATE]) > 0;
+	idem_store.recovery = column_of(td, col_names[COL_RECOVERY_POINT]) > 0 &&
+		column_of(td, col_names[COL_RECOVERY_STATE]) > 0;
 	/*
 	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
 	 * UPDATE) is served without it, and derive_key() derives as 0.5.0 did.
 	 * Both paths write a new row's seed (idem_store_new_seed()): the column
 	 * has no DEFAULT, so that the rows a dump of 0.5.0 restores have none.
 	 */
-	idem_store.seed = idem_store.recovery && get_attnum(relid, col_names[COL_DERIVE_SEED]) > 0;
+	idem_store.seed = idem_store.recovery && column_of(td, col_names[COL_DERIVE_SEED]) > 0;
 	want = idem_store.seed ? NUM_COLS : idem_store.recovery ? COL_DERIVE_SEED : NUM_BASE_COLS;
 	fast = fast && ncols == want;
 	for (int i = 0; i < want; i++)
 	{
-		AttrNumber	att = get_attnum(relid, col_names[i]);
+		AttrNumber	att = column_of(td, col_names[i]);
 		Form_pg_attribute a;
 
 		if (att == InvalidAttrNumber || att < 0)
