@@ -240,8 +240,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	{
 		clock = GetCurrentTimestamp();
 		lease_end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															 TimestampTzGetDatum(clock),
-															 IntervalPGetDatum(lease)));
+															TimestampTzGetDatum(clock),
+															IntervalPGetDatum(lease)));
 		if (lease_end <= clock)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -266,15 +266,16 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 
 	/*
 	 * Take the key lock if it is free, and look.  If another transaction
-	 * holds it, look without it first: a live finished key can only change
-	 * by expiring, so it is replayed without queueing behind the holder (a
-	 * storm of duplicates of a finished key never waits).  Anything else
-	 * waits for the lock and looks again: the holder may commit meanwhile.
+	 * holds it, look without it first: a live finished key can only change by
+	 * expiring, so it is replayed without queueing behind the holder (a storm
+	 * of duplicates of a finished key never waits).  Anything else waits for
+	 * the lock and looks again: the holder may commit meanwhile.
 	 */
+
 	/*
 	 * On Citus the shard decides (claim_on_shard) whenever this transaction
-	 * may write; a read-only one only looks, and is refused below unless
-	 * it replays.
+	 * may write; a read-only one only looks, and is refused below unless it
+	 * replays.
 	 */
 	citus = !(RecoveryInProgress() || XactReadOnly) && idem_keystore_distributed(&id);
 	lock = idem_keylock_try(&id);
@@ -307,8 +308,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	}
 
 	/*
-	 * an expired row behaves as absent, but is still there to overwrite;
-	 * so is the row a claim wrote
+	 * an expired row behaves as absent, but is still there to overwrite; so
+	 * is the row a claim wrote
 	 */
 	row_there = stored.found || claimed;
 	live = stored.found && stored.expires_at > now;
@@ -476,7 +477,7 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 	/* on Citus, the row lock on the shard is what keeps a takeover out */
 	idem_keystore_lock(id, &stored, CurrentMemoryContext);
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp() ||
-		stored.status != 'i' || stored.attempts != attempt)	/* IK004 below */
+		stored.status != 'i' || stored.attempts != attempt) /* IK004 below */
 		idem_stats_count(id, IDEM_STAT_IK004);
 	if (stored.found && stored.expires_at > GetCurrentTransactionStartTimestamp() &&
 		stored.attempts > attempt)	/* a zombie: taken over */
@@ -579,7 +580,7 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 
 	next.locked_until = 0;
 	idem_keystore_write(&next, newstate == HELD_COMPLETED ? "completed" : "failed",
-				   payload, newstate == HELD_COMPLETED, retryable);
+						payload, newstate == HELD_COMPLETED, retryable);
 
 	next.state = newstate;
 	next.row_exists = true;

@@ -39,13 +39,14 @@ _PG_init(void)
 	idem_stats_init();			/* stats_max (preloaded), log_waits */
 	idem_outbox_claims_init();	/* outbox_claims, shared memory (preloaded) */
 	idem_outbox_counts_init();	/* shared memory (preloaded) */
-	idem_outbox_vacuum_init();	/* outbox_vacuum_after, shared memory (preloaded) */
+	idem_outbox_vacuum_init();	/* outbox_vacuum_after, shared memory
+								 * (preloaded) */
 
 	IDEM_RESERVE_GUC_PREFIX("idempotency");
 
 	idem_heldkeys_init();
 	idem_keytable_init();
 	idem_outbox_init();
-	idem_wakeup_init();		/* shared memory (preloaded) */
-	idem_owners_init();		/* object_access_hook (preloaded) */
+	idem_wakeup_init();			/* shared memory (preloaded) */
+	idem_owners_init();			/* object_access_hook (preloaded) */
 }

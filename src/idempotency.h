@@ -54,15 +54,15 @@
 #define MAX_KEY_BYTES 2048
 
 /* GUCs, each defined by the file named */
-extern int	idem_lock_wait_ms;		/* keylock.c */
-extern int	idem_default_ttl_s;		/* keyid.c */
+extern int	idem_lock_wait_ms;	/* keylock.c */
+extern int	idem_default_ttl_s; /* keyid.c */
 extern int	idem_max_key_length;	/* keyid.c */
 extern int	idem_purge_interval_s;	/* worker.c */
-extern int	idem_purge_batch;		/* worker.c */
+extern int	idem_purge_batch;	/* worker.c */
 extern int	idem_purge_timeout_s;	/* worker.c */
-extern char *idem_database;			/* worker.c */
-extern int	idem_stats_max;			/* stats.c */
-extern int	idem_log_waits_ms;		/* stats.c */
+extern char *idem_database;		/* worker.c */
+extern int	idem_stats_max;		/* stats.c */
+extern int	idem_log_waits_ms;	/* stats.c */
 
 /*
  * The identity of one key: (owner role, scope, key).  hash is a keyed 64-bit
@@ -170,7 +170,8 @@ typedef enum IdemStat
 	IDEM_STAT_NCOUNTERS
 } IdemStat;
 
-extern bool idem_stats_on;		/* preloaded: the counters are in shared memory */
+extern bool idem_stats_on;		/* preloaded: the counters are in shared
+								 * memory */
 extern void idem_stats_init(void);
 extern void idem_stats_forget(Oid db, Oid role);
 extern int	idem_stats_databases(Oid *dbs, int max);
@@ -249,14 +250,16 @@ typedef struct StoredKey
 	TimestampTz updated_at;
 	TimestampTz expires_at;
 	TimestampTz locked_until;	/* 0 when NULL */
-	text	   *recovery_point;	/* NULL when SQL NULL or no such column */
-	Jsonb	   *recovery_state;	/* NULL when SQL NULL or no such column */
+	text	   *recovery_point; /* NULL when SQL NULL or no such column */
+	Jsonb	   *recovery_state; /* NULL when SQL NULL or no such column */
 } StoredKey;
 
 extern void idem_keytable_init(void);
+
 /* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
 extern void idem_wakeup_init(void);
 extern void idem_wake_at_commit(int32 topic_id);
+
 /* outbox_claims.c: claims in shared memory (preloaded), for outbox_relay.c */
 #define CLAIM_NEW 0
 #define CLAIM_LAPSED 1
@@ -271,6 +274,7 @@ extern int	idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *to
 									int32 *lapsed);
 extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
 extern Oid	idem_outbox_install(void);
+
 /* outbox_claims.c: for the SQL-callable readers (outbox_inflight.c) */
 typedef struct IdemOutboxClaim
 {
@@ -296,6 +300,7 @@ extern bool idem_keystore_has_recovery(void);
 extern bool idem_keystore_has_seed(void);
 extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
 									   Jsonb *state);
+
 /* Citus: the key's shard serialises it */
 typedef enum IdemTable
 {
@@ -331,6 +336,7 @@ typedef enum IdemTable
 	col " OPERATOR(idempotency.===) " param
 
 extern bool idem_citus_table(Oid relid);
+
 /* shard.c: Citus: the key's shard, when it is on this node */
 extern int64 idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid);
 extern void idem_shard_inval(Oid relid);
@@ -401,7 +407,8 @@ extern void idem_owners_topic_gone(int32 topic_id);
 extern void idem_outbox_vacuum_run(int slot, uint32 seq);
 
 /* lifecycle.c */
-#define PURGE_NTABLES 4		/* keys, tokens, seen messages, outbox messages */
+#define PURGE_NTABLES 4			/* keys, tokens, seen messages, outbox
+								 * messages */
 extern int64 idem_purge_expired(Oid owner, int batch_size, TimestampTz now,
 								int64 *counts);
 
@@ -409,7 +416,8 @@ extern int64 idem_purge_expired(Oid owner, int batch_size, TimestampTz now,
 typedef enum GuardOutcome
 {
 	GUARD_NEW,					/* first time: do the work */
-	GUARD_RETRY,				/* an earlier attempt failed retryably or lapsed */
+	GUARD_RETRY,				/* an earlier attempt failed retryably or
+								 * lapsed */
 	GUARD_REPLAY				/* finished: return the stored response */
 } GuardOutcome;
 
@@ -420,7 +428,7 @@ typedef struct GuardBegin
 	Jsonb	   *response;		/* stored response (replay, retry), or NULL */
 	int32		attempts;
 	TimestampTz created_at;
-	text	   *recovery_point;	/* last checkpoint (retry, replay), or NULL */
+	text	   *recovery_point; /* last checkpoint (retry, replay), or NULL */
 	Jsonb	   *recovery_state;
 } GuardBegin;
 

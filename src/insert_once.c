@@ -245,10 +245,10 @@ insert_once_body(FunctionCallInfo fcinfo)
 		{
 			/*
 			 * Citus runs an INSERT ... SELECT through the coordinator and
-			 * then miscounts the rows a DO NOTHING skipped; an INSERT of
-			 * one VALUES row is routed to its shard.  Its RETURNING may
-			 * not call to_jsonb() (not IMMUTABLE): a CTE around it does
-			 * (so the statement is a SELECT).
+			 * then miscounts the rows a DO NOTHING skipped; an INSERT of one
+			 * VALUES row is routed to its shard.  Its RETURNING may not call
+			 * to_jsonb() (not IMMUTABLE): a CTE around it does (so the
+			 * statement is a SELECT).
 			 */
 			StringInfoData fields;
 
@@ -279,9 +279,9 @@ insert_once_body(FunctionCallInfo fcinfo)
 													  idem_record_sql("$2", "$1"), conflict.data),
 											 2, argtypes);
 		plans.probe = idem_target_prepare(psprintf("SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t, %s"
-											" WHERE %s",
-											t.qualname, idem_record_sql("$2", "$1"), match.data),
-								   2, argtypes);
+												   " WHERE %s",
+												   t.qualname, idem_record_sql("$2", "$1"), match.data),
+										  2, argtypes);
 		idem_plans_store(t.relid, sig.data, &plans);
 	}
 
@@ -334,10 +334,11 @@ insert_once_body(FunctionCallInfo fcinfo)
 						 errdetail("Key column \"%s\" is not in row, and its default is volatile or generated, so the row that holds the key cannot be looked up.",
 								   unknowable),
 						 errhint("Name every conflict column in row.")));
+
 			/*
-			 * Hidden, not deleted: after one more try, a row that still
-			 * holds the key but stays unseen is one row security hides
-			 * from the caller; retrying would never find it.
+			 * Hidden, not deleted: after one more try, a row that still holds
+			 * the key but stays unseen is one row security hides from the
+			 * caller; retrying would never find it.
 			 */
 			if (tries >= 1 && check_enable_rls(t.relid, InvalidOid, true) == RLS_ENABLED)
 				ereport(ERROR,

@@ -92,6 +92,7 @@ static const char *const sql_select_citus =
 SELECT_BASE FROM_KEYS KEY_WHERE_CITUS;
 static const char *const sql_select_citus_rp =
 SELECT_BASE SELECT_RP FROM_KEYS KEY_WHERE_CITUS;
+
 /* Citus: the same reads, locking the row on the shard */
 static const char *const sql_select_lock =
 SELECT_BASE FROM_KEYS KEY_WHERE_CITUS "   FOR UPDATE OF k";

@@ -52,7 +52,7 @@
  */
 bool
 idem_store_probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
-	  MemoryContext outcxt, TransactionId *xmin)
+				 MemoryContext outcxt, TransactionId *xmin)
 {
 	Relation	index;
 	TupleTableSlot *slot;

@@ -303,7 +303,8 @@ key_hash(const KeyId *id)
  * last.  One pg_strong_random() call costs ~30k instructions; the stream
  * costs two SipHash rounds a value.
  */
-static uint64 stream_k0, stream_k1;
+static uint64 stream_k0,
+			stream_k1;
 static uint64 stream_counter = 0;
 static pid_t stream_pid = 0;
 

@@ -214,9 +214,9 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 		(void) sql_probe(id, InvalidSnapshot, out, outcxt, &xmin, lock);
 
 	/*
-	 * On Citus the row lives on the shard's node, where a locking read
-	 * raises the serialization failure itself; a local snapshot says
-	 * nothing about it.
+	 * On Citus the row lives on the shard's node, where a locking read raises
+	 * the serialization failure itself; a local snapshot says nothing about
+	 * it.
 	 */
 	if (check_latest && IsolationUsesXactSnapshot() && !idem_store.citus)
 	{

@@ -179,10 +179,11 @@ idem_route_exec(IdemRoute via, Datum value, const char *fn, int nargs,
 		for (int i = 0; i < NCARRIED; i++)
 			appendStringInfo(&sql, ", $%d AS g%d", nargs + 2 + i, i);
 		appendStringInfoString(&sql, " FROM r) AS s) AS c");
+
 		/*
-		 * A custom plan for each call: Citus cannot plan the modifying CTE
-		 * of a generic plan (its parameters unknown), and prunes a custom
-		 * one to the route's shard group.
+		 * A custom plan for each call: Citus cannot plan the modifying CTE of
+		 * a generic plan (its parameters unknown), and prunes a custom one to
+		 * the route's shard group.
 		 */
 		plan = SPI_prepare_cursor(sql.data, nparams, types, CURSOR_OPT_CUSTOM_PLAN);
 		if (plan == NULL)

@@ -107,7 +107,7 @@ static bool table_citus[IDEM_NTABLES];
  */
 #define SEED_TAG_LEN 8
 #define SEED_RANDOM_LEN 16
-static Oid	tag_relid = InvalidOid;	/* InvalidOid: not read yet */
+static Oid	tag_relid = InvalidOid; /* InvalidOid: not read yet */
 static bool tag_found;
 static uint8 tag_bytes[SEED_TAG_LEN];
 
@@ -304,7 +304,7 @@ read_secret_tag(Oid relid, uint8 *tag)
 		if (best == NULL)
 			cmp = -1;
 		else if (at_null != best_at_null)
-			cmp = at_null ? 1 : -1;	/* NULLS LAST, as ORDER BY */
+			cmp = at_null ? 1 : -1; /* NULLS LAST, as ORDER BY */
 		else if (!at_null && at != best_at)
 			cmp = at < best_at ? -1 : 1;
 		else
@@ -442,6 +442,7 @@ idem_store_resolve(void)
 	for (int i = 0; i < td->natts; i++)
 		if (!TupleDescAttr(td, i)->attisdropped)
 			ncols++;
+
 	/*
 	 * The recovery point columns came with 0.5.0: without both of them (a
 	 * 0.4.0 table, before or during ALTER EXTENSION UPDATE) the guard works
@@ -449,6 +450,7 @@ idem_store_resolve(void)
 	 */
 	idem_store.recovery = column_of(td, col_names[COL_RECOVERY_POINT]) > 0 &&
 		column_of(td, col_names[COL_RECOVERY_STATE]) > 0;
+
 	/*
 	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
 	 * UPDATE) is served without it, and derive_key() derives as 0.5.0 did.
@@ -466,6 +468,7 @@ idem_store_resolve(void)
 		if (att == InvalidAttrNumber || att < 0)
 			idem_store_bad_table(psprintf("It has no column \"%s\".", col_names[i]));
 		a = TupleDescAttr(td, att - 1);
+
 		/*
 		 * a domain, a typmod or another type: SQL coerces, we do not.  The
 		 * owner is idempotency.roleref since 0.6.0 (regrole before): an oid

@@ -148,6 +148,7 @@ row_values(const HeldKey *h, const char *status, Jsonb *response,
 	values[COL_LOCKED_UNTIL] = TimestampTzGetDatum(h->locked_until);
 	if (h->locked_until == 0)
 		nulls[COL_LOCKED_UNTIL] = 'n';
+
 	/*
 	 * $13: the seed of a new row or a new life, where the table has one (an
 	 * UPDATE that finds no row falls back to the INSERT)
@@ -210,7 +211,7 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 				idem_run_as_owner(&plan_update_freeze, sql_update_freeze, NUM_BASE_COLS,
 								  idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0 :
 				idem_run_as_owner(&plan_update, sql_update, NUM_BASE_COLS,
-									 idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0;
+								  idem_store_col_types, values, nulls, SPI_OK_UPDATE) > 0;
 	}
 	if (!done)
 	{
@@ -220,7 +221,10 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 		{
 			SavedUser	saved;
 
-			/* as the SQL path would: a DBA's CHECK or index functions run as the owner */
+			/*
+			 * as the SQL path would: a DBA's CHECK or index functions run as
+			 * the owner
+			 */
 			idem_as_owner(&saved);
 			idem_store_insert(rel, values, nulls);
 			idem_as_caller(&saved);

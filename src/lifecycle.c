@@ -53,7 +53,8 @@
 static const char *const purge_tables[PURGE_NTABLES] = {
 	"idempotency_key", "token", "seen_message", "outbox_message"
 };
-#define PURGE_OUTBOX 3			/* delivered outbox messages: purge_outbox_*_sql */
+#define PURGE_OUTBOX 3			/* delivered outbox messages:
+								 * purge_outbox_*_sql */
 
 /*
  * [table][0 = one role, 1 = every role]: the batch's locking SELECT and its
@@ -296,6 +297,7 @@ purge_outbox_counts(Oid owner)
 	values[1] = PointerGetDatum(construct_array(d_delivered, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[2] = PointerGetDatum(construct_array(d_retried, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = ObjectIdGetDatum(owner);
+
 	/*
 	 * $4: the owner whose topics these are, 0 for every role's; a dropped
 	 * topic's counts (no row in outbox_topic) go too
@@ -333,7 +335,11 @@ purge_outbox_counts(Oid owner)
 			if (topic_ids[i] == id)
 				written[i] = true;
 	}
-	/* the counts of a topic row another transaction holds wait for the next purge */
+
+	/*
+	 * the counts of a topic row another transaction holds wait for the next
+	 * purge
+	 */
 	for (i = 0; i < n; i++)
 		if (!written[i])
 			idem_outbox_counts_put_back(topic_ids[i], delivered[i], retried[i]);
@@ -411,7 +417,7 @@ idempotency_purge(PG_FUNCTION_ARGS)
 				 errmsg("batch_size must be at least 1")));
 	SPI_connect();
 	total = idem_purge_expired(GetUserId(), batch_size,
-						  GetCurrentTransactionStartTimestamp(), counts);
+							   GetCurrentTransactionStartTimestamp(), counts);
 	SPI_finish();
 	PG_RETURN_INT64(total);
 }
@@ -449,8 +455,8 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 	/*
 	 * The token is made here and passed in, not read back from RETURNING:
 	 * what a DBA's trigger or column type does to the stored value cannot
-	 * change what the caller is given, and a trigger that skips the row is
-	 * an error, not a token that was never stored.
+	 * change what the caller is given, and a trigger that skips the row is an
+	 * error, not a token that was never stored.
 	 */
 	values[0] = token;
 	values[1] = ObjectIdGetDatum(GetUserId());
@@ -463,13 +469,13 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 		/*
 		 * Citus: a token whose shard is on this node, stored there as the
 		 * extension's owner; after 16 draws (a node with none of them: the
-		 * coordinator) the call is carried to the node of the last one
-		 * drawn, which draws its own (keyroute.c).  Each draw lands on a
-		 * given node's shards with the share of the shards it holds; the
-		 * node a call was carried to holds one, so it draws until it finds
-		 * one (carrying it on would be a nested distributed query, which
-		 * Citus refuses): 4096 draws miss a node holding 1 of 100 shards
-		 * with probability 1e-18.
+		 * coordinator) the call is carried to the node of the last one drawn,
+		 * which draws its own (keyroute.c).  Each draw lands on a given
+		 * node's shards with the share of the shards it holds; the node a
+		 * call was carried to holds one, so it draws until it finds one
+		 * (carrying it on would be a nested distributed query, which Citus
+		 * refuses): 4096 draws miss a node holding 1 of 100 shards with
+		 * probability 1e-18.
 		 */
 		int			draws = idem_route_arrived() ? 4096 : 16;
 
@@ -540,7 +546,10 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (idem_table_distributed(IDEM_TABLE_TOKEN))
 	{
-		/* Citus: the owner as a roleref (role oids differ between nodes; idempotency.h) */
+		/*
+		 * Citus: the owner as a roleref (role oids differ between nodes;
+		 * idempotency.h)
+		 */
 		argtypes[1] = REGROLEOID;
 		values[1] = idem_owner_ref(GetUserId());
 		if (!idem_shard_exec(IDEM_TABLE_TOKEN, s, strlen(s), "idempotency.token",
@@ -615,9 +624,9 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	if (idem_table_distributed(IDEM_TABLE_SEEN))
 	{
 		/*
-		 * Citus: on the shard, here, as the extension's owner; the owner
-		 * as a roleref (role oids differ between nodes; idempotency.h).
-		 * Seen before: an upsert that re-arms it only if expired.
+		 * Citus: on the shard, here, as the extension's owner; the owner as a
+		 * roleref (role oids differ between nodes; idempotency.h). Seen
+		 * before: an upsert that re-arms it only if expired.
 		 */
 		uint64		n = 0;
 

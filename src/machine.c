@@ -58,6 +58,7 @@
 #define MACHINE_NAME_CLIP 40
 
 static SPIPlanPtr plan_machine_upsert = NULL;
+
 /*
  * On Citus (a reference table) the owner is compared with the inserted
  * one, which each node reads by name: role oids differ between nodes
@@ -229,7 +230,7 @@ idempotency_create_machine(PG_FUNCTION_ARGS)
 	values[3] = BoolGetDatum(superuser());
 
 	SPI_connect();
-	if (idem_table_distributed(IDEM_TABLE_MACHINE))	/* the owner as inserted */
+	if (idem_table_distributed(IDEM_TABLE_MACHINE)) /* the owner as inserted */
 		n = idem_run_as_owner(&plan_machine_upsert_citus,
 							  UPSERT_SQL(IDEM_OWNER_EQ, "EXCLUDED.owner"),
 							  4, argtypes, values, NULL, SPI_OK_INSERT);
@@ -362,11 +363,12 @@ transition_body(FunctionCallInfo fcinfo)
 				 errmsg("a state machine is required for state column \"%s\" of type %s",
 						state.name, format_type_be(state.type)),
 				 errhint("Without a machine, transition() only moves integer states forward.")));
+
 	/*
-	 * A value the column cannot hold is the type's own error (22P02 ...).
-	 * An integer or enum to_state is spelled as the type spells it ('05' is
-	 * 5), so a machine's states, which are text, match it; strings stay as
-	 * given (char(n) would pad them).
+	 * A value the column cannot hold is the type's own error (22P02 ...). An
+	 * integer or enum to_state is spelled as the type spells it ('05' is 5),
+	 * so a machine's states, which are text, match it; strings stay as given
+	 * (char(n) would pad them).
 	 */
 	{
 		Oid			in,
@@ -397,6 +399,7 @@ transition_body(FunctionCallInfo fcinfo)
 		char	   *where = psprintf("t.%s %s $1", idc.quoted,
 									 idem_operator_sql(idc.type, TYPECACHE_EQ_OPR));
 		char	   *state_type = idem_type_sql(state.type, -1);
+
 		/* already there: by the state type's equality, never as text */
 		char	   *same = psprintf("t.%s %s $2::%s", state.quoted,
 									idem_operator_sql(state.type, TYPECACHE_EQ_OPR),
@@ -405,35 +408,35 @@ transition_body(FunctionCallInfo fcinfo)
 		if (forward)
 		{
 			plans.work = idem_target_prepare(psprintf("UPDATE %s AS t SET %s = $2::%s WHERE %s AND t.%s %s $2::%s",
-											   t.qualname, state.quoted, state_type, where,
-											   state.quoted,
-											   idem_operator_sql(state.type, TYPECACHE_LT_OPR),
-											   state_type),
-									  3, argtypes);
+													  t.qualname, state.quoted, state_type, where,
+													  state.quoted,
+													  idem_operator_sql(state.type, TYPECACHE_LT_OPR),
+													  state_type),
+											 3, argtypes);
 			plans.probe = idem_target_prepare(psprintf("SELECT t.%s::pg_catalog.text, %s FROM %s AS t WHERE %s",
-												state.quoted, same, t.qualname, where),
-									   2, argtypes);
+													   state.quoted, same, t.qualname, where),
+											  2, argtypes);
 		}
 		else
 		{
 			plans.work = idem_target_prepare(psprintf("UPDATE %s AS t SET %s = $2::%s WHERE %s"
-											   " AND NOT (%s)"
-											   " AND t.%s::pg_catalog.text OPERATOR(pg_catalog.=) ANY (ARRAY("
-											   "   SELECT e.key FROM idempotency.state_machine AS m,"
-											   "          pg_catalog.jsonb_each(CASE WHEN pg_catalog.jsonb_typeof(m.transitions)"
-											   "            OPERATOR(pg_catalog.=) 'object' THEN m.transitions END) AS e"
-											   "    WHERE m.machine OPERATOR(pg_catalog.=) $3"
-											   "      AND e.value OPERATOR(pg_catalog.?) $2))",
-											   t.qualname, state.quoted, state_type, where,
-											   same, state.quoted),
-									  3, argtypes);
+													  " AND NOT (%s)"
+													  " AND t.%s::pg_catalog.text OPERATOR(pg_catalog.=) ANY (ARRAY("
+													  "   SELECT e.key FROM idempotency.state_machine AS m,"
+													  "          pg_catalog.jsonb_each(CASE WHEN pg_catalog.jsonb_typeof(m.transitions)"
+													  "            OPERATOR(pg_catalog.=) 'object' THEN m.transitions END) AS e"
+													  "    WHERE m.machine OPERATOR(pg_catalog.=) $3"
+													  "      AND e.value OPERATOR(pg_catalog.?) $2))",
+													  t.qualname, state.quoted, state_type, where,
+													  same, state.quoted),
+											 3, argtypes);
 			/* the row's state and, in the same snapshot, the machine */
 			plans.probe = idem_target_prepare(psprintf("SELECT t.%s::pg_catalog.text, m.machine IS NOT NULL, m.transitions, %s"
-												" FROM %s AS t LEFT JOIN idempotency.state_machine AS m"
-												"   ON m.machine OPERATOR(pg_catalog.=) $3"
-												" WHERE %s",
-												state.quoted, same, t.qualname, where),
-									   3, argtypes);
+													   " FROM %s AS t LEFT JOIN idempotency.state_machine AS m"
+													   "   ON m.machine OPERATOR(pg_catalog.=) $3"
+													   " WHERE %s",
+													   state.quoted, same, t.qualname, where),
+											  3, argtypes);
 		}
 		idem_plans_store(t.relid, sig, &plans);
 	}

@@ -81,8 +81,8 @@ typedef struct OncePlan
 	FmgrInfo   *infuncs;		/* input functions of untyped arguments */
 	Oid		   *ioparams;
 	SPIPlanPtr	plan;
-	int			busy;			/* executions under way (a work statement
-								 * may call once() again): never freed then */
+	int			busy;			/* executions under way (a work statement may
+								 * call once() again): never freed then */
 } OncePlan;
 
 static HTAB *plan_cache = NULL;
@@ -513,9 +513,9 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	running = plan_for(sql, nargs, types);
 
 	/*
-	 * From here on the plan is in use: a nested once() (from a domain's
-	 * CHECK in an argument's input function, or from the work itself) must
-	 * not evict or free it.
+	 * From here on the plan is in use: a nested once() (from a domain's CHECK
+	 * in an argument's input function, or from the work itself) must not
+	 * evict or free it.
 	 */
 	routed = idem_route_key(&id);
 	running->busy++;

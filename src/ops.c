@@ -183,8 +183,8 @@ idempotency_renew(PG_FUNCTION_ARGS)
 				 errmsg("attempt must not be null"),
 				 errhint("Pass the attempts value that begin() returned.")));
 	lease_end = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-														 TimestampTzGetDatum(clock),
-														 PG_GETARG_DATUM(1)));
+														TimestampTzGetDatum(clock),
+														PG_GETARG_DATUM(1)));
 	if (lease_end <= clock)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -49,8 +49,10 @@
 #include "idempotency.h"
 #include "outbox.h"
 
-#define OUTBOX_LOCK_FIELD4 0x4945	/* 18757: pg_locks objsubid of a key's lock */
-#define OUTBOX_TOPIC_LOCK_FIELD4 0x4946	/* 18758: of a topic's lock (objid: its id) */
+#define OUTBOX_LOCK_FIELD4 0x4945	/* 18757: pg_locks objsubid of a key's
+									 * lock */
+#define OUTBOX_TOPIC_LOCK_FIELD4 0x4946 /* 18758: of a topic's lock (objid:
+										 * its id) */
 
 /* ---------------------------------------------------------------------
  * For the outbox's files (outbox.h): arguments, a topic and its rights
@@ -117,7 +119,7 @@ static SPIPlanPtr plan_topic = NULL;
  */
 bool
 idem_outbox_topic_lookup(const char *name, TopicRight right, Topic *out, Snapshot snap,
-			 bool missing_ok)
+						 bool missing_ok)
 {
 	Oid			argtypes[2] = {TEXTOID, REGROLEOID};
 	Datum		values[2];

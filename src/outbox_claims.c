@@ -95,11 +95,12 @@ typedef struct ClaimEntry
 	TransactionId xid;			/* the claim's transaction until it commits
 								 * (InvalidTransactionId after): a prepared
 								 * one ends without this backend's callback */
+
 	/*
-	 * The lapsed claim this one took over, while xid is set (prior_attempt
-	 * 0: none): ROLLBACK PREPARED of xid puts it back, so that its attempt
-	 * still counts, as a plain rollback does (the row's attempts, which
-	 * the takeover wrote, roll back with it)
+	 * The lapsed claim this one took over, while xid is set (prior_attempt 0:
+	 * none): ROLLBACK PREPARED of xid puts it back, so that its attempt still
+	 * counts, as a plain rollback does (the row's attempts, which the
+	 * takeover wrote, roll back with it)
 	 */
 	pg_uuid_t	prior_token;
 	TimestampTz prior_until;
@@ -284,6 +285,7 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 		event != XACT_EVENT_PREPARE && event != XACT_EVENT_PARALLEL_COMMIT &&
 		event != XACT_EVENT_PARALLEL_ABORT)
 		return;
+
 	/*
 	 * prepared: its claims stay, their xid set (claim_aborted(): ROLLBACK
 	 * PREPARED undoes them); what its acks end lapses (documented)
@@ -306,7 +308,7 @@ claims_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 				continue;
 			if (p->kind == PENDING_MADE && !commit && p->took_over)
 			{
-				*e = p->before;	/* the lapsed claim, its attempt counted */
+				*e = p->before; /* the lapsed claim, its attempt counted */
 				continue;
 			}
 			if (p->kind == PENDING_MADE && commit)

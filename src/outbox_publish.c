@@ -282,8 +282,11 @@ idempotency_publish(PG_FUNCTION_ARGS)
 		row[9] = TimestampTzGetDatum(available);
 		isnull[10] = true;		/* claim */
 		row[11] = TimestampTzGetDatum(now);
-		row[12] = ObjectIdGetDatum(GetUserId());	/* the caller, before the switch */
-		isnull[13] = isnull[14] = isnull[15] = true;	/* last_error, delivered_at, expires_at */
+		row[12] = ObjectIdGetDatum(GetUserId());	/* the caller, before the
+													 * switch */
+		isnull[13] = isnull[14] = isnull[15] = true;	/* last_error,
+														 * delivered_at,
+														 * expires_at */
 		message_insert_fast(rel, row, isnull);
 	}
 	else

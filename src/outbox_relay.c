@@ -54,7 +54,7 @@
 #include "outbox.h"
 
 #define CLAIM_MAX_BATCH 10000
-#define CLAIM_WINDOW_MIN 64	/* ready messages a claim looks at first */
+#define CLAIM_WINDOW_MIN 64		/* ready messages a claim looks at first */
 
 /* ---------------------------------------------------------------------
  * Relays
@@ -409,7 +409,8 @@ idempotency_claim(PG_FUNCTION_ARGS)
  * entry when the transaction commits, and count an ack's messages delivered
  * (outbox_counts.c).
  */
-#define ENDS_NOTHING 0			/* claims in the rows: the statement did it all */
+#define ENDS_NOTHING 0			/* claims in the rows: the statement did it
+								 * all */
 #define ENDS_ACK 1
 #define ENDS_CLAIM 2
 
@@ -463,7 +464,10 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 
 		if (k == 0)
 		{
-			/* messages of one claim share its topic: (id, name, notify, owner) */
+			/*
+			 * messages of one claim share its topic: (id, name, notify,
+			 * owner)
+			 */
 			topic_id = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 			topic = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 3));
 			topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
@@ -482,12 +486,17 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 		if (ends != ENDS_NOTHING && !(ends == ENDS_ACK && durable))
 			idem_outbox_claim_end(id, token);
 	}
-	/* ack: the messages delivered, as the snapshots that see the delete see them */
+
+	/*
+	 * ack: the messages delivered, as the snapshots that see the delete see
+	 * them
+	 */
 	if (ends == ENDS_ACK && n > 0)
 		idem_outbox_count_acked(topic_id, topic_owner, (int64) n, retried);
 	SPI_finish();
 	if (ends == ENDS_ACK)
-		idem_outbox_vacuum_count((int64) n);	/* outbox_vacuum.c: n dead rows */
+		idem_outbox_vacuum_count((int64) n);	/* outbox_vacuum.c: n dead
+												 * rows */
 	if (notify && topic != NULL)
 	{
 		idem_wake_at_commit(topic_id);	/* wakeup.c: wait_for() */

@@ -115,7 +115,7 @@ idempotency_create_topic(PG_FUNCTION_ARGS)
 
 	for (i = 1; i <= 5; i++)
 		idem_outbox_not_null(fcinfo, i, i == 1 ? "max_attempts" : i == 2 ? "backoff_base" :
-				 i == 3 ? "backoff_max" : i == 4 ? "retention" : "notify");
+							 i == 3 ? "backoff_max" : i == 4 ? "retention" : "notify");
 	if (PG_GETARG_INT32(1) < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -170,7 +170,7 @@ idempotency_alter_topic(PG_FUNCTION_ARGS)
 	for (i = 2; i <= 4; i++)
 		if (!PG_ARGISNULL(i))
 			idem_outbox_check_interval(PG_GETARG_INTERVAL_P(i),
-						   i == 2 ? "backoff_base" : i == 3 ? "backoff_max" : "retention", false);
+									   i == 2 ? "backoff_base" : i == 3 ? "backoff_max" : "retention", false);
 	SPI_connect();
 	(void) idem_outbox_topic_lookup(topic, RIGHT_OWN, &t, InvalidSnapshot, false);
 	values[0] = Int32GetDatum(t.id);
@@ -237,8 +237,8 @@ idempotency_drop_topic(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_OBJECT_IN_USE),
 					 errmsg("topic \"%s\" has undelivered messages", topic),
 					 errdetail_plural("%lld message of the topic is not delivered yet.",
-									 "%lld messages of the topic are not delivered yet.",
-									 (unsigned long) n, (long long) n),
+									  "%lld messages of the topic are not delivered yet.",
+									  (unsigned long) n, (long long) n),
 					 errhint("Use drop_topic(topic, force => true) to drop them too.")));
 	}
 	idem_run_as_owner(&plan_drop_messages,
@@ -247,9 +247,9 @@ idempotency_drop_topic(PG_FUNCTION_ARGS)
 					  1, argtypes, values, NULL, SPI_OK_DELETE);
 
 	/*
-	 * With the lock, READ COMMITTED's statements saw every message that
-	 * will ever have been published to the topic.  A transaction snapshot
-	 * may not have: a message committed since would outlive its topic.
+	 * With the lock, READ COMMITTED's statements saw every message that will
+	 * ever have been published to the topic.  A transaction snapshot may not
+	 * have: a message committed since would outlive its topic.
 	 */
 	if (IsolationUsesXactSnapshot() &&
 		idem_run_as_owner_snap(&plan_drop_left,

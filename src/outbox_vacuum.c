@@ -628,8 +628,8 @@ idem_outbox_vacuum_run(int i, uint32 seq)
 
 	/*
 	 * The horizon where the last vacuum left it (a long transaction, a
-	 * prepared one, a replication slot): every deletion since is newer, so
-	 * a VACUUM could remove nothing and would only read the table again
+	 * prepared one, a replication slot): every deletion since is newer, so a
+	 * VACUUM could remove nothing and would only read the table again
 	 * (test/t/017).  The count is spent; the acks after the horizon moves
 	 * start the next vacuum.
 	 */

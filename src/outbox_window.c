@@ -263,8 +263,8 @@ typedef struct Window
 	Relation	keys;			/* (topic_id, message_key, id) WHERE pending
 								 * AND message_key IS NOT NULL */
 	AttrNumber	att[M_NCOLS];
-	IndexScanDesc keyscan;		/* the key-head probe: begun on first use
-								 * in a pass, ended with it */
+	IndexScanDesc keyscan;		/* the key-head probe: begun on first use in a
+								 * pass, ended with it */
 	TupleTableSlot *keyslot;
 } Window;
 
@@ -462,6 +462,7 @@ window_pass(Window *w, Datum *values, int32 window, int32 want, Got *got,
 		int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
 
 		CHECK_FOR_INTERRUPTS();
+
 		/*
 		 * Claimed: not in the window.  Asked before the heap is read (the
 		 * entry's id is the row's: an id changes only by redrive, of a dead
@@ -515,9 +516,10 @@ window_pass(Window *w, Datum *values, int32 window, int32 want, Got *got,
 				elog(ERROR, "unexpected table_tuple_lock status: %u", res);
 		}
 		taken++;
+
 		/*
-		 * A newer version was locked: the statement's quals again, and its
-		 * id (redrive() gives a dead message a new one: not this candidate)
+		 * A newer version was locked: the statement's quals again, and its id
+		 * (redrive() gives a dead message a new one: not this candidate)
 		 */
 		if (tmfd.traversed &&
 			(DatumGetInt64(slot_getattr(lslot, w->att[M_ID], &isnull)) != id ||

@@ -328,6 +328,7 @@ idempotency_derive_key(PG_FUNCTION_ARGS)
 		seed_data = NULL;
 		seed_len = 0;
 	}
+
 	/*
 	 * version 0: created_at (8), the secret's tag (8), the role's name;
 	 * version 1: 16 bytes; version 2: the secret's tag (8), 16 bytes

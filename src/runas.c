@@ -48,7 +48,7 @@
  * Local state
  * ---------------------------------------------------------------------
  */
-static Oid	ext_owner = InvalidOid;	/* pg_extension.extowner */
+static Oid	ext_owner = InvalidOid; /* pg_extension.extowner */
 static Oid	ext_owner_relid = InvalidOid;	/* idempotency.idempotency_key */
 
 static void

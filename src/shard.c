@@ -65,9 +65,11 @@
  */
 typedef void (*CitusLockMetadataFn) (int64 shardid, LOCKMODE mode);
 static CitusLockMetadataFn citus_lock_metadata = NULL;
+
 /* else (Citus for PostgreSQL 16+): pg_catalog.lock_shard_metadata(int, bigint[]) */
 static FmgrInfo lock_sql_fn;
 static bool have_lock_sql = false;
+
 /* pg_dist_placement.shardstate of an active placement */
 #define CITUS_SHARD_STATE_ACTIVE 1
 /* pg_dist_partition.partmethod of a hash-distributed table */
@@ -85,7 +87,7 @@ static bool have_lock_sql = false;
 
 /* looked up once per session */
 static bool resolved = false;
-static FmgrInfo shard_fn;			/* get_shard_id_for_distribution_column */
+static FmgrInfo shard_fn;		/* get_shard_id_for_distribution_column */
 static bool have_fn = false;
 
 /* Citus's catalogs (looked up once per session; reset if they change) */
@@ -126,6 +128,7 @@ typedef struct ShardEntry
 	Oid			relid;			/* the distributed table */
 	bool		local;			/* an active placement in this node's group */
 	Oid			shard_relid;	/* its shard table here (when local) */
+
 	/*
 	 * The tag Citus's LockShardDistributionMetadata takes for the shard:
 	 * computed (co-location id, index of the shard among the table's shards
@@ -139,6 +142,7 @@ typedef struct ShardEntry
 
 static HTAB *shard_cache = NULL;
 static uint64 cache_gen = 1;
+
 /* the distributed tables of cached shards (invalidations for them count) */
 #define MAX_CACHED_TABLES 4
 static Oid	cached_tables[MAX_CACHED_TABLES];
@@ -222,7 +226,7 @@ idem_shard_inval(Oid relid)
 	group_known = false;
 	if (relid == InvalidOid || relid == placement_rel || relid == local_group_rel ||
 		relid == dist_shard_rel || relid == partition_rel)
-		placement_rel = InvalidOid;	/* look the catalogs up again */
+		placement_rel = InvalidOid; /* look the catalogs up again */
 }
 
 /* find Citus's catalogs, their indexes and columns */
@@ -384,7 +388,7 @@ lock_tag_of(Oid relid, int64 shard, LOCKTAG *tag)
 
 		if (n1 || n2)
 		{
-			n = MAX_TAG_SHARDS;	/* an uninitialized interval: give up */
+			n = MAX_TAG_SHARDS; /* an uninitialized interval: give up */
 			break;
 		}
 		txt = TextDatumGetCString(m);
@@ -609,10 +613,10 @@ idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid)
 	if (shard != 0)
 	{
 		/*
-		 * A placement elsewhere needs no lock (the statements go Citus's
-		 * way, which locks for itself).  One that looks local: the lock,
-		 * each time (a rolled-back subtransaction may have released it),
-		 * then the placement as it is under the lock.
+		 * A placement elsewhere needs no lock (the statements go Citus's way,
+		 * which locks for itself).  One that looks local: the lock, each time
+		 * (a rolled-back subtransaction may have released it), then the
+		 * placement as it is under the lock.
 		 */
 		e = shard_entry(relid, shard);
 		if (e->local && !lock_entry(e))

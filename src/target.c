@@ -597,4 +597,3 @@ idem_update_hidden(FunctionCallInfo fcinfo, const IdemTarget *t,
 					what, idc->name, idem_id_text(fcinfo, 1), t->relname),
 			 errdetail("The row allows the change, but the UPDATE changed no row; nothing was written.")));
 }
-

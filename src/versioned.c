@@ -106,16 +106,16 @@ versioned_body(FunctionCallInfo fcinfo)
 			appendStringInfo(&sources, "r.%s, ", c->quoted);
 		}
 		plans.work = idem_target_prepare(psprintf("UPDATE %s AS t SET (%s%s) = (SELECT %st.%s OPERATOR(pg_catalog.+) 1"
-										   "  FROM %s)"
-										   " WHERE %s AND t.%s OPERATOR(pg_catalog.=) $2"
-										   " RETURNING t.%s",
-										   t.qualname, targets.data, ver.quoted, sources.data,
-										   ver.quoted, idem_record_sql("$4", "$3"),
-										   where, ver.quoted, ver.quoted),
-								  4, argtypes);
+												  "  FROM %s)"
+												  " WHERE %s AND t.%s OPERATOR(pg_catalog.=) $2"
+												  " RETURNING t.%s",
+												  t.qualname, targets.data, ver.quoted, sources.data,
+												  ver.quoted, idem_record_sql("$4", "$3"),
+												  where, ver.quoted, ver.quoted),
+										 4, argtypes);
 		plans.probe = idem_target_prepare(psprintf("SELECT t.%s FROM %s AS t WHERE %s",
-											ver.quoted, t.qualname, where),
-								   1, argtypes);
+												   ver.quoted, t.qualname, where),
+										  1, argtypes);
 		idem_plans_store(t.relid, sig.data, &plans);
 	}
 

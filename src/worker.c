@@ -417,10 +417,10 @@ idempotency_outbox_vacuum_main(Datum main_arg)
 
 	/*
 	 * Unthrottled, whatever the database says: one outbox vacuum worker
-	 * serves the whole cluster, and a database owner (no superuser) may
-	 * ALTER DATABASE ... SET vacuum_cost_delay, which would slow it down for
-	 * every other database (test/t/017_outbox_vacuum_attack.pl).  A manual
-	 * VACUUM's defaults: no cost delay, the default limit.
+	 * serves the whole cluster, and a database owner (no superuser) may ALTER
+	 * DATABASE ... SET vacuum_cost_delay, which would slow it down for every
+	 * other database (test/t/017_outbox_vacuum_attack.pl).  A manual VACUUM's
+	 * defaults: no cost delay, the default limit.
 	 */
 	SetConfigOption("vacuum_cost_delay", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("vacuum_cost_limit", "200", PGC_SUSET, PGC_S_OVERRIDE);
@@ -561,7 +561,10 @@ vacuum_tick(void)
 	if (slot < 0 && !full)
 		return wait_ms;
 
-	/* may it be vacuumed (as the purge would visit it)?  which databases exist? */
+	/*
+	 * may it be vacuumed (as the purge would visit it)?  which databases
+	 * exist?
+	 */
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency outbox vacuum launch",
 								ALLOCSET_DEFAULT_SIZES);
 	targets = databases_to_purge(cxt, true, full ? &all : NULL);
