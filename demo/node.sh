@@ -13,8 +13,11 @@ demo_node_install() {
 	local dir=$1
 	[ -f "$dir/node_modules/.package-lock.json" ] &&
 		! [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ] && return 0
-	if ! skip_log=$(cd "$dir" && npm ci --no-audit --no-fund 2>&1); then
+	# Node's own deprecation warnings (newer Node under npm) are left out:
+	# the first lines shown are npm's error code and reason
+	if ! skip_log=$(cd "$dir" && NODE_NO_WARNINGS=1 npm ci --no-audit --no-fund 2>&1); then
 		skip_why="npm ci in $dir (Express and node-postgres from the npm registry) failed"
+		skip_log=$(grep -v -e '^(node:[0-9]*) ' -e '^(Use `node --trace-' <<<"$skip_log" || true)
 		return 1
 	fi
 	skip_log=""
