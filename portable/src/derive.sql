@@ -32,7 +32,6 @@ DECLARE
     p_step  ALIAS FOR $2;
     p_scope ALIAS FOR $3;
     v_owner pg_catalog.regrole;
-    v_max   pg_catalog.int4;
     v_seed  pg_catalog.bytea;
     v_at    pg_catalog.timestamptz;
     v_secret pg_catalog.bytea;
@@ -47,18 +46,7 @@ BEGIN
     v_owner := idempotency._caller();
     -- the step: not null (22004), not empty, at most max_key_length
     -- characters (22023)
-    IF p_step IS NULL THEN
-        RAISE EXCEPTION 'step must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF p_step = '' THEN
-        RAISE EXCEPTION 'step must not be empty' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    v_max := coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), ''), '255')::pg_catalog.int4;
-    IF pg_catalog.length(p_step) > v_max THEN
-        RAISE EXCEPTION 'step is too long' USING ERRCODE = 'invalid_parameter_value',
-            DETAIL = pg_catalog.format('The step has %s characters; idempotency.max_key_length allows %s.',
-                                       pg_catalog.length(p_step), v_max);
-    END IF;
+    PERFORM idempotency._check_name(p_step, 'step');
 
     SELECT k.derive_seed, k.created_at INTO v_seed, v_at
       FROM idempotency.idempotency_key AS k

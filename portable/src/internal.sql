@@ -129,6 +129,33 @@ $fn$;
 COMMENT ON FUNCTION idempotency._check_key(pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
 'Portable edition, internal: IK003 for a null, empty or too long key or scope';
 
+-- 22004/22023: a name a function was given beside its key (derive_key()'s
+-- step, checkpoint()'s recovery point): not null, not empty, at most
+-- max_key_length characters; what: how messages name it
+CREATE FUNCTION idempotency._check_name(name pg_catalog.text, what pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+AS $fn$
+DECLARE
+    maxlen pg_catalog.int4;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION '% must not be null', what USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION '% must not be empty', what USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    maxlen := coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), ''), '255')::pg_catalog.int4;
+    IF pg_catalog.length(name) OPERATOR(pg_catalog.>) maxlen THEN
+        RAISE EXCEPTION '% is too long', what USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = pg_catalog.format('The %s has %s characters; idempotency.max_key_length allows %s.',
+                                       what, pg_catalog.length(name), maxlen);
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._check_name(pg_catalog.text, pg_catalog.text) IS
+'Portable edition, internal: 22004 or 22023 for a null, empty or too long step or recovery point';
+
 -- Was this row version written by this transaction (or one of its
 -- subtransactions that was not rolled back)?  A row version whose xmin is
 -- still in progress and that this transaction can see is its own.  xmin is
@@ -265,5 +292,5 @@ CREATE CONSTRAINT TRIGGER idempotency_key_commit_check
 
 REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
     idempotency._describe(pg_catalog.text, pg_catalog.text), idempotency._check_key(pg_catalog.text, pg_catalog.text, pg_catalog.text),
-    idempotency._mine(pg_catalog.xid), idempotency._commit_check() FROM PUBLIC;
+    idempotency._check_name(pg_catalog.text, pg_catalog.text), idempotency._mine(pg_catalog.xid), idempotency._commit_check() FROM PUBLIC;
 -- @end

@@ -161,24 +161,12 @@ DECLARE
     p_attempt ALIAS FOR $4;
     p_scope   ALIAS FOR $5;
     v_owner   pg_catalog.regrole;
-    v_max     pg_catalog.int4;
     r         record;
 BEGIN
     PERFORM idempotency._check_key(p_key, p_scope);
     -- the point: not null (22004), not empty, at most max_key_length
     -- characters (22023)
-    IF p_point IS NULL THEN
-        RAISE EXCEPTION 'recovery point must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF p_point = '' THEN
-        RAISE EXCEPTION 'recovery point must not be empty' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    v_max := coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), ''), '255')::pg_catalog.int4;
-    IF pg_catalog.length(p_point) > v_max THEN
-        RAISE EXCEPTION 'recovery point is too long' USING ERRCODE = 'invalid_parameter_value',
-            DETAIL = pg_catalog.format('The recovery point has %s characters; idempotency.max_key_length allows %s.',
-                                       pg_catalog.length(p_point), v_max);
-    END IF;
+    PERFORM idempotency._check_name(p_point, 'recovery point');
     IF p_attempt IS NULL THEN
         RAISE EXCEPTION 'attempt must not be null' USING ERRCODE = 'null_value_not_allowed',
             HINT = 'Pass the attempts value that begin() returned.';
