@@ -136,7 +136,12 @@ BEGIN
     FOR rec IN EXECUTE pg_catalog.format('EXECUTE %I%s', v_name, v_lits) LOOP
         v_one := pg_catalog.to_jsonb(rec);
         IF v_single_json THEN
-            SELECT e.value INTO v_one FROM pg_catalog.jsonb_each(v_one) AS e;
+            -- the column as it is: SQL NULL stays NULL, as in the C edition
+            IF rec IS NULL THEN
+                v_one := NULL;
+            ELSE
+                SELECT e.value INTO v_one FROM pg_catalog.jsonb_each(v_one) AS e;
+            END IF;
         ELSIF v_single_json IS NULL
               AND (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(v_one)) OPERATOR(pg_catalog.=) 1 THEN
             -- PostgreSQL 15: a single column is json or jsonb when its
