@@ -12,15 +12,38 @@
 -- takes current_user at the call; the two differ only when begin() is
 -- called from inside another SECURITY DEFINER function, where the C edition
 -- gives the key to that function's owner and this one to the session's
--- role.
+-- role.  The "role" setting holds the name SET ROLE was given, not the
+-- role's oid: a role renamed after the session set it (and a new role
+-- given its old name) would hand the session that new role's keys.  So
+-- the role named must be one the session user is a member of (as SET
+-- ROLE required when it was set), else 42501 (_stale_role()).
 -- ---------------------------------------------------------------------
+CREATE FUNCTION idempotency._stale_role()
+RETURNS pg_catalog.regrole
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'role "%" set by SET ROLE is not a role session user "%" may act as',
+                    pg_catalog.current_setting('role'), SESSION_USER
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = 'The role was renamed or dropped after this session set it (its name may now belong to another role), or the session user is no longer a member of it.',
+              HINT = 'SET ROLE again, or RESET ROLE.';
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._stale_role() IS
+'Portable edition, internal: 42501 for a SET ROLE name that no longer names a role the session user belongs to';
+
 CREATE FUNCTION idempotency._caller()
 RETURNS pg_catalog.regrole
 LANGUAGE sql STABLE PARALLEL RESTRICTED
 AS $fn$
-SELECT pg_catalog.quote_ident(CASE pg_catalog.current_setting('role')
-                                   WHEN 'none' THEN SESSION_USER::pg_catalog.text
-                                   ELSE pg_catalog.current_setting('role') END)::pg_catalog.regrole
+SELECT CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
+            THEN pg_catalog.quote_ident(SESSION_USER::pg_catalog.text)::pg_catalog.regrole
+            WHEN pg_catalog.pg_has_role(SESSION_USER,
+                                        pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole::pg_catalog.oid,
+                                        'MEMBER')
+            THEN pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole
+            ELSE idempotency._stale_role() END
 $fn$;
 COMMENT ON FUNCTION idempotency._caller() IS
 'Portable edition, internal: the role the session acts as (SET ROLE, else the session user): the owner of the keys it makes';
@@ -290,7 +313,7 @@ CREATE CONSTRAINT TRIGGER idempotency_key_commit_check
     WHEN (NEW.status OPERATOR(pg_catalog.=) 'in_progress' AND NEW.locked_until IS NULL)
     EXECUTE FUNCTION idempotency._commit_check();
 
-REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
+REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._stale_role(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
     idempotency._describe(pg_catalog.text, pg_catalog.text), idempotency._check_key(pg_catalog.text, pg_catalog.text, pg_catalog.text),
     idempotency._check_name(pg_catalog.text, pg_catalog.text), idempotency._mine(pg_catalog.xid), idempotency._commit_check() FROM PUBLIC;
 -- @end
