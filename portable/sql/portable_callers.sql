@@ -2,7 +2,8 @@
 -- each error path with its SQLSTATE and that nothing was written: commit a
 -- key begun without a lease unfinished by renewing it, run a statement
 -- prepared under once()'s name with another text, act on the keys of a
--- role that took the name of the session's renamed role.
+-- role that took the name of the session's renamed role; and what it must
+-- not refuse: a request nested deeper than PL/pgSQL recursion reaches.
 \set VERBOSITY terse
 
 -- renew() of a key this transaction began without a lease: IK004 (the C
@@ -108,3 +109,31 @@ DELETE FROM idempotency.idempotency_key WHERE key IN ('c-tenant', 'c-secret');
 SELECT dblink_disconnect('admin');
 DROP EXTENSION dblink;
 DROP ROLE regress_tenant, regress_tenant_old, regress_pool;
+
+-- A request nested deeper than PL/pgSQL's recursion reaches (jsonb takes
+-- it, the C edition hashes it): hashed by the same encoding, not 54001.
+-- The expected hash is built from the encoding's bytes (an array: tag [,
+-- its element count; the innermost one empty; each closed by ])
+SELECT encode(idempotency.fingerprint((repeat('[', 1000) || repeat(']', 1000))::jsonb), 'hex')
+     = encode(sha256(decode(repeat('5b00000001', 999) || '5b00000000' || repeat('5d00000000', 1000), 'hex')), 'hex')
+       AS deep_array_hash;
+-- the same for objects, and the shallow encoding agrees with the flat one
+SELECT idempotency.fingerprint(('{"a": ' || repeat('{"a": ', 499) || '1' || repeat('}', 500))::jsonb)
+     = sha256(decode(repeat('7b000000016b0000000161', 500) || '6e0000000131' || repeat('7d00000000', 500), 'hex'))
+       AS deep_object_hash;
+SELECT count(*) AS docs, count(*) FILTER (WHERE idempotency._fp_flat(d.j) IS DISTINCT FROM idempotency._fp_value(d.j)) AS differ
+  FROM (VALUES ('{"amount": 100.50, "currency": "EUR", "items": [1, 2.0, {"a": null, "bb": true, "c": false}], "x": ""}'::jsonb),
+               ('[]'), ('{}'), ('"s"'), ('1e3'), ('-0.000'), ('null'), ('true'), ('[[[[]]]]'),
+               ('{"é": "ü\"\\\n\u0001", "": {"": []}}'), ('[1, [2, [3, "x"]], {"k": [{"z": 1}]}]'),
+               ('{"a:": "b:", "\"": [":", "]", "}"]}'), ('[-1.5e-3, 12345678901234567890.10]'),
+               (('{"k": "\ud83d\ude00", "long": "' || repeat('x', 2000) || '"}')::jsonb)) AS d(j);
+SET ROLE regress_alice;
+BEGIN;
+SELECT outcome FROM idempotency.begin('c-deep', (repeat('[', 1000) || repeat(']', 1000))::jsonb);
+SELECT idempotency.complete('c-deep', '"deep"');
+COMMIT;
+SELECT outcome, response FROM idempotency.begin('c-deep', (repeat('[', 1000) || repeat(']', 1000))::jsonb);
+SELECT outcome FROM idempotency.begin('c-deep', (repeat('[', 999) || '1' || repeat(']', 999))::jsonb);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DELETE FROM idempotency.idempotency_key WHERE key = 'c-deep';

@@ -256,6 +256,78 @@ $fn$;
 COMMENT ON FUNCTION idempotency._fp_value(pg_catalog.jsonb) IS
 'Portable edition, internal: the canonical encoding of a jsonb value that fingerprint() hashes';
 
+-- The same encoding without recursion, for deeply nested values: each
+-- level of _fp_value() takes a PL/pgSQL call's stack, and a value nested a
+-- few hundred levels deep (which jsonb accepts, and the C edition, walking
+-- it with an iterator, hashes) would exceed max_stack_depth (54001).  The
+-- value's text form (jsonb's own key order) is read token by token, once;
+-- a container's element count, which its opening token holds, is filled in
+-- when it closes.  fingerprint() takes this path for a large value.
+CREATE FUNCTION idempotency._fp_flat(j pg_catalog.jsonb)
+RETURNS pg_catalog.bytea
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $fn$
+DECLARE
+    enc pg_catalog.name := pg_catalog.getdatabaseencoding();
+    parts pg_catalog.bytea[] := '{}';
+    opened pg_catalog.int4[] := '{}';   -- per open container: its opening token's index in parts
+    counts pg_catalog.int4[] := '{}';   -- its elements (an array) or keys (an object) so far
+    kinds pg_catalog.text[] := '{}';    -- '[' or '{'
+    depth pg_catalog.int4 := 0;
+    n pg_catalog.int4 := 0;
+    m pg_catalog.text[];
+    s pg_catalog.bytea;
+BEGIN
+    FOR m IN SELECT pg_catalog.regexp_matches(j::pg_catalog.text,
+                        '("(?:[^"\\]|\\.)*")(:?)|(-?[0-9][-+.0-9eE]*|true|false|null|[][{}])', 'g') LOOP
+        IF m[1] IS NOT NULL AND m[2] OPERATOR(pg_catalog.=) ':' THEN
+            -- a key
+            counts[depth] := counts[depth] OPERATOR(pg_catalog.+) 1;
+            s := pg_catalog.convert_to(m[1]::pg_catalog.jsonb OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[], enc);
+            n := n OPERATOR(pg_catalog.+) 1;
+            parts[n] := '\x6b'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(s)) OPERATOR(pg_catalog.||) s;
+            CONTINUE;
+        END IF;
+        IF m[3] OPERATOR(pg_catalog.=) ANY ('{"]","}"}'::pg_catalog.text[]) THEN
+            parts[opened[depth]] := parts[opened[depth]] OPERATOR(pg_catalog.||) pg_catalog.int4send(counts[depth]);
+            n := n OPERATOR(pg_catalog.+) 1;
+            parts[n] := CASE WHEN m[3] OPERATOR(pg_catalog.=) ']' THEN '\x5d00000000'::pg_catalog.bytea
+                             ELSE '\x7d00000000'::pg_catalog.bytea END;
+            depth := depth OPERATOR(pg_catalog.-) 1;
+            CONTINUE;
+        END IF;
+        -- a value: an element of the array it is in
+        IF depth OPERATOR(pg_catalog.>) 0 AND kinds[depth] OPERATOR(pg_catalog.=) '[' THEN
+            counts[depth] := counts[depth] OPERATOR(pg_catalog.+) 1;
+        END IF;
+        n := n OPERATOR(pg_catalog.+) 1;
+        IF m[1] IS NOT NULL THEN
+            s := pg_catalog.convert_to(m[1]::pg_catalog.jsonb OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[], enc);
+            parts[n] := '\x73'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(s)) OPERATOR(pg_catalog.||) s;
+        ELSIF m[3] OPERATOR(pg_catalog.=) ANY ('{"[","{"}'::pg_catalog.text[]) THEN
+            parts[n] := CASE WHEN m[3] OPERATOR(pg_catalog.=) '[' THEN '\x5b'::pg_catalog.bytea ELSE '\x7b'::pg_catalog.bytea END;
+            depth := depth OPERATOR(pg_catalog.+) 1;
+            opened[depth] := n;
+            counts[depth] := 0;
+            kinds[depth] := m[3];
+        ELSIF m[3] OPERATOR(pg_catalog.=) 'true' THEN
+            parts[n] := '\x7400000000'::pg_catalog.bytea;
+        ELSIF m[3] OPERATOR(pg_catalog.=) 'false' THEN
+            parts[n] := '\x6600000000'::pg_catalog.bytea;
+        ELSIF m[3] OPERATOR(pg_catalog.=) 'null' THEN
+            parts[n] := '\x7a00000000'::pg_catalog.bytea;
+        ELSE
+            s := pg_catalog.convert_to(pg_catalog.trim_scale(m[3]::pg_catalog.numeric)::pg_catalog.text, enc);
+            parts[n] := '\x6e'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(s)) OPERATOR(pg_catalog.||) s;
+        END IF;
+    END LOOP;
+    RETURN (SELECT pg_catalog.string_agg(p.b, ''::pg_catalog.bytea ORDER BY p.i)
+              FROM pg_catalog.unnest(parts) WITH ORDINALITY AS p (b, i));
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._fp_flat(pg_catalog.jsonb) IS
+'Portable edition, internal: _fp_value() without recursion, for a deeply nested value';
+
 -- ---------------------------------------------------------------------
 -- The commit check.  begin() writes the key's in_progress row at once
 -- (its unique index is what makes a duplicate wait); a deferred constraint
