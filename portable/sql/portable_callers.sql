@@ -3,7 +3,8 @@
 -- key begun without a lease unfinished by renewing it, run a statement
 -- prepared under once()'s name with another text, act on the keys of a
 -- role that took the name of the session's renamed role; and what it must
--- not refuse: a request nested deeper than PL/pgSQL recursion reaches.
+-- not refuse: a request nested deeper than PL/pgSQL recursion reaches;
+-- and a default_ttl the C edition refuses at SET.
 \set VERBOSITY terse
 
 -- renew() of a key this transaction began without a lease: IK004 (the C
@@ -137,3 +138,27 @@ SELECT outcome FROM idempotency.begin('c-deep', (repeat('[', 999) || '1' || repe
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 DELETE FROM idempotency.idempotency_key WHERE key = 'c-deep';
+
+-- idempotency.default_ttl below 1 s (the C edition refuses it at SET; here
+-- a placeholder takes any text): 22023 when read, nothing stored; a key
+-- that expired as it was made would be new again, and its work done twice
+SET ROLE regress_alice;
+SET idempotency.default_ttl = 0;
+BEGIN;
+SELECT outcome FROM idempotency.begin('c-ttl');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SET idempotency.default_ttl = '400ms';
+SELECT idempotency.first_seen('c-ttl', 'm1');
+\echo :LAST_ERROR_SQLSTATE
+-- at least 1 s, rounded to whole seconds as the C edition's setting is
+SET idempotency.default_ttl = '600ms';
+BEGIN;
+SELECT outcome FROM idempotency.begin('c-ttl');
+SELECT idempotency.complete('c-ttl', '"done"');
+COMMIT;
+SELECT expires_at - created_at AS lifetime FROM idempotency.idempotency_key WHERE key = 'c-ttl';
+RESET idempotency.default_ttl;
+RESET ROLE;
+SELECT count(*) AS stored FROM idempotency.seen_message WHERE scope = 'c-ttl';
+DELETE FROM idempotency.idempotency_key WHERE key = 'c-ttl';

@@ -52,7 +52,8 @@ COMMENT ON FUNCTION idempotency._caller() IS
 -- the C library idempotency.* are placeholder settings: any role may SET
 -- them, to any text, and nothing checks them at SET time; a bare number is
 -- read in the setting's unit (as the C edition's GUC_UNIT_MS/_S), anything
--- else as an interval ('100ms', '2s', '1h').  Unset: the default.
+-- else as an interval ('100ms', '2s', '1h'); a setting in seconds is
+-- rounded to them and must be at least 1 s (22023).  Unset: the default.
 CREATE FUNCTION idempotency._setting_ms(name pg_catalog.text, unit_ms pg_catalog.int8, dflt_ms pg_catalog.int8)
 RETURNS pg_catalog.int8
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
@@ -71,6 +72,16 @@ BEGIN
     END IF;
     IF ms OPERATOR(pg_catalog.<) 0 THEN
         RAISE EXCEPTION '% must not be negative', name USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- a setting in seconds is a whole number of them, at least 1 (the C
+    -- edition's range): a default_ttl of 0 would make every key expire as
+    -- it is made, and a duplicate would do the work again
+    IF unit_ms OPERATOR(pg_catalog.>=) 1000 THEN
+        ms := pg_catalog.round(ms::pg_catalog.numeric OPERATOR(pg_catalog./) unit_ms)::pg_catalog.int8 OPERATOR(pg_catalog.*) unit_ms;
+        IF ms OPERATOR(pg_catalog.<) unit_ms THEN
+            RAISE EXCEPTION '% must be at least 1 s', name USING ERRCODE = 'invalid_parameter_value',
+                DETAIL = pg_catalog.format('It is %s.', v);
+        END IF;
     END IF;
     RETURN ms;
 END
