@@ -317,6 +317,15 @@ $fn$
 LANGUAGE plpgsql
 AS $fn$
 BEGIN
+    -- a large value (its size bounds its depth: at least 8 bytes a level;
+    -- a compressed one says nothing) is encoded without recursion
+    IF pg_catalog.pg_column_size($1) OPERATOR(pg_catalog.>) 800 OR pg_catalog.pg_column_compression($1) IS NOT NULL THEN
+        IF pg_catalog.jsonb_typeof($1) OPERATOR(pg_catalog.=) ANY ('{object,array}'::pg_catalog.text[]) THEN
+            RETURN pg_catalog.sha256(idempotency._fp_flat($1));
+        END IF;
+        RETURN pg_catalog.sha256('\x7200000001'::pg_catalog.bytea OPERATOR(pg_catalog.||) idempotency._fp_flat($1)
+                                 OPERATOR(pg_catalog.||) '\x5d00000000'::pg_catalog.bytea);
+    END IF;
     -- a scalar at the top is jsonb's one-element raw-scalar array
     IF pg_catalog.jsonb_typeof($1) OPERATOR(pg_catalog.=) ANY ('{object,array}'::pg_catalog.text[]) THEN
         RETURN pg_catalog.sha256(idempotency._fp_value($1));

@@ -12,15 +12,38 @@
 -- takes current_user at the call; the two differ only when begin() is
 -- called from inside another SECURITY DEFINER function, where the C edition
 -- gives the key to that function's owner and this one to the session's
--- role.
+-- role.  The "role" setting holds the name SET ROLE was given, not the
+-- role's oid: a role renamed after the session set it (and a new role
+-- given its old name) would hand the session that new role's keys.  So
+-- the role named must be one the session user is a member of (as SET
+-- ROLE required when it was set), else 42501 (_stale_role()).
 -- ---------------------------------------------------------------------
+CREATE FUNCTION idempotency._stale_role()
+RETURNS pg_catalog.regrole
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'role "%" set by SET ROLE is not a role session user "%" may act as',
+                    pg_catalog.current_setting('role'), SESSION_USER
+        USING ERRCODE = 'insufficient_privilege',
+              DETAIL = 'The role was renamed or dropped after this session set it (its name may now belong to another role), or the session user is no longer a member of it.',
+              HINT = 'SET ROLE again, or RESET ROLE.';
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._stale_role() IS
+'Portable edition, internal: 42501 for a SET ROLE name that no longer names a role the session user belongs to';
+
 CREATE FUNCTION idempotency._caller()
 RETURNS pg_catalog.regrole
 LANGUAGE sql STABLE PARALLEL RESTRICTED
 AS $fn$
-SELECT pg_catalog.quote_ident(CASE pg_catalog.current_setting('role')
-                                   WHEN 'none' THEN SESSION_USER::pg_catalog.text
-                                   ELSE pg_catalog.current_setting('role') END)::pg_catalog.regrole
+SELECT CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
+            THEN pg_catalog.quote_ident(SESSION_USER::pg_catalog.text)::pg_catalog.regrole
+            WHEN pg_catalog.pg_has_role(SESSION_USER,
+                                        pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole::pg_catalog.oid,
+                                        'MEMBER')
+            THEN pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole
+            ELSE idempotency._stale_role() END
 $fn$;
 COMMENT ON FUNCTION idempotency._caller() IS
 'Portable edition, internal: the role the session acts as (SET ROLE, else the session user): the owner of the keys it makes';
@@ -29,7 +52,8 @@ COMMENT ON FUNCTION idempotency._caller() IS
 -- the C library idempotency.* are placeholder settings: any role may SET
 -- them, to any text, and nothing checks them at SET time; a bare number is
 -- read in the setting's unit (as the C edition's GUC_UNIT_MS/_S), anything
--- else as an interval ('100ms', '2s', '1h').  Unset: the default.
+-- else as an interval ('100ms', '2s', '1h'); a setting in seconds is
+-- rounded to them and must be at least 1 s (22023).  Unset: the default.
 CREATE FUNCTION idempotency._setting_ms(name pg_catalog.text, unit_ms pg_catalog.int8, dflt_ms pg_catalog.int8)
 RETURNS pg_catalog.int8
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
@@ -48,6 +72,16 @@ BEGIN
     END IF;
     IF ms OPERATOR(pg_catalog.<) 0 THEN
         RAISE EXCEPTION '% must not be negative', name USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- a setting in seconds is a whole number of them, at least 1 (the C
+    -- edition's range): a default_ttl of 0 would make every key expire as
+    -- it is made, and a duplicate would do the work again
+    IF unit_ms OPERATOR(pg_catalog.>=) 1000 THEN
+        ms := pg_catalog.round(ms::pg_catalog.numeric OPERATOR(pg_catalog./) unit_ms)::pg_catalog.int8 OPERATOR(pg_catalog.*) unit_ms;
+        IF ms OPERATOR(pg_catalog.<) unit_ms THEN
+            RAISE EXCEPTION '% must be at least 1 s', name USING ERRCODE = 'invalid_parameter_value',
+                DETAIL = pg_catalog.format('It is %s.', v);
+        END IF;
     END IF;
     RETURN ms;
 END
@@ -233,6 +267,78 @@ $fn$;
 COMMENT ON FUNCTION idempotency._fp_value(pg_catalog.jsonb) IS
 'Portable edition, internal: the canonical encoding of a jsonb value that fingerprint() hashes';
 
+-- The same encoding without recursion, for deeply nested values: each
+-- level of _fp_value() takes a PL/pgSQL call's stack, and a value nested a
+-- few hundred levels deep (which jsonb accepts, and the C edition, walking
+-- it with an iterator, hashes) would exceed max_stack_depth (54001).  The
+-- value's text form (jsonb's own key order) is read token by token, once;
+-- a container's element count, which its opening token holds, is filled in
+-- when it closes.  fingerprint() takes this path for a large value.
+CREATE FUNCTION idempotency._fp_flat(j pg_catalog.jsonb)
+RETURNS pg_catalog.bytea
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+AS $fn$
+DECLARE
+    enc pg_catalog.name := pg_catalog.getdatabaseencoding();
+    parts pg_catalog.bytea[] := '{}';
+    opened pg_catalog.int4[] := '{}';   -- per open container: its opening token's index in parts
+    counts pg_catalog.int4[] := '{}';   -- its elements (an array) or keys (an object) so far
+    kinds pg_catalog.text[] := '{}';    -- '[' or '{'
+    depth pg_catalog.int4 := 0;
+    n pg_catalog.int4 := 0;
+    m pg_catalog.text[];
+    s pg_catalog.bytea;
+BEGIN
+    FOR m IN SELECT pg_catalog.regexp_matches(j::pg_catalog.text,
+                        '("(?:[^"\\]|\\.)*")(:?)|(-?[0-9][-+.0-9eE]*|true|false|null|[][{}])', 'g') LOOP
+        IF m[1] IS NOT NULL AND m[2] OPERATOR(pg_catalog.=) ':' THEN
+            -- a key
+            counts[depth] := counts[depth] OPERATOR(pg_catalog.+) 1;
+            s := pg_catalog.convert_to(m[1]::pg_catalog.jsonb OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[], enc);
+            n := n OPERATOR(pg_catalog.+) 1;
+            parts[n] := '\x6b'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(s)) OPERATOR(pg_catalog.||) s;
+            CONTINUE;
+        END IF;
+        IF m[3] OPERATOR(pg_catalog.=) ANY ('{"]","}"}'::pg_catalog.text[]) THEN
+            parts[opened[depth]] := parts[opened[depth]] OPERATOR(pg_catalog.||) pg_catalog.int4send(counts[depth]);
+            n := n OPERATOR(pg_catalog.+) 1;
+            parts[n] := CASE WHEN m[3] OPERATOR(pg_catalog.=) ']' THEN '\x5d00000000'::pg_catalog.bytea
+                             ELSE '\x7d00000000'::pg_catalog.bytea END;
+            depth := depth OPERATOR(pg_catalog.-) 1;
+            CONTINUE;
+        END IF;
+        -- a value: an element of the array it is in
+        IF depth OPERATOR(pg_catalog.>) 0 AND kinds[depth] OPERATOR(pg_catalog.=) '[' THEN
+            counts[depth] := counts[depth] OPERATOR(pg_catalog.+) 1;
+        END IF;
+        n := n OPERATOR(pg_catalog.+) 1;
+        IF m[1] IS NOT NULL THEN
+            s := pg_catalog.convert_to(m[1]::pg_catalog.jsonb OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[], enc);
+            parts[n] := '\x73'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(s)) OPERATOR(pg_catalog.||) s;
+        ELSIF m[3] OPERATOR(pg_catalog.=) ANY ('{"[","{"}'::pg_catalog.text[]) THEN
+            parts[n] := CASE WHEN m[3] OPERATOR(pg_catalog.=) '[' THEN '\x5b'::pg_catalog.bytea ELSE '\x7b'::pg_catalog.bytea END;
+            depth := depth OPERATOR(pg_catalog.+) 1;
+            opened[depth] := n;
+            counts[depth] := 0;
+            kinds[depth] := m[3];
+        ELSIF m[3] OPERATOR(pg_catalog.=) 'true' THEN
+            parts[n] := '\x7400000000'::pg_catalog.bytea;
+        ELSIF m[3] OPERATOR(pg_catalog.=) 'false' THEN
+            parts[n] := '\x6600000000'::pg_catalog.bytea;
+        ELSIF m[3] OPERATOR(pg_catalog.=) 'null' THEN
+            parts[n] := '\x7a00000000'::pg_catalog.bytea;
+        ELSE
+            s := pg_catalog.convert_to(pg_catalog.trim_scale(m[3]::pg_catalog.numeric)::pg_catalog.text, enc);
+            parts[n] := '\x6e'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(s)) OPERATOR(pg_catalog.||) s;
+        END IF;
+    END LOOP;
+    RETURN (SELECT pg_catalog.string_agg(p.b, ''::pg_catalog.bytea ORDER BY p.i)
+              FROM pg_catalog.unnest(parts) WITH ORDINALITY AS p (b, i));
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._fp_flat(pg_catalog.jsonb) IS
+'Portable edition, internal: _fp_value() without recursion, for a deeply nested value';
+
 -- ---------------------------------------------------------------------
 -- The commit check.  begin() writes the key's in_progress row at once
 -- (its unique index is what makes a duplicate wait); a deferred constraint
@@ -290,7 +396,7 @@ CREATE CONSTRAINT TRIGGER idempotency_key_commit_check
     WHEN (NEW.status OPERATOR(pg_catalog.=) 'in_progress' AND NEW.locked_until IS NULL)
     EXECUTE FUNCTION idempotency._commit_check();
 
-REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
+REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._stale_role(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
     idempotency._describe(pg_catalog.text, pg_catalog.text), idempotency._check_key(pg_catalog.text, pg_catalog.text, pg_catalog.text),
     idempotency._check_name(pg_catalog.text, pg_catalog.text), idempotency._mine(pg_catalog.xid), idempotency._commit_check() FROM PUBLIC;
 -- @end

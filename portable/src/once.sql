@@ -11,7 +11,8 @@
 -- statement's parameter type reads.  The prepared statement is kept per
 -- session under a name derived from the statement text (the plan is kept,
 -- as the C edition keeps its plans; the server re-plans it when the
--- search_path or a table changes).
+-- search_path or a table changes), and used only while its text is this
+-- statement's.
 --
 -- SECURITY INVOKER, no SET: the work runs as the caller, with its
 -- privileges, row security and search_path; every name here is qualified.
@@ -27,6 +28,8 @@ DECLARE
     p_sql  ALIAS FOR $3;
     p_args ALIAS FOR $4;
     v_name pg_catalog.text;
+    v_nname pg_catalog.text;
+    v_kept pg_catalog.text;
     v_nparams pg_catalog.int4;
     v_single_json pg_catalog.bool;
     v_lits pg_catalog.text;
@@ -49,58 +52,75 @@ BEGIN
     -- the statement, prepared once per session: as the query of a
     -- SELECT over a WITH (so that a cursor can read the rows of an
     -- INSERT/UPDATE/DELETE ... RETURNING too), else as it is (a statement
-    -- without RETURNING: no rows)
+    -- without RETURNING: no rows).  A statement kept under one of its
+    -- names is used only if it is this text's: the name is a hash, and
+    -- prepared statements outlive a transaction, so under a pooler in
+    -- transaction mode the server session may come with statements another
+    -- client prepared under these names.
     v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) pg_catalog.md5(p_sql);
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements AS s
-                    WHERE s.name OPERATOR(pg_catalog.=) v_name) THEN
-        v_name := 'idempotency_once_n_' OPERATOR(pg_catalog.||) pg_catalog.md5(p_sql);
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements AS s
-                        WHERE s.name OPERATOR(pg_catalog.=) v_name) THEN
-            -- Exactly one statement (42601, as the C edition), checked
-            -- before anything runs: PL/pgSQL's EXECUTE runs every
-            -- statement of a text.  Opening a cursor on a PREPARE parses
-            -- the text and fails without running it, saying why; its
-            -- message for a text of one statement is learnt from a probe,
-            -- so the server's language does not matter.
-            BEGIN
-                OPEN v_cur FOR EXECUTE 'PREPARE idempotency_once_probe AS SELECT 1';
-            EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS v_one_msg = MESSAGE_TEXT;
-            END;
-            BEGIN
-                OPEN v_cur FOR EXECUTE pg_catalog.format('PREPARE idempotency_once_probe AS %s', p_sql);
-            EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
-            END;
-            IF v_msg IS DISTINCT FROM v_one_msg THEN
-                IF v_state OPERATOR(pg_catalog.=) '42P11' THEN
-                    RAISE EXCEPTION 'idempotency.once() runs exactly one SQL statement' USING ERRCODE = 'syntax_error',
-                        HINT = 'Put several writes into one statement with a WITH clause, or call a function.';
-                END IF;
-                RAISE EXCEPTION USING MESSAGE = v_msg, ERRCODE = v_state;
-            END IF;
-            BEGIN
-                v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) pg_catalog.md5(p_sql);
-                EXECUTE pg_catalog.format(E'PREPARE %I AS WITH w AS (%s\n) SELECT * FROM w', v_name, p_sql);
-            EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE;
-                IF v_state OPERATOR(pg_catalog.=) '0A000' THEN
-                    -- INSERT, UPDATE, DELETE without RETURNING; MERGE
-                    v_name := 'idempotency_once_n_' OPERATOR(pg_catalog.||) pg_catalog.md5(p_sql);
-                    EXECUTE pg_catalog.format('PREPARE %I AS %s', v_name, p_sql);
-                ELSIF v_state OPERATOR(pg_catalog.=) '42601' THEN
-                    -- one statement PREPARE takes, but no query (SELECT INTO)
-                    RAISE EXCEPTION 'idempotency.once() cannot run this statement' USING ERRCODE = 'feature_not_supported',
-                        DETAIL = 'The work must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement.';
-                ELSE
-                    RAISE;
-                END IF;
-            END;
-        END IF;
-    END IF;
-    SELECT coalesce(pg_catalog.cardinality(s.parameter_types), 0) INTO v_nparams
+    v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) pg_catalog.md5(p_sql);
+    SELECT s.name, coalesce(pg_catalog.cardinality(s.parameter_types), 0) INTO v_kept, v_nparams
       FROM pg_catalog.pg_prepared_statements AS s
-     WHERE s.name OPERATOR(pg_catalog.=) v_name;
+     WHERE (s.name OPERATOR(pg_catalog.=) v_name
+            AND s.statement OPERATOR(pg_catalog.=) pg_catalog.format(E'PREPARE %I AS WITH w AS (%s\n) SELECT * FROM w', v_name, p_sql))
+        OR (s.name OPERATOR(pg_catalog.=) v_nname
+            AND s.statement OPERATOR(pg_catalog.=) pg_catalog.format('PREPARE %I AS %s', v_nname, p_sql));
+    IF v_kept IS NOT NULL THEN
+        v_name := v_kept;
+    ELSE
+        -- another text under these names (another client's, or a
+        -- statement prepared by hand): not ours to run
+        IF EXISTS (SELECT FROM pg_catalog.pg_prepared_statements AS s
+                    WHERE s.name OPERATOR(pg_catalog.=) v_name) THEN
+            EXECUTE pg_catalog.format('DEALLOCATE %I', v_name);
+        END IF;
+        IF EXISTS (SELECT FROM pg_catalog.pg_prepared_statements AS s
+                    WHERE s.name OPERATOR(pg_catalog.=) v_nname) THEN
+            EXECUTE pg_catalog.format('DEALLOCATE %I', v_nname);
+        END IF;
+        -- Exactly one statement (42601, as the C edition), checked
+        -- before anything runs: PL/pgSQL's EXECUTE runs every
+        -- statement of a text.  Opening a cursor on a PREPARE parses
+        -- the text and fails without running it, saying why; its
+        -- message for a text of one statement is learnt from a probe,
+        -- so the server's language does not matter.
+        BEGIN
+            OPEN v_cur FOR EXECUTE 'PREPARE idempotency_once_probe AS SELECT 1';
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_one_msg = MESSAGE_TEXT;
+        END;
+        BEGIN
+            OPEN v_cur FOR EXECUTE pg_catalog.format('PREPARE idempotency_once_probe AS %s', p_sql);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+        END;
+        IF v_msg IS DISTINCT FROM v_one_msg THEN
+            IF v_state OPERATOR(pg_catalog.=) '42P11' THEN
+                RAISE EXCEPTION 'idempotency.once() runs exactly one SQL statement' USING ERRCODE = 'syntax_error',
+                    HINT = 'Put several writes into one statement with a WITH clause, or call a function.';
+            END IF;
+            RAISE EXCEPTION USING MESSAGE = v_msg, ERRCODE = v_state;
+        END IF;
+        BEGIN
+            EXECUTE pg_catalog.format(E'PREPARE %I AS WITH w AS (%s\n) SELECT * FROM w', v_name, p_sql);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE;
+            IF v_state OPERATOR(pg_catalog.=) '0A000' THEN
+                -- INSERT, UPDATE, DELETE without RETURNING; MERGE
+                v_name := v_nname;
+                EXECUTE pg_catalog.format('PREPARE %I AS %s', v_name, p_sql);
+            ELSIF v_state OPERATOR(pg_catalog.=) '42601' THEN
+                -- one statement PREPARE takes, but no query (SELECT INTO)
+                RAISE EXCEPTION 'idempotency.once() cannot run this statement' USING ERRCODE = 'feature_not_supported',
+                    DETAIL = 'The work must be one SELECT, INSERT, UPDATE, DELETE or MERGE statement.';
+            ELSE
+                RAISE;
+            END IF;
+        END;
+        SELECT coalesce(pg_catalog.cardinality(s.parameter_types), 0) INTO v_nparams
+          FROM pg_catalog.pg_prepared_statements AS s
+         WHERE s.name OPERATOR(pg_catalog.=) v_name;
+    END IF;
     -- is the result one json or jsonb column?  PostgreSQL 16 says
     -- (pg_prepared_statements.result_types); 15 does not, and the rows
     -- tell below

@@ -11,7 +11,8 @@
 -- to insert the row without waiting and undoes it; a timeout is IK002.
 --
 -- renew() extends the lease of the caller's attempt under the checks
--- complete(..., attempt) makes (_lease_holder, which locks the row).
+-- complete(..., attempt) makes (_lease_holder, which locks the row); a key
+-- this transaction began without a lease is IK004 (no lease to extend).
 
 -- @body idempotency_forget
 LANGUAGE plpgsql SECURITY DEFINER
@@ -109,6 +110,7 @@ DECLARE
     v_owner   pg_catalog.regrole;
     v_clock   pg_catalog.timestamptz := pg_catalog.clock_timestamp();
     v_end     pg_catalog.timestamptz;
+    r         record;
 BEGIN
     PERFORM idempotency._check_key(p_key, p_scope);
     v_owner := idempotency._caller();
@@ -130,6 +132,19 @@ BEGIN
         END IF;
         RAISE EXCEPTION 'cannot renew % in a read-only transaction', idempotency._describe(p_key, p_scope)
             USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    -- a key this transaction began without a lease has no lease to renew:
+    -- its row is written at begin() here (the C edition has none before
+    -- complete()), and a lease would let it commit unfinished, past the
+    -- commit check
+    SELECT k.status, k.locked_until, k.xmin AS x INTO r
+      FROM idempotency.idempotency_key AS k
+     WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
+    IF FOUND AND r.status = 'in_progress' AND r.locked_until IS NULL AND idempotency._mine(r.x) THEN
+        RAISE EXCEPTION '% is not held by attempt %', idempotency._describe(p_key, p_scope), p_attempt
+            USING ERRCODE = 'IK004',
+                  DETAIL = 'This transaction began it without a lease; it must be completed or failed in this transaction.',
+                  HINT = 'Begin the key with lease => an interval to run it under a lease that renew() extends.';
     END IF;
     PERFORM idempotency._lease_holder(p_key, p_scope, p_attempt, v_owner);     -- IK004
     UPDATE idempotency.idempotency_key AS k

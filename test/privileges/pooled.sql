@@ -19,7 +19,9 @@ SELECT x.sql
                            ELSE format('matrix.try(%L)', p.sql) END)
           FROM matrix.caller AS c
          CROSS JOIN matrix.probe AS p
-         WHERE p.sql IS NOT NULL) AS x
+         WHERE p.sql IS NOT NULL
+           -- (what the extension has: the portable edition has not everything)
+           AND p.object IN (SELECT m.object FROM matrix.members() AS m)) AS x
  ORDER BY x.i, x.n
 \gexec
 RESET ROLE;

@@ -1,7 +1,8 @@
 -- test/privileges/setup.sql: the extension, the harness and the rows the
 -- matrix probes.  Run by the cluster's superuser in database privileges
 -- (made by run), after roles.sql.  psql -v from=VERSION: install VERSION,
--- then update to the default version; -v renamed=1: see the end.
+-- then update to the default version; -v renamed=1: see the end;
+-- -v portable=1: the portable edition, which run installed (PRIV_PORTABLE).
 --
 -- The extension is created by priv_owner, which then loses SUPERUSER: its
 -- column of expect.tsv shows what owning the objects gives, and priv_super's
@@ -11,6 +12,11 @@
 SET search_path = pg_catalog;
 SET client_min_messages = warning;
 
+\if :{?portable}
+-- the portable edition (run -v portable=1): installed by run with psql -f
+-- as priv_owner, which owns the database and is no superuser; its members
+-- are the objects of schema idempotency (matrix.members())
+\else
 SET ROLE priv_owner;
 \if :{?from}
 -- the updated database: an older release, then ALTER EXTENSION UPDATE
@@ -20,6 +26,13 @@ ALTER EXTENSION idempotency UPDATE;
 CREATE EXTENSION idempotency;
 \endif
 RESET ROLE;
+\endif
+-- what this install has (the portable edition has not every function yet;
+-- the rows below are made only through what it has)
+SELECT to_regprocedure('idempotency.stats_reset()') IS NOT NULL AS has_stats,
+       to_regprocedure('idempotency.create_machine(text,jsonb)') IS NOT NULL AS has_machine,
+       to_regprocedure('idempotency.create_topic(text,integer,interval,interval,interval,boolean)') IS NOT NULL AS has_outbox
+\gset
 \if :{?citus}
 -- on a Citus coordinator (test/citus/run): the set-up step, as the README
 -- says, by a superuser
@@ -28,7 +41,9 @@ SELECT idempotency.distribute();
 -- idempotency.stats is the cluster's: start from no entries, so that none
 -- the probes count is evicted at idempotency.stats_max by entries of
 -- earlier runs (a database and its roles gone, their entries stay)
+\if :has_stats
 SELECT idempotency.stats_reset();
+\endif
 ALTER ROLE priv_owner NOSUPERUSER;
 -- a probe that waits fails instead of stopping the run
 ALTER DATABASE privileges SET statement_timeout = '20s';
@@ -111,6 +126,25 @@ LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
                                OR (t.typrelid <> 0
                                    AND (SELECT c.relkind FROM pg_class AS c
                                          WHERE c.oid = t.typrelid) <> 'c')))
+    UNION ALL
+    -- a plain install (the portable edition by psql -f) has no extension:
+    -- its members are the objects of schema idempotency, the same kinds
+    SELECT pg_describe_object(o.classid, o.objid, 0), (pg_identify_object(o.classid, o.objid, 0)).type,
+           o.classid, o.objid
+      FROM (SELECT 'pg_class'::regclass AS classid, c.oid AS objid
+              FROM pg_class AS c
+             WHERE c.relnamespace = 'idempotency'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+            UNION ALL
+            SELECT 'pg_proc'::regclass, p.oid FROM pg_proc AS p
+             WHERE p.pronamespace = 'idempotency'::regnamespace
+            UNION ALL
+            SELECT 'pg_type'::regclass, t.oid FROM pg_type AS t
+             WHERE t.typnamespace = 'idempotency'::regnamespace AND t.typcategory <> 'A'
+               AND (t.typrelid = 0 OR (SELECT c.relkind FROM pg_class AS c WHERE c.oid = t.typrelid) = 'c')
+            UNION ALL
+            SELECT 'pg_operator'::regclass, op.oid FROM pg_operator AS op
+             WHERE op.oprnamespace = 'idempotency'::regnamespace) AS o
+     WHERE NOT EXISTS (SELECT FROM pg_extension AS e WHERE e.extname = 'idempotency')
 $$;
 
 -- try_revoked(object, probe): REVOKE ALL ON object FROM PUBLIC (and from
@@ -173,9 +207,11 @@ SELECT truncate_local_data_after_distributing_table('app.orders'),
        truncate_local_data_after_distributing_table('app.docs');
 SET ROLE priv_app;
 \endif
+\if :has_machine
 SELECT idempotency.create_machine('app_machine', '{"a": ["b"], "b": []}');
 -- a machine a caller could hope to move its key rows along
 SELECT idempotency.create_machine('key_states', '{"in_progress": ["completed"]}');
+\endif
 
 -- keys: completed, held under a lease (attempt 1), expired, once()'s
 BEGIN;
@@ -195,6 +231,7 @@ SELECT idempotency.issue_token('priv', '1 day') AS app_token \gset
 SELECT idempotency.issue_token('priv', '1 day') FROM generate_series(1, 2);
 SELECT idempotency.first_seen('priv', 'm' || i, '1 day') FROM generate_series(1, 3) AS i;
 
+\if :has_outbox
 -- a topic with one dead message, one in flight (its claim in matrix.fixture)
 -- and two ready, one of them published by priv_publisher
 SELECT idempotency.create_topic('app_topic', max_attempts => 1);
@@ -221,15 +258,19 @@ SELECT idempotency.grant_topic('gone_topic', 'priv_consumer', publish => false, 
 SELECT idempotency.publish('gone_topic', '{"n": 1}');
 RESET ROLE;
 DROP ROLE priv_gone;
-INSERT INTO matrix.fixture VALUES ('app_token', :'app_token'), ('app_claim', :'app_claim'),
-    ('app_claimed_id', :'app_claimed_id'), ('app_derived', :'app_derived'),
+INSERT INTO matrix.fixture VALUES ('app_claim', :'app_claim'), ('app_claimed_id', :'app_claimed_id'),
     ('app_topic_id', (SELECT id::text FROM idempotency.outbox_topic WHERE name = 'app_topic'));
+\endif
+RESET ROLE;
+INSERT INTO matrix.fixture VALUES ('app_token', :'app_token'), ('app_derived', :'app_derived');
 
 -- ---------------------------------------------------------------------
 -- priv_other: fewer of each, so a count tells whose rows a caller sees
 -- ---------------------------------------------------------------------
 SET ROLE priv_other;
+\if :has_machine
 SELECT idempotency.create_machine('other_machine', '{"a": ["b"]}');
+\endif
 BEGIN;
 SELECT outcome FROM idempotency.begin('other-done', '{}', 'priv');
 SELECT idempotency.complete('other-done', '{"answer": "other"}', 'priv');
@@ -240,9 +281,11 @@ SELECT idempotency.complete('other-old', '{}', 'tally');
 COMMIT;
 SELECT idempotency.issue_token('priv', '1 day') FROM generate_series(1, 2);
 SELECT idempotency.first_seen('priv', 'o' || i, '1 day') FROM generate_series(1, 2) AS i;
+\if :has_outbox
 SELECT idempotency.create_topic('other_topic', max_attempts => 1);
 SELECT idempotency.publish('other_topic', '{"n": 1}') FROM generate_series(1, 2);
 SELECT idempotency.nack(c.claim, ARRAY[c.id]) FROM idempotency.claim('other_topic', 1) AS c;
+\endif
 RESET ROLE;
 
 -- the keys made with a 1 ms lifetime have expired
