@@ -48,6 +48,52 @@ REVOKE ALL ON idempotency.outbox_key_lock FROM PUBLIC;
 COMMENT ON TABLE idempotency.outbox_key_lock IS
 'Portable edition, internal: one row per (topic, message key), locked by publish() before it draws the message id (per key, id order is commit order); no role but the installing one may read it';
 
+-- A message belongs to an existing topic.  What it buys: drop_topic() in a
+-- REPEATABLE READ or SERIALIZABLE transaction deletes the messages its
+-- snapshot shows, then the topic; the key's check runs with the newest
+-- snapshot and finds a message a publisher committed after that snapshot
+-- was taken (the C edition looks with the newest snapshot itself), so the
+-- drop fails with 40001 instead of leaving the message without a topic.
+-- publish() holds the topic's row FOR KEY SHARE anyway, which is the lock
+-- the key's check takes.
+ALTER TABLE idempotency.outbox_message ADD CONSTRAINT outbox_message_topic_fkey
+    FOREIGN KEY (topic_id) REFERENCES idempotency.outbox_topic (id);
+
+-- NOTIFY for a topic created with notify => true, sent at commit and not
+-- at PREPARE TRANSACTION (a transaction that has executed NOTIFY cannot be
+-- prepared; a prepared transaction notifies nobody, as in the C edition):
+-- publish() and redrive() put a row here, a deferred trigger takes it out
+-- at COMMIT or PREPARE and notifies at COMMIT only.  The row never
+-- commits.
+CREATE TABLE idempotency.outbox_notify (
+    topic pg_catalog.text COLLATE "C" NOT NULL
+);
+ALTER TABLE idempotency.outbox_notify ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idempotency.outbox_notify FROM PUBLIC;
+COMMENT ON TABLE idempotency.outbox_notify IS
+'Portable edition, internal: the topics a transaction notifies at commit (rows never commit: a deferred trigger takes them out at COMMIT or PREPARE TRANSACTION)';
+CREATE FUNCTION idempotency._outbox_notify()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    DELETE FROM idempotency.outbox_notify AS q WHERE q.ctid OPERATOR(pg_catalog.=) NEW.ctid;
+    IF pg_catalog.current_query() OPERATOR(pg_catalog.!~*) '^\s*prepare\s+transaction' THEN
+        -- once per transaction and topic: NOTIFY folds equal notifications
+        PERFORM pg_catalog.pg_notify('idempotency.outbox.' OPERATOR(pg_catalog.||) NEW.topic, '');
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_notify() IS
+'Portable edition, internal: deferred trigger that NOTIFYs a topic at COMMIT (not at PREPARE TRANSACTION)';
+CREATE CONSTRAINT TRIGGER outbox_notify_at_commit
+    AFTER INSERT ON idempotency.outbox_notify
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    EXECUTE FUNCTION idempotency._outbox_notify();
+
 -- 22004/22023: the topic argument (1 to 40 of [A-Za-z0-9_.:-])
 CREATE FUNCTION idempotency._outbox_topic_arg(topic pg_catalog.text)
 RETURNS void
@@ -202,6 +248,33 @@ $fn$;
 COMMENT ON FUNCTION idempotency._outbox_key_lock(pg_catalog.int4, pg_catalog.text) IS
 'Portable edition, internal: lock (topic, message key) to the end of the transaction, by a row lock on its outbox_key_lock row';
 
+-- Delete a topic's row after its messages.  With READ COMMITTED the
+-- statement before (a new snapshot, after the row lock waited for the
+-- publishers) saw every message; with a transaction snapshot the foreign
+-- key's check, which looks with the newest snapshot, finds a message
+-- committed after it was taken: 40001, as the C edition says it.
+CREATE FUNCTION idempotency._outbox_drop_row(id pg_catalog.int4, name pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
+        DELETE FROM idempotency.outbox_topic AS o WHERE o.id OPERATOR(pg_catalog.=) _outbox_drop_row.id;
+        RETURN;
+    END IF;
+    BEGIN
+        DELETE FROM idempotency.outbox_topic AS o WHERE o.id OPERATOR(pg_catalog.=) _outbox_drop_row.id;
+    EXCEPTION WHEN foreign_key_violation OR serialization_failure THEN
+        RAISE EXCEPTION 'could not serialize access due to concurrent publish()'
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = pg_catalog.format('A message was published to topic "%s" after this transaction''s snapshot was taken.', name),
+                  HINT = 'Retry the transaction.';
+    END;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_drop_row(pg_catalog.int4, pg_catalog.text) IS
+'Portable edition, internal: delete a topic''s row after its messages (40001 for a message published after a transaction snapshot)';
+
 -- 22004 for a NULL ids array or one with NULLs
 CREATE FUNCTION idempotency._outbox_ids_arg(ids pg_catalog.int8[])
 RETURNS void
@@ -239,7 +312,9 @@ REVOKE ALL ON FUNCTION idempotency._outbox_topic_arg(pg_catalog.text),
     idempotency._outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.text),
     idempotency._outbox_key_lock(pg_catalog.int4, pg_catalog.text),
     idempotency._outbox_ids_arg(pg_catalog.int8[]),
-    idempotency._outbox_full_xid(pg_catalog.xid, pg_catalog.int8) FROM PUBLIC;
+    idempotency._outbox_full_xid(pg_catalog.xid, pg_catalog.int8),
+    idempotency._outbox_notify(),
+    idempotency._outbox_drop_row(pg_catalog.int4, pg_catalog.text) FROM PUBLIC;
 -- @end
 
 -- ---------------------------------------------------------------------
@@ -297,7 +372,7 @@ BEGIN
                 DETAIL = 'Topic names are shared by every role of the database.';
         END IF;
         DELETE FROM idempotency.outbox_message AS m WHERE m.topic_id = v_old;
-        DELETE FROM idempotency.outbox_topic AS t WHERE t.id = v_old;
+        PERFORM idempotency._outbox_drop_row(v_old, p_topic);
     END LOOP;
     RAISE EXCEPTION 'topic "%" already exists', p_topic USING ERRCODE = 'duplicate_object',
         DETAIL = 'Topic names are shared by every role of the database.';
@@ -356,7 +431,7 @@ BEGIN
         END IF;
     END IF;
     DELETE FROM idempotency.outbox_message AS m WHERE m.topic_id = t.id;
-    DELETE FROM idempotency.outbox_topic AS o WHERE o.id = t.id;
+    PERFORM idempotency._outbox_drop_row(t.id, $1);
 END
 $fn$
 -- @end
@@ -463,8 +538,7 @@ BEGIN
                   DETAIL = 'A trigger on the table skipped the row.';
     END IF;
     IF t.notify THEN
-        -- once per transaction and topic: NOTIFY folds equal notifications
-        PERFORM pg_catalog.pg_notify('idempotency.outbox.' || p_topic, '');
+        INSERT INTO idempotency.outbox_notify (topic) VALUES (p_topic);
     END IF;
     RETURN v_mid;
 END
@@ -753,7 +827,7 @@ BEGIN
      WHERE m.id = x.old_id AND m.state = 'dead';
     GET DIAGNOSTICS n = ROW_COUNT;
     IF n > 0 AND t.notify THEN
-        PERFORM pg_catalog.pg_notify('idempotency.outbox.' || $1, '');
+        INSERT INTO idempotency.outbox_notify (topic) VALUES ($1);
     END IF;
     RETURN n;
 END
