@@ -110,6 +110,11 @@ SELECT * FROM idempotency.wait_for('{po}', '0', '{}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idempotency.wait_for('{po}', '0', '{0}');
 \echo :LAST_ERROR_SQLSTATE
+-- a transaction id in the future, one in progress above xmax
+SELECT * FROM idempotency.wait_for('{po}', '0', '{4000000000}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', '0', '{5,7}');
+\echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idempotency.wait_for('{po}', '0', '{1,NULL}');
 \echo :LAST_ERROR_SQLSTATE
 

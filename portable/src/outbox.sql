@@ -896,8 +896,12 @@ BEGIN
         IF pg_catalog.array_position(p_since, NULL) IS NOT NULL THEN
             RAISE EXCEPTION 'since must not contain nulls' USING ERRCODE = 'null_value_not_allowed';
         END IF;
+        -- a snapshot: xmax a normal transaction id not in the future, the
+        -- transactions in progress normal ones below it
         IF coalesce(pg_catalog.cardinality(p_since), 0) < 1 OR pg_catalog.array_ndims(p_since) > 1
-           OR EXISTS (SELECT FROM pg_catalog.unnest(p_since) AS s(x) WHERE s.x < 1) THEN
+           OR p_since[1] < 3
+           OR p_since[1] > pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::pg_catalog.text::pg_catalog.int8
+           OR EXISTS (SELECT FROM pg_catalog.unnest(p_since[2:]) AS s(x) WHERE s.x < 3 OR s.x >= p_since[1]) THEN
             RAISE EXCEPTION 'since is not a cursor wait_for() returned' USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'Pass the cursor an earlier call with the same topics returned.';
         END IF;
