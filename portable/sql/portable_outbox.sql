@@ -102,6 +102,44 @@ SELECT cursor AS c2 FROM idempotency.wait_for('{po}', '0') \gset
 SELECT woken FROM idempotency.wait_for('{po}', '0', :'c2');
 SELECT idempotency.release(:'rc', ARRAY[:rid]::bigint[]) AS released;
 SELECT woken FROM idempotency.wait_for('{po}', '0', :'c2');
+-- a rollback, a rolled-back savepoint and an exception block wake nobody
+SELECT cursor AS c4 FROM idempotency.wait_for('{po}', '0') \gset
+BEGIN;
+SELECT idempotency.publish('po', '{"n": "rolled back"}') IS NOT NULL AS published;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT idempotency.publish('po', '{"n": "savepoint"}') IS NOT NULL AS published;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+DO $$ BEGIN
+  PERFORM idempotency.publish('po', '{"n": "exception block"}');
+  RAISE EXCEPTION 'undo';
+EXCEPTION WHEN raise_exception THEN NULL;
+END $$;
+SELECT woken FROM idempotency.wait_for('{po}', '0', :'c4');
+-- a redrive wakes, on the topic it was given among others
+SELECT idempotency.create_topic('po_dead', max_attempts => 1) > 0 AS created;
+SELECT idempotency.publish('po_dead', '{"n": "dead"}') IS NOT NULL AS published;
+SELECT idempotency.nack(claim, ARRAY[id]) AS nacked FROM idempotency.claim('po_dead');
+SELECT cursor AS c5 FROM idempotency.wait_for('{po,po_dead}', '0') \gset
+SELECT woken FROM idempotency.wait_for('{po,po_dead}', '0', :'c5');
+SELECT idempotency.redrive('po_dead') AS redriven;
+SELECT woken FROM idempotency.wait_for('{po,po_dead}', '0', :'c5');
+SELECT idempotency.drop_topic('po_dead', force => true);
+-- another role's topic: 42501; no such topic: 42704; bad arguments
+SET ROLE regress_bob;
+SELECT * FROM idempotency.wait_for('{po}', '0');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_alice;
+SELECT * FROM idempotency.wait_for('{po_none}', '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', NULL);
+\echo :LAST_ERROR_SQLSTATE
 -- a wait that times out returns the cursor it was given
 SELECT cursor AS c3 FROM idempotency.wait_for('{po}', '0') \gset
 SELECT woken, cursor = :'c3' AS same_cursor FROM idempotency.wait_for('{po}', '20 ms', :'c3');
