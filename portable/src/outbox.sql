@@ -20,6 +20,10 @@
 -- advisory lock tags show in pg_locks to every role and any role can take
 -- one, so another role could see or block a key; the key rows are readable
 -- and lockable by the installing role only (no grant, row security on).
+-- purge() deletes the rows of keys with nothing undelivered.  Under
+-- REPEATABLE READ a key row made after the transaction's snapshot cannot
+-- be locked (its insert fails with 40001): see portable/README.md,
+-- "Differences found so far".
 --
 -- A topic is held by its publishers: publish() takes the topic's row FOR
 -- KEY SHARE to the end of the transaction, and drop_topic() (and
