@@ -14,7 +14,15 @@ from typing import Any, Awaitable, Callable, Dict, MutableMapping, Optional, Seq
 VERSION = "0.6.0"
 # the oldest extension this client works with: its own major.minor
 EXTENSION_MIN = re.sub(r"^(\d+)\.(\d+)\..*$", r"\1.\2.0", VERSION)
-VERSION_SQL = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'"
+# the extension's version; a plain install of the portable edition (psql -f,
+# no extension) records it in the schema's comment instead
+VERSION_SQL = (
+    "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e"
+    " WHERE e.extname = 'idempotency'),"
+    " (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'),"
+    " '^idempotency ([0-9.]+) \\(portable edition\\)$')"
+    " FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion"
+)
 
 _weak: "MutableMapping[Any, str]" = weakref.WeakKeyDictionary()
 _plain: Dict[Any, str] = {}

@@ -1,0 +1,163 @@
+-- portable_outbox: what only the portable edition's outbox has — the
+-- per-key lock rows (no advisory lock, unreadable to every other role,
+-- emptied by purge()), the NOTIFY queue whose rows never commit (not at
+-- COMMIT, not at PREPARE TRANSACTION), the foreign key that makes a
+-- topic's drop see every message, wait_for()'s snapshot cursor; each
+-- error path with its SQLSTATE and that nothing was written.
+\set VERBOSITY default
+CREATE FUNCTION po_key_rows() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+  AS 'SELECT count(*) FROM idempotency.outbox_key_lock';
+
+SET ROLE regress_alice;
+SELECT idempotency.create_topic('po') > 0 AS created;
+SELECT idempotency.create_topic('po_n', notify => true) > 0 AS created;
+
+-- ---- a keyed publish holds its key by a row lock, no advisory lock --------
+BEGIN;
+SELECT idempotency.publish('po', '{"n": 1}', 'k1') IS NOT NULL AS published;
+SELECT count(*) AS advisory_locks FROM pg_locks
+ WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+COMMIT;
+RESET ROLE;
+SELECT po_key_rows() AS key_rows;
+-- no other role reads or locks the key rows
+SET ROLE regress_bob;
+SELECT count(*) FROM idempotency.outbox_key_lock;
+\echo :LAST_ERROR_SQLSTATE
+SELECT 1 FROM idempotency.outbox_key_lock FOR UPDATE;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM idempotency.outbox_key_lock;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT po_key_rows() AS key_rows_after_bob;
+
+-- ---- purge(): key rows of keys with nothing undelivered go ----------------
+SET ROLE regress_alice;
+SELECT idempotency.publish('po', '{"n": 2}', 'k2') IS NOT NULL AS published;
+-- k1 delivered, k2 still pending
+SELECT idempotency.ack(claim, ARRAY[id]) AS acked FROM idempotency.claim('po', 10)
+ WHERE message_key = 'k1';
+SELECT idempotency.purge() >= 0 AS purged;
+RESET ROLE;
+SELECT message_key FROM idempotency.outbox_key_lock ORDER BY message_key;
+-- a key whose row went gets a new one at its next publish
+SET ROLE regress_alice;
+SELECT idempotency.publish('po', '{"n": 3}', 'k1') IS NOT NULL AS published;
+RESET ROLE;
+SELECT message_key FROM idempotency.outbox_key_lock ORDER BY message_key;
+-- bob's purge leaves alice's key rows alone
+SET ROLE regress_alice;
+SELECT count(idempotency.ack(claim, ARRAY[id])) AS acked FROM idempotency.claim('po', 10);
+SELECT count(idempotency.ack(claim, ARRAY[id])) AS acked FROM idempotency.claim('po', 10);
+SET ROLE regress_bob;
+SELECT idempotency.purge() >= 0 AS purged_by_bob;
+RESET ROLE;
+SELECT po_key_rows() AS key_rows_after_bobs_purge;
+SET ROLE regress_alice;
+SELECT idempotency.purge() >= 0 AS purged_by_alice;
+RESET ROLE;
+SELECT po_key_rows() AS key_rows_after_alices_purge;
+
+-- ---- a notifying topic: PREPARE TRANSACTION works; the queue rows never commit
+SET ROLE regress_alice;
+BEGIN;
+SELECT idempotency.publish('po_n', '{"n": 1}') IS NOT NULL AS published;
+SELECT idempotency.publish('po_n', '{"n": 2}') IS NOT NULL AS published;
+COMMIT;
+BEGIN;
+SELECT idempotency.publish('po_n', '{"n": 3}') IS NOT NULL AS published;
+PREPARE TRANSACTION 'po_notify';
+RESET ROLE;
+COMMIT PREPARED 'po_notify';
+SELECT count(*) AS queue_rows FROM idempotency.outbox_notify;
+SET ROLE regress_alice;
+SELECT count(*) AS messages FROM idempotency.outbox_message
+ WHERE topic_id = (SELECT id FROM idempotency.outbox_topic WHERE name = 'po_n');
+-- no other role writes the queue
+SET ROLE regress_bob;
+INSERT INTO idempotency.outbox_notify VALUES ('po_n');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_alice;
+
+-- ---- a message belongs to an existing topic --------------------------------
+RESET ROLE;
+SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
+ WHERE conrelid = 'idempotency.outbox_message'::regclass AND contype = 'f';
+SET ROLE regress_alice;
+
+-- ---- wait_for(): the snapshot cursor ---------------------------------------
+SELECT cursor AS c0 FROM idempotency.wait_for('{po}', '0') \gset
+-- this transaction's own uncommitted message wakes nobody
+BEGIN;
+SELECT idempotency.publish('po', '{"n": "own"}') IS NOT NULL AS published;
+SELECT woken FROM idempotency.wait_for('{po}', '0', :'c0');
+COMMIT;
+-- once committed, it wakes; the cursor returned is past it
+SELECT woken, cursor AS c1 FROM idempotency.wait_for('{po}', '0', :'c0') \gset
+SELECT :'woken' AS woken;
+SELECT woken FROM idempotency.wait_for('{po}', '0', :'c1');
+-- a claimed message wakes nobody; a released one does
+SELECT claim AS rc, id AS rid FROM idempotency.claim('po', 1) \gset
+SELECT cursor AS c2 FROM idempotency.wait_for('{po}', '0') \gset
+SELECT woken FROM idempotency.wait_for('{po}', '0', :'c2');
+SELECT idempotency.release(:'rc', ARRAY[:rid]::bigint[]) AS released;
+SELECT woken FROM idempotency.wait_for('{po}', '0', :'c2');
+-- a rollback, a rolled-back savepoint and an exception block wake nobody
+SELECT cursor AS c4 FROM idempotency.wait_for('{po}', '0') \gset
+BEGIN;
+SELECT idempotency.publish('po', '{"n": "rolled back"}') IS NOT NULL AS published;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT idempotency.publish('po', '{"n": "savepoint"}') IS NOT NULL AS published;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+DO $$ BEGIN
+  PERFORM idempotency.publish('po', '{"n": "exception block"}');
+  RAISE EXCEPTION 'undo';
+EXCEPTION WHEN raise_exception THEN NULL;
+END $$;
+SELECT woken FROM idempotency.wait_for('{po}', '0', :'c4');
+-- a redrive wakes, on the topic it was given among others
+SELECT idempotency.create_topic('po_dead', max_attempts => 1) > 0 AS created;
+SELECT idempotency.publish('po_dead', '{"n": "dead"}') IS NOT NULL AS published;
+SELECT idempotency.nack(claim, ARRAY[id]) AS nacked FROM idempotency.claim('po_dead');
+SELECT cursor AS c5 FROM idempotency.wait_for('{po,po_dead}', '0') \gset
+SELECT woken FROM idempotency.wait_for('{po,po_dead}', '0', :'c5');
+SELECT idempotency.redrive('po_dead') AS redriven;
+SELECT woken FROM idempotency.wait_for('{po,po_dead}', '0', :'c5');
+SELECT idempotency.drop_topic('po_dead', force => true);
+-- another role's topic: 42501; no such topic: 42704; bad arguments
+SET ROLE regress_bob;
+SELECT * FROM idempotency.wait_for('{po}', '0');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_alice;
+SELECT * FROM idempotency.wait_for('{po_none}', '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', NULL);
+\echo :LAST_ERROR_SQLSTATE
+-- a wait that times out returns the cursor it was given
+SELECT cursor AS c3 FROM idempotency.wait_for('{po}', '0') \gset
+SELECT woken, cursor = :'c3' AS same_cursor FROM idempotency.wait_for('{po}', '20 ms', :'c3');
+-- not a cursor: 22023; nulls: 22004
+SELECT * FROM idempotency.wait_for('{po}', '0', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', '0', '{0}');
+\echo :LAST_ERROR_SQLSTATE
+-- a transaction id in the future, one in progress above xmax
+SELECT * FROM idempotency.wait_for('{po}', '0', '{4000000000}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', '0', '{5,7}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.wait_for('{po}', '0', '{1,NULL}');
+\echo :LAST_ERROR_SQLSTATE
+
+SELECT idempotency.drop_topic('po', force => true);
+SELECT idempotency.drop_topic('po_n', force => true);
+RESET ROLE;
+SELECT po_key_rows() AS key_rows_after_drop;
+DROP FUNCTION po_key_rows();

@@ -1,0 +1,991 @@
+-- portable/src/outbox.sql: the outbox — topics and their grants,
+-- publish(), the relay API (claim(), ack(), nack(), release(), redrive()),
+-- wait_for(), and the internal functions the views read.
+--
+-- Claims live in the rows, as the C edition keeps them without the library
+-- in shared_preload_libraries (and as 0.5.0 kept them): a claim writes its
+-- token, its end (available_at) and attempts + 1 into the row; ack() marks
+-- the message delivered until purge() deletes it after the topic's
+-- retention; nack() writes the retry time or makes it dead; release()
+-- gives it back with the attempt uncounted.  The statements are the C
+-- edition's (src/outbox_relay.c, src/outbox_topics.c), run as the
+-- installing role inside SECURITY DEFINER functions, for the caller's role
+-- (idempotency._caller()).
+--
+-- Order per message key.  A keyed publish() locks its key's row in
+-- idempotency.outbox_key_lock (made on first use) FOR UPDATE, held to the
+-- end of the transaction, and only then draws the message id: a second
+-- publisher of the key waits for the first to commit or roll back, so per
+-- key, id order is commit order.  A row lock, not an advisory lock:
+-- advisory lock tags show in pg_locks to every role and any role can take
+-- one, so another role could see or block a key; the key rows are readable
+-- and lockable by the installing role only (no grant, row security on).
+-- purge() deletes the rows of keys with nothing undelivered.  Under
+-- REPEATABLE READ a key row made after the transaction's snapshot cannot
+-- be locked (its insert fails with 40001): see portable/README.md,
+-- "Differences found so far".
+--
+-- A topic is held by its publishers: publish() takes the topic's row FOR
+-- KEY SHARE to the end of the transaction, and drop_topic() (and
+-- create_topic() taking over a dropped owner's topic) deletes the row, so
+-- a drop waits for the publishers in flight and a publisher that comes
+-- after it finds no topic (42704), or, in a transaction whose snapshot
+-- still shows the topic, 40001, as in the C edition.
+--
+-- wait_for() polls: see its body.
+
+-- @tail
+-- ---------------------------------------------------------------------
+-- The outbox's own table: one row per (topic, message key) that was ever
+-- published with a key, locked by publish() and redrive() before they draw
+-- a message id.  No role but the installing one reads or locks it.
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.outbox_key_lock (
+    topic_id    pg_catalog.int4 NOT NULL,
+    message_key pg_catalog.text COLLATE "C" NOT NULL,
+    CONSTRAINT outbox_key_lock_pkey PRIMARY KEY (topic_id, message_key),
+    CONSTRAINT outbox_key_lock_topic_fkey FOREIGN KEY (topic_id)
+        REFERENCES idempotency.outbox_topic (id) ON DELETE CASCADE
+);
+ALTER TABLE idempotency.outbox_key_lock ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idempotency.outbox_key_lock FROM PUBLIC;
+COMMENT ON TABLE idempotency.outbox_key_lock IS
+'Portable edition, internal: one row per (topic, message key), locked by publish() before it draws the message id (per key, id order is commit order); no role but the installing one may read it';
+
+-- A message belongs to an existing topic.  What it buys: drop_topic() in a
+-- REPEATABLE READ or SERIALIZABLE transaction deletes the messages its
+-- snapshot shows, then the topic; the key's check runs with the newest
+-- snapshot and finds a message a publisher committed after that snapshot
+-- was taken (the C edition looks with the newest snapshot itself), so the
+-- drop fails with 40001 instead of leaving the message without a topic.
+-- publish() holds the topic's row FOR KEY SHARE anyway, which is the lock
+-- the key's check takes.
+ALTER TABLE idempotency.outbox_message ADD CONSTRAINT outbox_message_topic_fkey
+    FOREIGN KEY (topic_id) REFERENCES idempotency.outbox_topic (id);
+
+-- NOTIFY for a topic created with notify => true, sent at commit and not
+-- at PREPARE TRANSACTION (a transaction that has executed NOTIFY cannot be
+-- prepared; a prepared transaction notifies nobody, as in the C edition):
+-- publish() and redrive() put a row here, a deferred trigger takes it out
+-- at COMMIT or PREPARE and notifies at COMMIT only.  The row never
+-- commits.
+CREATE TABLE idempotency.outbox_notify (
+    topic pg_catalog.text COLLATE "C" NOT NULL
+);
+ALTER TABLE idempotency.outbox_notify ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idempotency.outbox_notify FROM PUBLIC;
+COMMENT ON TABLE idempotency.outbox_notify IS
+'Portable edition, internal: the topics a transaction notifies at commit (rows never commit: a deferred trigger takes them out at COMMIT or PREPARE TRANSACTION)';
+CREATE FUNCTION idempotency._outbox_notify()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    DELETE FROM idempotency.outbox_notify AS q WHERE q.ctid OPERATOR(pg_catalog.=) NEW.ctid;
+    IF pg_catalog.current_query() OPERATOR(pg_catalog.!~*) '^\s*prepare\s+transaction' THEN
+        -- once per transaction and topic: NOTIFY folds equal notifications
+        PERFORM pg_catalog.pg_notify('idempotency.outbox.' OPERATOR(pg_catalog.||) NEW.topic, '');
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_notify() IS
+'Portable edition, internal: deferred trigger that NOTIFYs a topic at COMMIT (not at PREPARE TRANSACTION)';
+CREATE CONSTRAINT TRIGGER outbox_notify_at_commit
+    AFTER INSERT ON idempotency.outbox_notify
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW
+    EXECUTE FUNCTION idempotency._outbox_notify();
+
+-- 22004/22023: the topic argument (1 to 40 of [A-Za-z0-9_.:-])
+CREATE FUNCTION idempotency._outbox_topic_arg(topic pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+BEGIN
+    IF topic IS NULL THEN
+        RAISE EXCEPTION 'topic must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,40}$' THEN
+        RAISE EXCEPTION 'invalid topic name "%"', topic USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = 'A topic name has 1 to 40 characters, each a letter, digit, ''_'', ''.'', '':'' or ''-''.';
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_topic_arg(pg_catalog.text) IS
+'Portable edition, internal: 22004/22023 for a null or malformed topic name';
+
+-- 22023 unless iv >= 0 (> 0 when positive)
+CREATE FUNCTION idempotency._outbox_interval(iv pg_catalog.interval, name pg_catalog.text, positive pg_catalog.bool)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+BEGIN
+    IF iv OPERATOR(pg_catalog.<) '0'::pg_catalog.interval
+       OR positive AND iv OPERATOR(pg_catalog.=) '0'::pg_catalog.interval THEN
+        RAISE EXCEPTION '% must be %', name, CASE WHEN positive THEN 'positive' ELSE 'zero or positive' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_interval(pg_catalog.interval, pg_catalog.text, pg_catalog.bool) IS
+'Portable edition, internal: 22023 for a negative (or, when positive, zero) interval';
+
+-- a topic's row, locked FOR KEY SHARE (lock 'key share') or FOR UPDATE
+CREATE FUNCTION idempotency._outbox_topic_locked(name pg_catalog.text, lock pg_catalog.text)
+RETURNS idempotency.outbox_topic
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+DECLARE
+    t idempotency.outbox_topic;
+BEGIN
+    IF lock OPERATOR(pg_catalog.=) 'key share' THEN
+        SELECT * INTO t FROM idempotency.outbox_topic AS o
+         WHERE o.name OPERATOR(pg_catalog.=) _outbox_topic_locked.name FOR KEY SHARE;
+    ELSE
+        SELECT * INTO t FROM idempotency.outbox_topic AS o
+         WHERE o.name OPERATOR(pg_catalog.=) _outbox_topic_locked.name FOR UPDATE;
+    END IF;
+    RETURN t;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_topic_locked(pg_catalog.text, pg_catalog.text) IS
+'Portable edition, internal: a topic''s row, locked FOR KEY SHARE or FOR UPDATE';
+
+-- The topic and the caller's right on it ('own', 'publish', 'consume'):
+-- 42704 if there is no such topic or its owner was dropped (NULL instead
+-- when missing_ok), 42501 if the caller lacks the right.  lock: 'key share'
+-- (publish: held to the end of the transaction, see the file's head) or
+-- 'update' (drop_topic), else none.
+CREATE FUNCTION idempotency._outbox_topic(name pg_catalog.text, want pg_catalog.text,
+                                          missing_ok pg_catalog.bool DEFAULT false,
+                                          lock pg_catalog.text DEFAULT NULL)
+RETURNS idempotency.outbox_topic
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+DECLARE
+    t    idempotency.outbox_topic;
+    me   pg_catalog.regrole := idempotency._caller();
+    g    record;
+    ok   pg_catalog.bool;
+BEGIN
+    IF lock IS NULL THEN
+        SELECT * INTO t FROM idempotency.outbox_topic AS o WHERE o.name OPERATOR(pg_catalog.=) _outbox_topic.name;
+    ELSIF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
+        -- a drop in flight is waited for; the row is then gone (or not)
+        t := idempotency._outbox_topic_locked(name, lock);
+    ELSE
+        BEGIN
+            t := idempotency._outbox_topic_locked(name, lock);
+        EXCEPTION WHEN serialization_failure THEN
+            -- the transaction's snapshot still shows a topic dropped since
+            RAISE EXCEPTION 'could not serialize access due to concurrent drop_topic()'
+                USING ERRCODE = 'serialization_failure',
+                      DETAIL = pg_catalog.format('Topic was dropped "%s" after this transaction''s snapshot was taken.', name),
+                      HINT = 'Retry the transaction.';
+        END;
+    END IF;
+    IF t.id IS NULL THEN
+        IF missing_ok THEN
+            RETURN NULL;
+        END IF;
+        RAISE EXCEPTION 'topic "%" does not exist', name USING ERRCODE = 'undefined_object',
+            HINT = 'Create it with idempotency.create_topic().';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid) THEN
+        IF missing_ok THEN
+            RETURN NULL;
+        END IF;
+        RAISE EXCEPTION 'topic "%" does not exist', name USING ERRCODE = 'undefined_object',
+            DETAIL = 'The role that owned it was dropped; its grants give nothing.',
+            HINT = 'Create it anew with idempotency.create_topic(), which takes the name over.';
+    END IF;
+    IF t.owner OPERATOR(pg_catalog.=) me OR want IS NULL THEN
+        RETURN t;
+    END IF;
+    IF want OPERATOR(pg_catalog.<>) 'own' THEN
+        SELECT gr.can_publish, gr.can_consume INTO g FROM idempotency.outbox_grant AS gr
+         WHERE gr.topic_id OPERATOR(pg_catalog.=) t.id AND gr.grantee OPERATOR(pg_catalog.=) me;
+        ok := CASE want WHEN 'publish' THEN coalesce(g.can_publish, false)
+                        ELSE coalesce(g.can_consume, false) END;
+        IF ok THEN
+            RETURN t;
+        END IF;
+    END IF;
+    RAISE EXCEPTION 'permission denied for topic "%"', name USING ERRCODE = 'insufficient_privilege',
+        DETAIL = pg_catalog.format('Role %s may not %s this topic.', pg_catalog.pg_get_userbyid(me::pg_catalog.oid),
+                                   CASE want WHEN 'own' THEN 'change or drop' WHEN 'publish' THEN 'publish to'
+                                             ELSE 'consume from' END),
+        HINT = CASE want WHEN 'own' THEN 'Only the topic''s owner may.'
+                         ELSE 'The topic''s owner can allow it with idempotency.grant_topic().' END;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.text) IS
+'Portable edition, internal: a topic and the caller''s right on it (42704, 42501), optionally locked';
+
+-- The lock of (topic, message key) for this transaction: the key's row
+-- FOR UPDATE, made first if there is none (a concurrent maker's insert
+-- waits on the primary key until the first commits or rolls back).
+CREATE FUNCTION idempotency._outbox_key_lock(topic_id pg_catalog.int4, message_key pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+BEGIN
+    LOOP
+        PERFORM FROM idempotency.outbox_key_lock AS k
+          WHERE k.topic_id OPERATOR(pg_catalog.=) _outbox_key_lock.topic_id
+            AND k.message_key OPERATOR(pg_catalog.=) _outbox_key_lock.message_key
+            FOR UPDATE;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        INSERT INTO idempotency.outbox_key_lock AS k (topic_id, message_key)
+        VALUES (_outbox_key_lock.topic_id, _outbox_key_lock.message_key)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            RETURN;         -- our own new row: held until this transaction ends
+        END IF;
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_key_lock(pg_catalog.int4, pg_catalog.text) IS
+'Portable edition, internal: lock (topic, message key) to the end of the transaction, by a row lock on its outbox_key_lock row';
+
+-- Delete a topic's row after its messages.  With READ COMMITTED the
+-- statement before (a new snapshot, after the row lock waited for the
+-- publishers) saw every message; with a transaction snapshot the foreign
+-- key's check, which looks with the newest snapshot, finds a message
+-- committed after it was taken: 40001, as the C edition says it.
+CREATE FUNCTION idempotency._outbox_drop_row(id pg_catalog.int4, name pg_catalog.text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
+        DELETE FROM idempotency.outbox_topic AS o WHERE o.id OPERATOR(pg_catalog.=) _outbox_drop_row.id;
+        RETURN;
+    END IF;
+    BEGIN
+        DELETE FROM idempotency.outbox_topic AS o WHERE o.id OPERATOR(pg_catalog.=) _outbox_drop_row.id;
+    EXCEPTION WHEN foreign_key_violation OR serialization_failure THEN
+        RAISE EXCEPTION 'could not serialize access due to concurrent publish()'
+            USING ERRCODE = 'serialization_failure',
+                  DETAIL = pg_catalog.format('A message was published to topic "%s" after this transaction''s snapshot was taken.', name),
+                  HINT = 'Retry the transaction.';
+    END;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_drop_row(pg_catalog.int4, pg_catalog.text) IS
+'Portable edition, internal: delete a topic''s row after its messages (40001 for a message published after a transaction snapshot)';
+
+-- 22004 for a NULL ids array or one with NULLs
+CREATE FUNCTION idempotency._outbox_ids_arg(ids pg_catalog.int8[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $fn$
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF pg_catalog.array_position(ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ids must not contain nulls' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_ids_arg(pg_catalog.int8[]) IS
+'Portable edition, internal: 22004 for a null ids array or one with nulls';
+
+-- the full transaction id of a row's xmin, from the 64-bit xid c near it
+-- (the epoch taken from c, the nearest full xid to it is the one)
+CREATE FUNCTION idempotency._outbox_full_xid(x pg_catalog.xid, c pg_catalog.int8)
+RETURNS pg_catalog.int8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $fn$
+SELECT c OPERATOR(pg_catalog.-)
+       ((((c OPERATOR(pg_catalog.%) 4294967296) OPERATOR(pg_catalog.-) (x::pg_catalog.text::pg_catalog.int8))
+         OPERATOR(pg_catalog.+) 6442450944) OPERATOR(pg_catalog.%) 4294967296
+        OPERATOR(pg_catalog.-) 2147483648)
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_full_xid(pg_catalog.xid, pg_catalog.int8) IS
+'Portable edition, internal: the 64-bit transaction id of a 32-bit one, from a 64-bit one near it';
+
+REVOKE ALL ON FUNCTION idempotency._outbox_topic_arg(pg_catalog.text),
+    idempotency._outbox_interval(pg_catalog.interval, pg_catalog.text, pg_catalog.bool),
+    idempotency._outbox_topic_locked(pg_catalog.text, pg_catalog.text),
+    idempotency._outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.text),
+    idempotency._outbox_key_lock(pg_catalog.int4, pg_catalog.text),
+    idempotency._outbox_ids_arg(pg_catalog.int8[]),
+    idempotency._outbox_full_xid(pg_catalog.xid, pg_catalog.int8),
+    idempotency._outbox_notify(),
+    idempotency._outbox_drop_row(pg_catalog.int4, pg_catalog.text) FROM PUBLIC;
+-- @end
+
+-- ---------------------------------------------------------------------
+-- Topics
+-- ---------------------------------------------------------------------
+
+-- @body idempotency_create_topic
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_topic ALIAS FOR $1;
+    v_id    pg_catalog.int4;
+    v_old   pg_catalog.int4;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg(p_topic);
+    IF $2 IS NULL THEN RAISE EXCEPTION 'max_attempts must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    IF $3 IS NULL THEN RAISE EXCEPTION 'backoff_base must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    IF $4 IS NULL THEN RAISE EXCEPTION 'backoff_max must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    IF $5 IS NULL THEN RAISE EXCEPTION 'retention must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    IF $6 IS NULL THEN RAISE EXCEPTION 'notify must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    IF $2 < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM idempotency._outbox_interval($3, 'backoff_base', false);
+    PERFORM idempotency._outbox_interval($4, 'backoff_max', false);
+    PERFORM idempotency._outbox_interval($5, 'retention', false);
+    FOR i IN 0..1 LOOP
+        INSERT INTO idempotency.outbox_topic AS t
+               (name, owner, max_attempts, backoff_base, backoff_max, retention, notify)
+        VALUES (p_topic, idempotency._caller(), $2, $3, $4, $5, $6)
+        ON CONFLICT (name) DO NOTHING RETURNING t.id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        -- a topic whose owner was dropped belongs to no role: take its name
+        -- over, dropping it with its grants and messages (as drop_topic(force))
+        v_old := NULL;
+        IF i = 0 THEN
+            BEGIN
+                SELECT t.id INTO v_old FROM idempotency.outbox_topic AS t
+                 WHERE t.name = p_topic
+                   AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid = t.owner::pg_catalog.oid)
+                   FOR UPDATE OF t;
+            EXCEPTION WHEN serialization_failure THEN
+                RAISE EXCEPTION 'could not serialize access due to concurrent publish()'
+                    USING ERRCODE = 'serialization_failure',
+                          DETAIL = pg_catalog.format('A message was published to topic "%s" after this transaction''s snapshot was taken.', p_topic),
+                          HINT = 'Retry the transaction.';
+            END;
+        END IF;
+        IF v_old IS NULL THEN
+            RAISE EXCEPTION 'topic "%" already exists', p_topic USING ERRCODE = 'duplicate_object',
+                DETAIL = 'Topic names are shared by every role of the database.';
+        END IF;
+        DELETE FROM idempotency.outbox_message AS m WHERE m.topic_id = v_old;
+        PERFORM idempotency._outbox_drop_row(v_old, p_topic);
+    END LOOP;
+    RAISE EXCEPTION 'topic "%" already exists', p_topic USING ERRCODE = 'duplicate_object',
+        DETAIL = 'Topic names are shared by every role of the database.';
+END
+$fn$
+-- @end
+
+-- @body idempotency_alter_topic
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    t idempotency.outbox_topic;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg($1);
+    IF $2 < 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF $3 IS NOT NULL THEN PERFORM idempotency._outbox_interval($3, 'backoff_base', false); END IF;
+    IF $4 IS NOT NULL THEN PERFORM idempotency._outbox_interval($4, 'backoff_max', false); END IF;
+    IF $5 IS NOT NULL THEN PERFORM idempotency._outbox_interval($5, 'retention', false); END IF;
+    t := idempotency._outbox_topic($1, 'own');
+    UPDATE idempotency.outbox_topic AS o
+       SET max_attempts = coalesce($2, o.max_attempts),
+           backoff_base = coalesce($3, o.backoff_base),
+           backoff_max = coalesce($4, o.backoff_max),
+           retention = coalesce($5, o.retention),
+           notify = coalesce($6, o.notify)
+     WHERE o.id = t.id;
+END
+$fn$
+-- @end
+
+-- @body idempotency_drop_topic
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    t idempotency.outbox_topic;
+    n pg_catalog.int8;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg($1);
+    -- the row lock waits for the publishers in flight (FOR KEY SHARE) and
+    -- another drop; it returns the row as it is after them (or none)
+    t := idempotency._outbox_topic($1, 'own', false, 'update');
+    IF NOT coalesce($2, false) THEN
+        SELECT pg_catalog.count(*) INTO n FROM idempotency.outbox_message AS m
+         WHERE m.topic_id = t.id AND m.state = 'pending';
+        IF n > 0 THEN
+            RAISE EXCEPTION 'topic "%" has undelivered messages', $1 USING ERRCODE = 'object_in_use',
+                DETAIL = CASE WHEN n = 1 THEN pg_catalog.format('%s message of the topic is not delivered yet.', n)
+                              ELSE pg_catalog.format('%s messages of the topic are not delivered yet.', n) END,
+                HINT = 'Use drop_topic(topic, force => true) to drop them too.';
+        END IF;
+    END IF;
+    DELETE FROM idempotency.outbox_message AS m WHERE m.topic_id = t.id;
+    PERFORM idempotency._outbox_drop_row(t.id, $1);
+END
+$fn$
+-- @end
+
+-- @body idempotency_grant_topic
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    t idempotency.outbox_topic;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg($1);
+    IF $2 IS NULL THEN RAISE EXCEPTION 'grantee must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    IF $3 IS NULL THEN RAISE EXCEPTION 'publish must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    IF $4 IS NULL THEN RAISE EXCEPTION 'consume must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    t := idempotency._outbox_topic($1, 'own');
+    INSERT INTO idempotency.outbox_grant AS g (topic_id, grantee, topic_owner, can_publish, can_consume)
+    VALUES (t.id, $2, t.owner, $3, $4)
+    ON CONFLICT (topic_id, grantee) DO UPDATE
+       SET can_publish = excluded.can_publish, can_consume = excluded.can_consume;
+END
+$fn$
+-- @end
+
+-- @body idempotency_revoke_topic
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    t idempotency.outbox_topic;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg($1);
+    IF $2 IS NULL THEN RAISE EXCEPTION 'grantee must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
+    t := idempotency._outbox_topic($1, 'own');
+    DELETE FROM idempotency.outbox_grant AS g WHERE g.topic_id = t.id AND g.grantee = $2;
+    RETURN FOUND;
+END
+$fn$
+-- @end
+
+-- ---------------------------------------------------------------------
+-- publish(topic, payload, message_key, headers, deliver_after)
+-- ---------------------------------------------------------------------
+
+-- @body idempotency_publish
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_topic   ALIAS FOR $1;
+    p_payload ALIAS FOR $2;
+    p_key     ALIAS FOR $3;
+    p_headers ALIAS FOR $4;
+    p_after   ALIAS FOR $5;
+    v_now     pg_catalog.timestamptz := pg_catalog.now();
+    v_avail   pg_catalog.timestamptz := pg_catalog.now();
+    v_mid     pg_catalog.uuid;
+    v_id      pg_catalog.int8;
+    v_n       pg_catalog.int8;
+    t         idempotency.outbox_topic;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg(p_topic);
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_headers IS NOT NULL AND pg_catalog.jsonb_typeof(p_headers) <> 'object' THEN
+        RAISE EXCEPTION 'headers must be a JSON object' USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = 'A message''s headers are {"name": "value", ...}.';
+    END IF;
+    IF p_after IS NOT NULL THEN
+        PERFORM idempotency._outbox_interval(p_after, 'deliver_after', false);
+        v_avail := v_now + p_after;
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        -- what the C edition says at nextval(), after the same checks
+        t := idempotency._outbox_topic(p_topic, 'publish');
+        IF p_key IS NOT NULL THEN
+            PERFORM idempotency._check_key(p_key, p_topic, 'message key');
+        END IF;
+        RAISE EXCEPTION 'cannot execute nextval() in a read-only transaction'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    -- the topic, held to the end of the transaction (drop_topic() waits)
+    t := idempotency._outbox_topic(p_topic, 'publish', false, 'key share');
+    -- keyed: the key's lock before the id (per key, id order is commit order)
+    IF p_key IS NOT NULL THEN
+        PERFORM idempotency._check_key(p_key, p_topic, 'message key');
+        PERFORM idempotency._outbox_key_lock(t.id, p_key);
+    END IF;
+    v_id := pg_catalog.nextval('idempotency.outbox_message_id_seq'::pg_catalog.regclass);
+    v_mid := pg_catalog.gen_random_uuid();
+    INSERT INTO idempotency.outbox_message
+           (id, topic_id, owner, message_id, message_key, payload, headers,
+            available_at, published_at, published_by, state)
+    VALUES (v_id, t.id, t.owner, v_mid, p_key, p_payload, coalesce(p_headers, '{}'::pg_catalog.jsonb),
+            v_avail, v_now, idempotency._caller(), 'pending');
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    IF v_n <> 1 THEN
+        RAISE EXCEPTION 'the message was not stored in table idempotency.outbox_message'
+            USING ERRCODE = 'triggered_action_exception',
+                  DETAIL = 'A trigger on the table skipped the row.';
+    END IF;
+    IF t.notify THEN
+        INSERT INTO idempotency.outbox_notify (topic) VALUES (p_topic);
+    END IF;
+    RETURN v_mid;
+END
+$fn$
+-- @end
+
+-- ---------------------------------------------------------------------
+-- The relay API
+-- ---------------------------------------------------------------------
+
+-- claim(topic, batch_size, visibility): the C edition's statements for
+-- claims in the rows.  First the window: the first max(64, 4 x batch_size)
+-- ready messages in availability order, those unkeyed or the earliest
+-- pending message of their key; when that was full and gave fewer than
+-- batch_size, also beyond it (every key's earliest pending message, by a
+-- skip through the key index, and the ready unkeyed ones).  Candidates are
+-- locked FOR UPDATE SKIP LOCKED in availability order and re-checked; a
+-- lapsed claim at max_attempts makes its message dead instead, and the
+-- statement runs again for the places those took.
+-- @body idempotency_claim
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_topic  ALIAS FOR $1;
+    p_batch  ALIAS FOR $2;
+    o        idempotency.outbox_claim;
+    p_vis    ALIAS FOR $3;
+    t        idempotency.outbox_topic;
+    v_now    pg_catalog.timestamptz;
+    v_until  pg_catalog.timestamptz;
+    v_claim  pg_catalog.uuid := pg_catalog.gen_random_uuid();
+    v_window pg_catalog.int4;
+    v_got    pg_catalog.int4 := 0;
+    v_dead   pg_catalog.int4;
+    v_full   pg_catalog.bool;
+    v_pass   pg_catalog.int4;
+    r        record;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg(p_topic);
+    IF p_batch IS NULL THEN
+        RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_vis IS NULL THEN
+        RAISE EXCEPTION 'visibility must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_batch < 1 OR p_batch > 10000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 10000' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM idempotency._outbox_interval(p_vis, 'visibility', true);
+    v_window := GREATEST(64, p_batch * 4);
+    v_now := pg_catalog.clock_timestamp();
+    v_until := v_now + p_vis;
+    t := idempotency._outbox_topic(p_topic, 'consume');
+
+    -- pass 1: the window; pass 2: beyond it, when the window was full
+    FOR v_pass IN 1..2 LOOP
+        IF v_pass = 2 THEN
+            EXIT WHEN v_got >= p_batch;
+            SELECT pg_catalog.count(*) >= v_window INTO v_full FROM (
+                SELECT 1 FROM idempotency.outbox_message AS w0
+                 WHERE w0.topic_id = t.id AND w0.state = 'pending' AND w0.available_at <= v_now
+                 LIMIT v_window) AS w;
+            EXIT WHEN NOT v_full;
+        END IF;
+        LOOP
+            v_dead := 0;
+            FOR r IN
+                WITH RECURSIVE
+                k(key) AS (
+                    (SELECT s.message_key FROM idempotency.outbox_message AS s
+                      WHERE v_pass = 2 AND s.topic_id = t.id AND s.state = 'pending'
+                        AND s.message_key IS NOT NULL
+                      ORDER BY s.message_key LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT s.message_key FROM idempotency.outbox_message AS s
+                             WHERE s.topic_id = t.id AND s.state = 'pending'
+                               AND s.message_key > k.key
+                             ORDER BY s.message_key LIMIT 1)
+                      FROM k WHERE k.key IS NOT NULL),
+                cand AS (
+                    SELECT w.id FROM (SELECT w0.id, w0.message_key FROM idempotency.outbox_message AS w0
+                                       WHERE v_pass = 1 AND w0.topic_id = t.id AND w0.state = 'pending'
+                                         AND w0.available_at <= v_now
+                                       ORDER BY w0.available_at, w0.id LIMIT v_window) AS w
+                     WHERE w.message_key IS NULL OR NOT EXISTS (
+                           SELECT 1 FROM idempotency.outbox_message AS p
+                            WHERE p.topic_id = t.id AND p.message_key = w.message_key
+                              AND p.state = 'pending' AND p.id < w.id)
+                    UNION ALL
+                    SELECT (SELECT h.id FROM idempotency.outbox_message AS h
+                             WHERE h.topic_id = t.id AND h.state = 'pending'
+                               AND h.message_key = k.key
+                             ORDER BY h.id LIMIT 1)
+                      FROM k WHERE k.key IS NOT NULL
+                    UNION ALL
+                    (SELECT u.id FROM idempotency.outbox_message AS u
+                      WHERE v_pass = 2 AND u.topic_id = t.id AND u.state = 'pending'
+                        AND u.message_key IS NULL AND u.available_at <= v_now
+                      ORDER BY u.available_at, u.id LIMIT p_batch - v_got)),
+                c AS (
+                    UPDATE idempotency.outbox_message AS m
+                       SET attempts = CASE WHEN m.attempts >= t.max_attempts THEN m.attempts
+                                      ELSE m.attempts + 1 END,
+                           claim = CASE WHEN m.attempts >= t.max_attempts THEN NULL ELSE v_claim END,
+                           available_at = v_until,
+                           state = CASE WHEN m.attempts >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+                           last_error = CASE WHEN m.claim IS NULL THEN m.last_error
+                                        ELSE '{"error": "visibility timeout: the claim lapsed without ack or nack"}'::pg_catalog.jsonb END
+                     WHERE m.id = ANY (ARRAY(
+                           SELECT q.id FROM idempotency.outbox_message AS q
+                            WHERE q.id = ANY (ARRAY(SELECT cand.id FROM cand))
+                              AND q.state = 'pending' AND q.available_at <= v_now
+                            ORDER BY q.available_at, q.id
+                            LIMIT p_batch - v_got FOR UPDATE SKIP LOCKED))
+                       AND m.state = 'pending' AND m.available_at <= v_now
+                    RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers,
+                              m.attempts, m.published_at, m.state)
+                SELECT c.id, c.message_id, c.message_key, c.payload, c.headers,
+                       c.attempts, c.published_at, c.state = 'pending' AS claimed
+                  FROM c ORDER BY c.id
+            LOOP
+                IF NOT r.claimed THEN
+                    v_dead := v_dead + 1;
+                    CONTINUE;
+                END IF;
+                o := ROW(r.id, r.message_id, p_topic, r.message_key, r.payload, r.headers,
+                         r.attempts, r.published_at, v_claim, v_until);
+                RETURN NEXT o;
+                v_got := v_got + 1;
+            END LOOP;
+            EXIT WHEN v_dead = 0 OR v_got >= p_batch;
+        END LOOP;
+    END LOOP;
+    RETURN;
+END
+$fn$
+-- @end
+
+-- @body idempotency_ack
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    me  pg_catalog.regrole;
+    v_now pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    n   pg_catalog.int4;
+BEGIN
+    PERFORM idempotency._outbox_ids_arg($2);
+    me := idempotency._caller();
+    UPDATE idempotency.outbox_message AS m
+       SET state = 'delivered', claim = NULL, delivered_at = v_now,
+           expires_at = v_now + t.retention
+      FROM idempotency.outbox_topic AS t
+     WHERE m.id = ANY ($2)
+       AND m.claim = $1
+       AND m.state = 'pending'
+       AND t.id = m.topic_id
+       AND (t.owner = me
+            OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                         WHERE g.topic_id = t.id AND g.grantee = me AND g.can_consume)
+                AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid = t.owner::pg_catalog.oid)));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$
+-- @end
+
+-- nack(): the retry after retry_in, by default backoff_base * 2^(attempt - 1)
+-- capped at backoff_max (capped before it is doubled, so it cannot leave
+-- the interval's range), dead at max_attempts
+-- @body idempotency_nack
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    me  pg_catalog.regrole;
+    v_now pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    n   pg_catalog.int4;
+BEGIN
+    IF $4 IS NOT NULL THEN
+        PERFORM idempotency._outbox_interval($4, 'retry_in', false);
+    END IF;
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'claim must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM idempotency._outbox_ids_arg($2);
+    me := idempotency._caller();
+    UPDATE idempotency.outbox_message AS m
+       SET claim = NULL, last_error = $3, attempts = m.attempts,
+           state = CASE WHEN m.attempts >= t.max_attempts THEN 'dead' ELSE 'pending' END,
+           available_at = v_now + coalesce($4,
+               CASE WHEN t.backoff_max / pg_catalog.power(2::pg_catalog.float8,
+                                                          LEAST(GREATEST(m.attempts - 1, 0), 30)::pg_catalog.float8)
+                         <= t.backoff_base
+               THEN t.backoff_max
+               ELSE LEAST(t.backoff_max, t.backoff_base * pg_catalog.power(2::pg_catalog.float8,
+                                                          LEAST(GREATEST(m.attempts - 1, 0), 30)::pg_catalog.float8)) END)
+      FROM idempotency.outbox_topic AS t
+     WHERE m.id = ANY ($2)
+       AND m.claim = $1
+       AND m.state = 'pending'
+       AND t.id = m.topic_id
+       AND (t.owner = me
+            OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                         WHERE g.topic_id = t.id AND g.grantee = me AND g.can_consume)
+                AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid = t.owner::pg_catalog.oid)));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$
+-- @end
+
+-- @body idempotency_release
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    me  pg_catalog.regrole;
+    v_now pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    n   pg_catalog.int4;
+BEGIN
+    PERFORM idempotency._outbox_ids_arg($2);
+    me := idempotency._caller();
+    UPDATE idempotency.outbox_message AS m
+       SET claim = NULL, available_at = v_now,
+           attempts = GREATEST(m.attempts - 1, 0)
+      FROM idempotency.outbox_topic AS t
+     WHERE m.id = ANY ($2)
+       AND m.claim = $1
+       AND m.state = 'pending'
+       AND t.id = m.topic_id
+       AND (t.owner = me
+            OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                         WHERE g.topic_id = t.id AND g.grantee = me AND g.can_consume)
+                AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid = t.owner::pg_catalog.oid)));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$
+-- @end
+
+-- redrive(): a redriven message takes a new id, drawn after its key's lock
+-- as publish() draws one (its message_id stays), so it goes out after
+-- every message of its key published before, never beside one that is out.
+-- The dead messages are locked first: a concurrent redrive of them waits,
+-- then finds them pending.
+-- @body idempotency_redrive
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    t     idempotency.outbox_topic;
+    v_now pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    v_old pg_catalog.int8[] := '{}';
+    v_new pg_catalog.int8[] := '{}';
+    r     record;
+    n     pg_catalog.int4;
+BEGIN
+    PERFORM idempotency._outbox_topic_arg($1);
+    IF $2 IS NOT NULL THEN
+        PERFORM idempotency._outbox_ids_arg($2);
+    END IF;
+    t := idempotency._outbox_topic($1, 'consume');
+    FOR r IN SELECT m.id, m.message_key FROM idempotency.outbox_message AS m
+              WHERE m.topic_id = t.id AND m.state = 'dead'
+                AND ($2 IS NULL OR m.id = ANY ($2))
+              ORDER BY m.id FOR UPDATE LOOP
+        IF r.message_key IS NOT NULL THEN
+            PERFORM idempotency._outbox_key_lock(t.id, r.message_key);
+        END IF;
+        v_old := v_old || r.id;
+        v_new := v_new || pg_catalog.nextval('idempotency.outbox_message_id_seq'::pg_catalog.regclass);
+    END LOOP;
+    IF pg_catalog.cardinality(v_old) = 0 THEN
+        RETURN 0;
+    END IF;
+    UPDATE idempotency.outbox_message AS m
+       SET id = x.new_id, state = 'pending', attempts = 0, claim = NULL, available_at = v_now
+      FROM ROWS FROM (pg_catalog.unnest(v_old), pg_catalog.unnest(v_new)) AS x(old_id, new_id)
+     WHERE m.id = x.old_id AND m.state = 'dead';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 AND t.notify THEN
+        INSERT INTO idempotency.outbox_notify (topic) VALUES ($1);
+    END IF;
+    RETURN n;
+END
+$fn$
+-- @end
+
+-- ---------------------------------------------------------------------
+-- wait_for(topics, timeout, since): polling
+--
+-- A function cannot LISTEN (a backend takes notifications between
+-- transactions, not inside a statement), and NOTIFY would serialise every
+-- publishing transaction's commit on a cluster-wide lock; so wait_for()
+-- polls, in the statement the relay sends (any driver, PgBouncer in
+-- transaction mode), and publishers write nothing for it.  What it looks
+-- for: a pending, unclaimed, ready message of one of the topics whose row
+-- version was written by a transaction that had not committed when the
+-- cursor was taken (a publish, a release, a redrive, a nack with a retry
+-- due).  The cursor is the snapshot the call (or the one that returned
+-- it) took: its xmax, then the transactions in progress then, as int8s;
+-- a commit after it is never missed, and one before it never wakes.  Each
+-- look is one index scan per topic; between looks the wait sleeps 5 ms,
+-- doubled after each empty look up to 100 ms, so a commit is seen within
+-- about 100 ms by a relay that has waited a while.
+-- ---------------------------------------------------------------------
+
+-- @body idempotency_wait_for
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_topics  ALIAS FOR $1;
+    p_timeout ALIAS FOR $2;
+    p_since   ALIAS FOR $3;
+    o_woken   ALIAS FOR $4;
+    o_cursor  ALIAS FOR $5;
+    v_ids     pg_catalog.int4[] := '{}';
+    v_names   pg_catalog.text[] := '{}';
+    v_snap    pg_catalog.pg_snapshot;
+    v_cur     pg_catalog.int8[];
+    v_xmax    pg_catalog.int8;
+    v_xip     pg_catalog.int8[];
+    v_end     pg_catalog.timestamptz;
+    v_sleep   pg_catalog.float8 := 0.005;
+    v_left    pg_catalog.float8;
+    t         idempotency.outbox_topic;
+    i         pg_catalog.int4;
+BEGIN
+    IF p_topics IS NULL THEN
+        RAISE EXCEPTION 'topics must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF pg_catalog.array_ndims(p_topics) > 1 THEN
+        RAISE EXCEPTION 'topics must be a one-dimensional array' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(pg_catalog.cardinality(p_topics), 0) NOT BETWEEN 1 AND 100 THEN
+        RAISE EXCEPTION 'topics must name 1 to 100 topics' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.array_position(p_topics, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'topics must not contain nulls' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_timeout IS NULL THEN
+        RAISE EXCEPTION 'timeout must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM idempotency._outbox_interval(p_timeout, 'timeout', false);
+    IF p_since IS NOT NULL THEN
+        IF pg_catalog.array_position(p_since, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'since must not contain nulls' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        -- a snapshot: xmax a normal transaction id not in the future, the
+        -- transactions in progress normal ones below it
+        IF coalesce(pg_catalog.cardinality(p_since), 0) < 1 OR pg_catalog.array_ndims(p_since) > 1
+           OR p_since[1] < 3
+           OR p_since[1] > pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::pg_catalog.text::pg_catalog.int8
+           OR EXISTS (SELECT FROM pg_catalog.unnest(p_since[2:]) AS s(x) WHERE s.x < 3 OR s.x >= p_since[1]) THEN
+            RAISE EXCEPTION 'since is not a cursor wait_for() returned' USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'Pass the cursor an earlier call with the same topics returned.';
+        END IF;
+    END IF;
+    FOR i IN 1..pg_catalog.cardinality(p_topics) LOOP
+        PERFORM idempotency._outbox_topic_arg(p_topics[i]);
+        t := idempotency._outbox_topic(p_topics[i], 'consume');
+        IF NOT t.id = ANY (v_ids) THEN
+            v_ids := v_ids || t.id;
+            v_names := v_names || t.name;
+        END IF;
+    END LOOP;
+
+    -- the cursor: this call's snapshot, as its xmax and the transactions
+    -- in progress
+    v_snap := pg_catalog.pg_current_snapshot();
+    v_cur := ARRAY[pg_catalog.pg_snapshot_xmax(v_snap)::pg_catalog.text::pg_catalog.int8]
+             || ARRAY(SELECT x::pg_catalog.text::pg_catalog.int8 FROM pg_catalog.pg_snapshot_xip(v_snap) AS x);
+    IF p_since IS NULL THEN
+        p_since := v_cur;
+    END IF;
+    v_xmax := p_since[1];
+    v_xip := p_since[2:];
+    v_end := pg_catalog.clock_timestamp() + p_timeout;
+    LOOP
+        -- each statement here has a snapshot of its own (READ COMMITTED)
+        o_woken := ARRAY(
+            SELECT tn.name FROM ROWS FROM (pg_catalog.unnest(v_ids), pg_catalog.unnest(v_names)) WITH ORDINALITY AS tn(id, name, o)
+             WHERE EXISTS (
+                   SELECT 1 FROM idempotency.outbox_message AS m
+                    WHERE m.topic_id = tn.id AND m.state = 'pending'
+                      AND m.available_at <= pg_catalog.clock_timestamp()
+                      AND m.claim IS NULL
+                      AND (idempotency._outbox_full_xid(m.xmin, v_xmax) >= v_xmax
+                           OR idempotency._outbox_full_xid(m.xmin, v_xmax) = ANY (v_xip))
+                      -- not this transaction's own (uncommitted) rows
+                      AND pg_catalog.pg_xact_status(idempotency._outbox_full_xid(m.xmin, v_xmax)::pg_catalog.text::pg_catalog.xid8)
+                          = 'committed')
+             ORDER BY tn.o);
+        IF pg_catalog.cardinality(o_woken) > 0 THEN
+            v_snap := pg_catalog.pg_current_snapshot();
+            o_cursor := ARRAY[pg_catalog.pg_snapshot_xmax(v_snap)::pg_catalog.text::pg_catalog.int8]
+                      || ARRAY(SELECT x::pg_catalog.text::pg_catalog.int8 FROM pg_catalog.pg_snapshot_xip(v_snap) AS x);
+            RETURN;
+        END IF;
+        v_left := EXTRACT(epoch FROM v_end - pg_catalog.clock_timestamp())::pg_catalog.float8;
+        EXIT WHEN v_left <= 0;
+        PERFORM pg_catalog.pg_sleep(LEAST(v_sleep, v_left));
+        v_sleep := LEAST(v_sleep * 2, 0.1);
+    END LOOP;
+    -- nothing: the cursor stays where it was (a commit since is not missed)
+    o_woken := '{}';
+    o_cursor := p_since;
+    RETURN;
+END
+$fn$
+-- @end
+
+-- ---------------------------------------------------------------------
+-- What the views read from the C edition's shared memory: here claims are
+-- in the rows and acked messages stay rows until the purge, so there is
+-- nothing in shared memory to add
+-- ---------------------------------------------------------------------
+
+-- @body idempotency_outbox_claimed
+LANGUAGE sql
+AS $fn$ SELECT false $fn$
+-- @end
+
+-- @body idempotency_outbox_attempt
+LANGUAGE sql
+AS $fn$ SELECT NULL::pg_catalog.int4 $fn$
+-- @end
+
+-- @body idempotency_outbox_counts
+LANGUAGE sql
+AS $fn$ SELECT 0::pg_catalog.int8, 0::pg_catalog.int8 $fn$
+-- @end
+
+-- @body idempotency_outbox_claim
+LANGUAGE sql
+AS $fn$ SELECT NULL::pg_catalog.uuid, NULL::pg_catalog.timestamptz, NULL::pg_catalog.int4 $fn$
+-- @end
