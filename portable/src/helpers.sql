@@ -347,11 +347,13 @@ BEGIN
         RAISE EXCEPTION 'changes must name at least one column' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     v_where := format('t.%I %s %s', idc.name, idempotency._helper_operator(idc.typ, 3), v_idsql);
+    -- the row itself is the base record: a column the call does not name
+    -- keeps its value and is not read through its domain
     v_work := format('UPDATE %s AS t SET (%s%I) = (SELECT %st.%I OPERATOR(pg_catalog.+) 1'
-                     '  FROM pg_catalog.jsonb_to_record($3) AS r(%s))'
+                     '  FROM pg_catalog.jsonb_populate_record(t.*, $3) AS r)'
                      ' WHERE %s AND t.%I OPERATOR(pg_catalog.=) $2'
                      ' RETURNING t.%I',
-                     t.qualname, v_targets, ver.name, v_sources, ver.name, v_defs,
+                     t.qualname, v_targets, ver.name, v_sources, ver.name,
                      v_where, ver.name, ver.name);
     v_probe := format('SELECT t.%I::pg_catalog.text FROM %s AS t WHERE %s', ver.name, t.qualname, v_where);
 
@@ -413,6 +415,7 @@ DECLARE
     v_probe  pg_catalog.text;
     v_result pg_catalog.jsonb;
     v_skipping pg_catalog.bool;
+    v_record pg_catalog.text;
     v_n      pg_catalog.int8;
 BEGIN
     PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
@@ -442,14 +445,29 @@ BEGIN
         v_match := v_match || CASE WHEN v_match = '' THEN '' ELSE ' AND ' END
                    || format('t.%I %s %s', c.name, idempotency._helper_operator(c.typ, 3), coalesce(v_value, 'NULL'));
     END LOOP;
+    -- the JSON object as a row of the table: jsonb_populate_record() on a
+    -- NULL of the table's row type (its type is kept per table), unless a
+    -- column the call does not name has a domain with constraints, which
+    -- a NULL base would read NULL through (a NOT NULL domain would refuse
+    -- it): then jsonb_to_record() with a column list of the named columns
+    -- only (which registers an anonymous record type per set of columns
+    -- for the life of the session)
+    IF EXISTS (SELECT FROM pg_attribute AS a
+                WHERE a.attrelid = p_target AND a.attnum > 0 AND NOT a.attisdropped
+                  AND a.attnum <> ALL (v_cols)
+                  AND idempotency._helper_constrained_domain(a.atttypid)) THEN
+        v_record := format('pg_catalog.jsonb_to_record($1) AS r(%s)', v_defs);
+    ELSE
+        v_record := format('pg_catalog.jsonb_populate_record(NULL::%s, $1) AS r', t.qualname);
+    END IF;
     v_work := format('INSERT INTO %s AS t (%s)'
-                     ' SELECT %s FROM pg_catalog.jsonb_to_record($1) AS r(%s)'
+                     ' SELECT %s FROM %s'
                      ' ON CONFLICT (%s) DO NOTHING'
                      ' RETURNING pg_catalog.to_jsonb(t.*)',
-                     t.qualname, v_targets, v_sources, v_defs, v_conflict);
-    v_probe := format('SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t, pg_catalog.jsonb_to_record($1) AS r(%s)'
+                     t.qualname, v_targets, v_sources, v_record, v_conflict);
+    v_probe := format('SELECT pg_catalog.to_jsonb(t.*) FROM %s AS t, %s'
                       ' WHERE %s',
-                      t.qualname, v_defs, v_match);
+                      t.qualname, v_record, v_match);
 
     -- insert, or read the row that holds the key; if that row is deleted
     -- between the two, insert again (a few times at most)
@@ -661,6 +679,26 @@ END
 $fn$;
 COMMENT ON FUNCTION idempotency._helper_key_columns(pg_catalog.regclass, pg_catalog.text, pg_catalog.name[]) IS
 'Portable edition, internal: insert_once()''s key columns (conflict_columns, else the primary key)';
+
+-- Whether a type is a domain with a NOT NULL or CHECK constraint (its
+-- own or a base domain's).
+CREATE FUNCTION idempotency._helper_constrained_domain(typ pg_catalog.oid)
+RETURNS pg_catalog.bool
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+WITH RECURSIVE d(oid, base, nn) AS (
+    SELECT ty.oid, ty.typbasetype, ty.typnotnull FROM pg_catalog.pg_type AS ty
+     WHERE ty.oid OPERATOR(pg_catalog.=) typ AND ty.typtype OPERATOR(pg_catalog.=) 'd'
+    UNION ALL
+    SELECT ty.oid, ty.typbasetype, ty.typnotnull FROM d, pg_catalog.pg_type AS ty
+     WHERE ty.oid OPERATOR(pg_catalog.=) d.base AND ty.typtype OPERATOR(pg_catalog.=) 'd'
+)
+SELECT EXISTS (SELECT FROM d WHERE d.nn
+                  OR EXISTS (SELECT FROM pg_catalog.pg_constraint AS c WHERE c.contypid OPERATOR(pg_catalog.=) d.oid))
+$fn$;
+COMMENT ON FUNCTION idempotency._helper_constrained_domain(pg_catalog.oid) IS
+'Portable edition, internal: whether a type is a domain with a NOT NULL or CHECK constraint';
 
 -- The base type of a domain (the type itself otherwise).
 CREATE FUNCTION idempotency._helper_base_type(typ pg_catalog.oid)
