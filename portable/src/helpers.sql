@@ -8,21 +8,27 @@
 -- application role may write, so it is SECURITY DEFINER and the machine's
 -- owner is idempotency._caller().  Statements are built from catalog facts
 -- only: the table and its columns are checked against pg_class and
--- pg_attribute and quoted with format('%I'), types are formatted by
--- format_type() and operators looked up as the type's default btree
--- operator, every value is a parameter (EXECUTE ... USING), JSON values are
--- cast to the column types by jsonb_to_record() with a column definition
--- list of the named columns only (so a column the call does not name is
--- never read through its domain).
+-- pg_attribute and quoted with format('%I'), types are written so that
+-- they name the same type on any search_path (_helper_type_sql), operators
+-- are the type's default btree operators as OPERATOR(schema.op), every
+-- value is a parameter (EXECUTE ... USING).  JSON values are cast to the
+-- column types by jsonb_populate_record(): on the row itself for
+-- update_versioned(), on a NULL of the table's row type for insert_once()
+-- (by a column list of the named columns when a column the row leaves out
+-- has a constrained domain, which a NULL base would check).
 --
--- Each function pins search_path to pg_catalog, pg_temp: a look-alike
--- operator or function earlier on the caller's search_path changes
--- nothing.  The difference from the C edition: the statements on the
--- target run under that search_path too, so a trigger on the target that
--- names something without its schema must schema-qualify it (or set its
--- own search_path).  Plans are not kept per target as the C edition keeps
--- them: each call builds its statements from the catalog (so an ALTER
--- TABLE between calls is always followed).
+-- search_path: the three invoker functions pin it to pg_catalog, pg_temp
+-- (set_config(..., true), their first statement) for their own work, and
+-- give the caller's back only around the statements on the target (the
+-- to_state and id casts, the UPDATE or INSERT and its probe, the deparsed
+-- default of a key column), so a trigger on the target sees the caller's
+-- search_path as in the C edition, while a look-alike operator, function or
+-- type earlier on it changes nothing the helper wrote.  The caller's value
+-- is set again before every return; an error rolls the setting back with
+-- the (sub)transaction.  The helpers keep no plans per target as the C
+-- edition does: each call builds its statements from the catalog (so an
+-- ALTER TABLE between calls is always followed, and nothing accumulates in
+-- the session).
 
 -- @body idempotency_create_machine
 LANGUAGE plpgsql SECURITY DEFINER
