@@ -5,7 +5,8 @@
 -- (a look-alike type or function in front changes nothing), and the
 -- caller's search_path is as it was after the call; a row with a
 -- constrained domain column it does not name; machines are written only
--- through create_machine(); stats() reads the key table.
+-- through create_machine(), which checks a definition as the C edition
+-- does; stats() reads the key table.
 
 -- a trigger on the target that names a function without its schema
 CREATE FUNCTION ph_stamp_value() RETURNS text LANGUAGE sql AS $$ SELECT 'stamped' $$;
@@ -96,3 +97,14 @@ DELETE FROM idempotency.state_machine WHERE machine LIKE 'ph%';
 DROP TABLE ph_doc, ph_dom;
 DROP DOMAIN ph_label;
 DROP FUNCTION ph_stamp(), ph_stamp_value();
+
+-- create_machine(): the first fault of a state's targets in array order,
+-- as the C edition's one pass (a repeat before a number, a number before
+-- a repeat); a long name of multibyte characters clipped at 40 bytes
+-- without splitting one; nothing written
+SELECT idempotency.create_machine('ph-bad', '{"a": ["b", "b", 1]}');
+SELECT idempotency.create_machine('ph-bad', '{"a": ["b", 1, "b"]}');
+SELECT idempotency.create_machine('ph-bad', '{"a": ["b", "c"], "d": ["e", ["f"]]}');
+SELECT idempotency.create_machine(repeat('é', 600), '{"a": ["b"]}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS bad_machines FROM idempotency.state_machine WHERE machine LIKE 'ph-bad%' OR machine LIKE 'é%';

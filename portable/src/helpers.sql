@@ -42,7 +42,8 @@ DECLARE
     v_from  pg_catalog.text;
     v_targets pg_catalog.jsonb;
     v_t     pg_catalog.jsonb;
-    v_dup   pg_catalog.text;
+    v_twice pg_catalog.bool;
+    v_clip  pg_catalog.text;
     v_n     pg_catalog.int8;
     v_hint CONSTANT pg_catalog.text := 'Write transitions as an object from each state to an array of the states it may move to, e.g. {"pending": ["paid", "cancelled"], "paid": ["shipped"]}.';
 BEGIN
@@ -50,7 +51,12 @@ BEGIN
         RAISE EXCEPTION 'state machine name must not be null or empty' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF octet_length(p_machine) > 1024 THEN
-        RAISE EXCEPTION 'state machine name "%..." is too long', left(p_machine, 40)
+        -- the first 40 bytes, never half a character
+        v_clip := left(p_machine, 40);
+        WHILE octet_length(v_clip) > 40 LOOP
+            v_clip := left(v_clip, -1);
+        END LOOP;
+        RAISE EXCEPTION 'state machine name "%..." is too long', v_clip
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = format('The name is %s bytes; the limit is %s.', octet_length(p_machine), 1024);
     END IF;
@@ -62,9 +68,7 @@ BEGIN
         RAISE EXCEPTION 'invalid transitions for state machine "%"', p_machine
             USING ERRCODE = 'invalid_parameter_value', DETAIL = 'The transitions must be a non-empty JSON object.', HINT = v_hint;
     END IF;
-    -- one pass over the states in the object's order (as the C edition's
-    -- iterator); a target listed twice is found by sorting the state's
-    -- targets once
+    -- the states in the object's order (as the C edition's iterator)
     FOR v_from, v_targets IN SELECT e.key, e.value FROM jsonb_each(p_transitions) AS e LOOP
         IF v_from = '' THEN
             RAISE EXCEPTION 'invalid transitions for state machine "%"', p_machine
@@ -79,12 +83,20 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value', HINT = v_hint,
                       DETAIL = format('The transitions of state "%s" must be an array of state names.', v_from);
         END IF;
-        -- the first element that is not a non-empty string, in order
-        SELECT e.value INTO v_t
-          FROM jsonb_array_elements(v_targets) WITH ORDINALITY AS e(value, n)
-         WHERE jsonb_typeof(e.value) <> 'string' OR e.value = '""'::jsonb
-         ORDER BY e.n LIMIT 1;
-        IF FOUND THEN
+        -- the first element, in array order, that is not a non-empty
+        -- string or repeats an earlier one (the C edition's one pass)
+        SELECT d.value, d.k > 1 INTO v_t, v_twice
+          FROM (SELECT e.value, e.n,
+                       CASE WHEN jsonb_typeof(e.value) = 'string' AND e.value <> '""'::jsonb
+                            THEN pg_catalog.row_number() OVER (PARTITION BY e.value ORDER BY e.n) ELSE 0 END AS k
+                  FROM jsonb_array_elements(v_targets) WITH ORDINALITY AS e(value, n)) AS d
+         WHERE d.k <> 1
+         ORDER BY d.n LIMIT 1;
+        IF FOUND AND v_twice THEN
+            RAISE EXCEPTION 'invalid transitions for state machine "%"', p_machine
+                USING ERRCODE = 'invalid_parameter_value', HINT = v_hint,
+                      DETAIL = format('State "%s" lists "%s" twice.', v_from, v_t #>> '{}');
+        ELSIF FOUND THEN
             IF jsonb_typeof(v_t) = 'array' THEN
                 RAISE EXCEPTION 'invalid transitions for state machine "%"', p_machine
                     USING ERRCODE = 'invalid_parameter_value', HINT = v_hint,
@@ -97,17 +109,6 @@ BEGIN
             RAISE EXCEPTION 'invalid transitions for state machine "%"', p_machine
                 USING ERRCODE = 'invalid_parameter_value', HINT = v_hint,
                       DETAIL = format('State "%s" lists a target that is not a non-empty string.', v_from);
-        END IF;
-        -- a target listed twice: the first repeated one in array order
-        SELECT d.s INTO v_dup
-          FROM (SELECT e.value #>> '{}' AS s, e.n,
-                       pg_catalog.row_number() OVER (PARTITION BY e.value ORDER BY e.n) AS k
-                  FROM jsonb_array_elements(v_targets) WITH ORDINALITY AS e(value, n)) AS d
-         WHERE d.k = 2 ORDER BY d.n LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'invalid transitions for state machine "%"', p_machine
-                USING ERRCODE = 'invalid_parameter_value', HINT = v_hint,
-                      DETAIL = format('State "%s" lists "%s" twice.', v_from, v_dup);
         END IF;
     END LOOP;
     v_owner := idempotency._caller();
