@@ -108,3 +108,19 @@ SELECT idempotency.create_machine('ph-bad', '{"a": ["b", "c"], "d": ["e", ["f"]]
 SELECT idempotency.create_machine(repeat('é', 600), '{"a": ["b"]}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS bad_machines FROM idempotency.state_machine WHERE machine LIKE 'ph-bad%' OR machine LIKE 'é%';
+
+-- messages name a type as the caller's search_path spells it (the helper
+-- works on its own): unqualified where visible, qualified where not
+CREATE SCHEMA ph_types;
+CREATE DOMAIN ph_types.blob AS bytea;
+CREATE TABLE ph_blob (id int PRIMARY KEY, status ph_types.blob, version ph_types.blob);
+INSERT INTO ph_blob VALUES (1, 'x', 'y');
+SELECT idempotency.transition('ph_blob', 1, 'a', 'ph-none');
+SELECT idempotency.update_versioned('ph_blob', 1, 1, '{"status": "z"}');
+SET search_path = ph_types, public;
+SELECT idempotency.transition('ph_blob', 1, 'a', 'ph-none');
+SELECT idempotency.update_versioned('ph_blob', 1, 1, '{"status": "z"}');
+SELECT idempotency.transition('ph_blob', '1'::ph_types.blob, 'a', 'ph-none');
+RESET search_path;
+DROP TABLE ph_blob;
+DROP SCHEMA ph_types CASCADE;

@@ -170,7 +170,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'transition() would rewrite the column that identifies the row.';
     END IF;
-    v_idsql := idempotency._helper_id(p_id, idc.typ, idc.name);
+    v_idsql := idempotency._helper_id(p_id, idc.typ, idc.name, v_path);
     IF p_to_state IS NULL THEN
         RAISE EXCEPTION 'to_state must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
@@ -178,12 +178,12 @@ BEGIN
     v_int := v_base IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype);
     IF NOT v_int AND (SELECT ty.typcategory FROM pg_type AS ty WHERE ty.oid = v_base) NOT IN ('S', 'E') THEN
         RAISE EXCEPTION 'state column "%" of table "%" has type %, which transition() does not support',
-                        st.name, t.relname, format_type(st.typ, NULL)
+                        st.name, t.relname, idempotency._helper_type_name(st.typ, v_path)
             USING ERRCODE = 'datatype_mismatch',
                   DETAIL = 'A state column must be of a string type, an enum type or an integer type.';
     END IF;
     IF v_forward AND st.typ NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype) THEN
-        RAISE EXCEPTION 'a state machine is required for state column "%" of type %', st.name, format_type(st.typ, NULL)
+        RAISE EXCEPTION 'a state machine is required for state column "%" of type %', st.name, idempotency._helper_type_name(st.typ, v_path)
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Without a machine, transition() only moves integer states forward.';
     END IF;
@@ -332,12 +332,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'update_versioned() would rewrite the column that identifies the row.';
     END IF;
-    v_idsql := idempotency._helper_id(p_id, idc.typ, idc.name);
+    v_idsql := idempotency._helper_id(p_id, idc.typ, idc.name, v_path);
     IF p_changes IS NULL THEN
         RAISE EXCEPTION 'changes must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF ver.typ NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype) THEN
-        RAISE EXCEPTION 'version column "%" must be an integer column, not %', ver.name, format_type(ver.typ, NULL)
+        RAISE EXCEPTION 'version column "%" must be an integer column, not %', ver.name, idempotency._helper_type_name(ver.typ, v_path)
             USING ERRCODE = 'datatype_mismatch';
     END IF;
     FOR c IN SELECT * FROM idempotency._helper_object_columns(p_target, t.relname, p_changes, 'changes') LOOP
@@ -602,6 +602,21 @@ $fn$;
 COMMENT ON FUNCTION idempotency._helper_type_sql(pg_catalog.oid, pg_catalog.int4) IS
 'Portable edition, internal: a type as SQL that names it on any search_path';
 
+-- A type's name for a message, as format_type() spells it on the caller's
+-- search_path (the C edition's format_type_be() at the call).
+CREATE FUNCTION idempotency._helper_type_name(typ pg_catalog.oid, path pg_catalog.text)
+RETURNS pg_catalog.text
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM set_config('search_path', path, true);  -- until this function returns
+    RETURN pg_catalog.format_type(typ, NULL);
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._helper_type_name(pg_catalog.oid, pg_catalog.text) IS
+'Portable edition, internal: a type''s name for a message, as the caller''s search_path spells it';
+
 -- A column of the target by name: 42703 when there is none (or it is a
 -- system column); its type, as SQL too.
 CREATE FUNCTION idempotency._helper_column(target pg_catalog.regclass, relname pg_catalog.text, colname pg_catalog.name,
@@ -774,7 +789,7 @@ COMMENT ON FUNCTION idempotency._helper_operator(pg_catalog.oid, pg_catalog.int4
 -- that type, else '$1::type' after checking that PostgreSQL's explicit cast
 -- exists (42846) and is exact: converted back it is the same value (22P02);
 -- a string is read by the column type's own input rules.  22004 when NULL.
-CREATE FUNCTION idempotency._helper_id(id anyelement, coltype pg_catalog.oid, colname pg_catalog.text)
+CREATE FUNCTION idempotency._helper_id(id anyelement, coltype pg_catalog.oid, colname pg_catalog.text, path pg_catalog.text)
 RETURNS pg_catalog.text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -795,7 +810,7 @@ BEGIN
         EXECUTE format('SELECT $1::%s::pg_catalog.text', v_type) INTO v_as USING id;
     EXCEPTION WHEN cannot_coerce THEN
         RAISE EXCEPTION 'cannot use an id of type % for column "%" of type %',
-                        format_type(v_argtype, NULL), colname, v_type
+                        idempotency._helper_type_name(v_argtype, path), colname, idempotency._helper_type_name(coltype, path)
             USING ERRCODE = 'cannot_coerce';
     END;
     IF (SELECT ty.typcategory FROM pg_type AS ty WHERE ty.oid = idempotency._helper_base_type(v_argtype)) NOT IN ('S', 'X') THEN
@@ -807,15 +822,16 @@ BEGIN
             v_exact := true;    -- no way back, or no equality: as the C edition, unchecked
         END;
         IF NOT v_exact THEN
-            RAISE EXCEPTION 'id % does not convert exactly to type % of column "%"', format('%s', id), v_type, colname
+            RAISE EXCEPTION 'id % does not convert exactly to type % of column "%"', format('%s', id),
+                            idempotency._helper_type_name(coltype, path), colname
                 USING ERRCODE = 'invalid_text_representation',
-                      DETAIL = format('As %s it would be %s, another value.', v_type, v_as);
+                      DETAIL = format('As %s it would be %s, another value.', idempotency._helper_type_name(coltype, path), v_as);
         END IF;
     END IF;
     RETURN format('$1::%s', idempotency._helper_type_sql(coltype, -1));
 END
 $fn$;
-COMMENT ON FUNCTION idempotency._helper_id(anyelement, pg_catalog.oid, pg_catalog.text) IS
+COMMENT ON FUNCTION idempotency._helper_id(anyelement, pg_catalog.oid, pg_catalog.text, pg_catalog.text) IS
 'Portable edition, internal: a write helper''s id argument as a parameter of the id column''s type, checked to convert exactly';
 
 -- The value insert_once()'s INSERT gives a key column the row leaves out,
