@@ -88,18 +88,25 @@ is(as_app($c, 'src', q{SELECT outcome || ' ' || attempts FROM idempotency.begin(
 	'retry 2', 'source: attempt 2 takes the lapsed lease over');
 is(as_app($c, 'src', q{SELECT idempotency.renew('lease-1', '2 hours', 2) > now() + interval '90 minutes'}),
 	't', 'source: attempt 2 renews its lease');
+# a state machine and the outbox: a topic, its grant, a keyed message
+$c->safe_psql('src', q{
+	SELECT idempotency.create_machine('order', '{"pending": ["paid"], "paid": []}');
+	SELECT idempotency.create_topic('payments');
+	SELECT idempotency.grant_topic('payments', 'app');
+});
+as_app($c, 'src', q{SELECT idempotency.publish('payments', '{"amount": 10}', message_key => 'order-1')});
 my $t_unused = as_app($c, 'src', q{SELECT idempotency.issue_token()});
 my $t_used = as_app($c, 'src', q{SELECT idempotency.issue_token()});
 is(as_app($c, 'src', qq{SELECT idempotency.consume_token('$t_used')}), 't', 'source: a token used');
 is(as_app($c, 'src', q{SELECT idempotency.first_seen('inbox', 'm-1')}), 't', 'source: a message seen');
 
 # what must survive every move: the rows (every column, as text, in the
-# order of their names; the owner by name) and the derived keys
+# order of their names; roles by name) and the derived keys
 sub rows
 {
 	my ($node, $db) = @_;
 	my $out = '';
-	for my $t (qw(idempotency_key token seen_message))
+	for my $t (qw(idempotency_key token seen_message state_machine outbox_topic outbox_grant outbox_message))
 	{
 		my $cols = $node->safe_psql($db, qq{SELECT string_agg(format('%I::text', attname), ', ' ORDER BY attname)
 			FROM pg_attribute WHERE attrelid = 'idempotency.$t'::regclass AND attnum > 0 AND NOT attisdropped});
@@ -113,6 +120,13 @@ my $rows = rows($c, 'src');
 my $derived = as_app($c, 'src', $derive);
 is(scalar(() = $derived =~ / idk_[a-z2-7]{26}(?:, |$)/g), 10, 'source: the keys derive');
 my $response = as_app($c, 'src', q{SELECT response::text FROM idempotency.idempotency_key WHERE key = 'paid-1'});
+# the tables move.pl moves the rows of are the ones the C edition dumps
+my $extconfig = $c->safe_psql('src', q{SELECT string_agg(c.relname, ' ' ORDER BY c.relname)
+	FROM pg_extension AS e, unnest(e.extconfig) AS t(oid) JOIN pg_class AS c ON c.oid = t.oid
+	WHERE e.extname = 'idempotency'});
+my $tables;
+IPC::Run::run([ 'perl', $move, '--tables' ], '>', \$tables) or die "move.pl --tables failed";
+is(join(' ', sort split /\n/, $tables), $extconfig, 'move.pl moves the rows of the tables the C edition dumps');
 
 # --- the moves --------------------------------------------------------------
 # pg_dump of a database; the list of what to restore (portable/move.pl)
@@ -204,7 +218,7 @@ for my $t (@targets)
 		is($p->safe_psql($db, q{SELECT obj_description('idempotency'::regnamespace, 'pg_namespace')}),
 			'idempotency 0.6.0 (portable edition)', "$name: the install records its version");
 	}
-	is(rows($node, $db), $rows, "$name: the keys, tokens and seen messages are the source's");
+	is(rows($node, $db), $rows, "$name: the keys, tokens, seen messages, state machines and the outbox are the source's");
 	is(as_app($node, $db, $derive), $derived, "$name: every key derives the source's downstream keys");
 	is(as_app($node, $db, q{SELECT count(*) FROM payment}), '1', "$name: the application's rows came along");
 
@@ -248,6 +262,18 @@ for my $t (@targets)
 		idempotency.consume_token('$t_used')}), 't|f|f', "$name: the unused token is good once, the used one not");
 	is(as_app($node, $db, q{SELECT idempotency.first_seen('inbox', 'm-1'), idempotency.first_seen('inbox', 'm-2')}),
 		'f|t', "$name: the seen message is not first seen again");
+
+	# the outbox goes on: the message is claimed, a new one follows it
+	# (where the edition has the outbox's functions)
+	if ($node->safe_psql($db, q{SELECT count(*) FROM pg_proc WHERE proname = 'claim' AND pronamespace = 'idempotency'::regnamespace}))
+	{
+		is(as_app($node, $db, q{SELECT string_agg(message_key || ' ' || payload::text, ', ') FROM idempotency.claim('payments')}),
+			'order-1 {"amount": 10}', "$name: the message is claimed");
+		is(as_app($node, $db, q{SELECT idempotency.publish('payments', '{"amount": 11}', message_key => 'order-2') IS NOT NULL;
+			SELECT (SELECT id FROM idempotency.outbox_message WHERE message_key = 'order-2')
+			     > (SELECT id FROM idempotency.outbox_message WHERE message_key = 'order-1')}),
+			"t\nt", "$name: a message published after the move follows it (the sequence moved)");
+	}
 
 	# the commit check
 	is(sqlstate($node, $db, q{BEGIN; SELECT idempotency.begin('fresh-1'); COMMIT;}), '2D000',
