@@ -282,4 +282,51 @@ for my $t (@targets)
 		"$name: and nothing of it was stored");
 }
 
+# --- a plain install's dump and a dropped role ---------------------------
+# DROP ROLE leaves a role's rows; a plain install's dump (no extension, so
+# no pg_extension_config_dump() filter) writes their regrole owner as a bare
+# oid, which a portable target reads as whatever role has that oid there.
+# docs/portable.md has the DELETE statements to run before the dump: after
+# them, a role that has the dropped role's oid on another cluster gets no
+# row of it.
+$p->safe_psql('plain', q{CREATE ROLE gone});
+$p->safe_psql('plain', q{SET ROLE gone; BEGIN; SELECT idempotency.begin('gone-1');
+	SELECT idempotency.complete('gone-1', '"gone: card 5555"'); COMMIT; RESET ROLE; DROP ROLE gone});
+my $gone_oid = $p->safe_psql('plain', q{SELECT owner::oid FROM idempotency.idempotency_key WHERE key = 'gone-1'});
+like($gone_oid, qr/^\d+$/, 'plain: the dropped role\'s row stays, its owner a bare oid');
+my ($cleanup) = slurp_file('docs/portable.md') =~ /^```sql\n(DELETE FROM idempotency\.idempotency_key .*?)^```/ms;
+ok($cleanup && $cleanup =~ /outbox_topic/, 'docs/portable.md has the statements that delete dropped roles\' rows');
+$p->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-1', '-U', 'owner', '-d', $p->connstr('plain'), '-c', $cleanup ],
+	'plain: the installing role deletes the rows of dropped roles');
+is($p->safe_psql('plain', q{SELECT count(*) FROM idempotency.idempotency_key WHERE key = 'gone-1'}), '0',
+	'plain: the dropped role\'s row is gone');
+dump_db($p, 'plain', 'from_plain_cleaned', '-U', 'owner');
+# another portable cluster, where a role has the dropped role's oid
+my $p2 = PostgreSQL::Test::Cluster->new('portable_2', install_path => $install);
+$p2->init;
+$p2->start;
+$p2->safe_psql('postgres', qq{CREATE ROLE owner LOGIN CREATEROLE; CREATE ROLE app LOGIN;
+	DO \$\$
+	DECLARE o oid;
+	BEGIN
+		LOOP
+			CREATE ROLE heir;
+			SELECT oid INTO o FROM pg_roles WHERE rolname = 'heir';
+			EXIT WHEN o >= $gone_oid;
+			DROP ROLE heir;
+		END LOOP;
+		IF o <> $gone_oid THEN
+			RAISE EXCEPTION 'heir got oid %, not $gone_oid', o;
+		END IF;
+	END \$\$;
+	CREATE DATABASE plain2 OWNER owner});
+$p2->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-1', '-U', 'owner',
+	'-d', $p2->connstr('plain2'), '-f', $script ], 'plain2: psql -f of the portable edition');
+restore($p2, 'plain2', 'from_plain_cleaned', '-U', 'owner');
+is($p2->safe_psql('plain2', q{SET ROLE heir; SELECT count(*) FROM idempotency.idempotency_key}), '0',
+	'plain2: the role with the dropped role\'s oid has no key');
+is($p2->safe_psql('plain2', q{SET ROLE app; SELECT count(*) FROM idempotency.idempotency_key}),
+	$p->safe_psql('plain', q{SET ROLE app; SELECT count(*) FROM idempotency.idempotency_key}),
+	'plain2: the application\'s keys came along');
+
 done_testing();
