@@ -162,11 +162,17 @@ test-upgrade:
 	bash test/upgrade/run
 
 # PGXN release zip (META.json): git archive of HEAD (.gitattributes leaves
-# out clients/, debian/, bench/, .ci/), as pg_partman and pgmq make theirs
+# out clients/, debian/, bench/, .ci/), as pg_partman and pgmq make theirs;
+# with the portable edition's generated install script added at
+# portable/build/ (what a managed service's user runs with psql -f or hands
+# to pgtle.install_extension), generated from the checkout's sources
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/idempotency.control)
 .PHONY: dist
 dist:
-	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
+	$(MAKE) -C portable
+	git archive --format zip -o $(EXTENSION)-$(EXTVERSION).zip \
+		--prefix=$(EXTENSION)-$(EXTVERSION)/portable/build/ --add-file=portable/build/$(EXTENSION)--$(EXTVERSION).sql \
+		--prefix=$(EXTENSION)-$(EXTVERSION)/ HEAD
 
 # the portable edition (portable/README.md): its install script generated
 # from this one, and the C edition's tests run against it on a copy of the
