@@ -162,3 +162,19 @@ RESET idempotency.default_ttl;
 RESET ROLE;
 SELECT count(*) AS stored FROM idempotency.seen_message WHERE scope = 'c-ttl';
 DELETE FROM idempotency.idempotency_key WHERE key = 'c-ttl';
+
+-- idempotency.max_key_length outside 1 .. 1024 (the C edition refuses it at
+-- SET; here a placeholder takes any text): 22023 when a key is checked,
+-- nothing stored
+SET ROLE regress_alice;
+SET idempotency.max_key_length = 2000;
+SELECT outcome FROM idempotency.begin(repeat('k', 1500));
+\echo :LAST_ERROR_SQLSTATE
+SELECT idempotency.derive_key('c-max', 'step');
+\echo :LAST_ERROR_SQLSTATE
+SET idempotency.max_key_length = 0;
+SELECT outcome FROM idempotency.begin('c-max');
+\echo :LAST_ERROR_SQLSTATE
+RESET idempotency.max_key_length;
+RESET ROLE;
+SELECT count(*) AS stored FROM idempotency.idempotency_key WHERE key IN ('c-max', repeat('k', 1500));

@@ -49,10 +49,11 @@ DECLARE
     res     idempotency.begin_result;
 BEGIN
     -- IK003 (the full check only when the quick one is not enough: a
-    -- key and scope no longer in bytes than max_key_length in characters)
+    -- key and scope no longer in bytes than max_key_length in characters,
+    -- whose range is 1 .. 1024)
     IF p_key IS NULL OR p_scope IS NULL OR p_key = ''
        OR pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope)
-          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 2048) THEN
+          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
         PERFORM idempotency._check_key(p_key, p_scope);
     END IF;
     v_owner := idempotency._caller();
@@ -293,7 +294,7 @@ DECLARE
 BEGIN
     IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
        OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
-          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 2048) THEN
+          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
         PERFORM idempotency._check_key(p_key, p_scope);
     END IF;
     -- Only rows: a key another transaction holds in single-transaction
@@ -412,7 +413,7 @@ DECLARE
 BEGIN
     IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
        OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
-          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 2048) THEN
+          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
         PERFORM idempotency._check_key(p_key, p_scope);
     END IF;
     v_owner := idempotency._caller();

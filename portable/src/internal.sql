@@ -133,6 +133,11 @@ AS $fn$
 DECLARE
     maxlen pg_catalog.int4 := coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), ''), '255')::pg_catalog.int4;
 BEGIN
+    -- the C edition's range, which its SET enforces
+    IF maxlen NOT BETWEEN 1 AND 1024 THEN
+        RAISE EXCEPTION '% is outside the valid range for parameter "idempotency.max_key_length" (1 .. 1024)', maxlen
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF key IS NULL THEN
         RAISE EXCEPTION '% must not be null', what USING ERRCODE = 'IK003';
     END IF;
@@ -180,6 +185,10 @@ BEGIN
         RAISE EXCEPTION '% must not be empty', what USING ERRCODE = 'invalid_parameter_value';
     END IF;
     maxlen := coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), ''), '255')::pg_catalog.int4;
+    IF maxlen NOT BETWEEN 1 AND 1024 THEN
+        RAISE EXCEPTION '% is outside the valid range for parameter "idempotency.max_key_length" (1 .. 1024)', maxlen
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF pg_catalog.length(name) OPERATOR(pg_catalog.>) maxlen THEN
         RAISE EXCEPTION '% is too long', what USING ERRCODE = 'invalid_parameter_value',
             DETAIL = pg_catalog.format('The %s has %s characters; idempotency.max_key_length allows %s.',
