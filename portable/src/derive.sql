@@ -203,17 +203,22 @@ COMMENT ON FUNCTION idempotency._derive_secret(pg_catalog.bytea, pg_catalog.bool
 'Portable edition, internal: the secret of idempotency.derive_secret a key derives with (55000 if there is none)';
 
 -- a new row's seed: version 2, the tag of the oldest derive secret, 16
--- random bytes (version 1 without the tag when the table is empty)
+-- random bytes (version 1 without the tag when the table is empty).
+-- PL/pgSQL, not SQL: begin() calls it inside its INSERT, where a SQL
+-- function is parsed and planned again at every execution; PL/pgSQL keeps
+-- its plan for the session.
 CREATE FUNCTION idempotency._new_seed()
 RETURNS pg_catalog.bytea
-LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+LANGUAGE plpgsql VOLATILE PARALLEL RESTRICTED
 AS $fn$
-SELECT coalesce((SELECT '\x02'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.sha256(d.secret), 1, 8)
+BEGIN
+RETURN coalesce((SELECT '\x02'::pg_catalog.bytea OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.sha256(d.secret), 1, 8)
                    FROM idempotency.derive_secret AS d ORDER BY d.created_at, d.secret LIMIT 1),
                 '\x01'::pg_catalog.bytea)
        OPERATOR(pg_catalog.||)
        pg_catalog.substr(pg_catalog.sha256(pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
-                                           OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())), 1, 16)
+                                           OPERATOR(pg_catalog.||) pg_catalog.uuid_send(pg_catalog.gen_random_uuid())), 1, 16);
+END
 $fn$;
 COMMENT ON FUNCTION idempotency._new_seed() IS
 'Portable edition, internal: derive_key()''s seed for a new key row';

@@ -30,6 +30,8 @@ DECLARE
     v_name pg_catalog.text;
     v_nname pg_catalog.text;
     v_kept pg_catalog.text;
+    v_arg pg_catalog.text;
+    v_vals pg_catalog.jsonb;
     v_nparams pg_catalog.int4;
     v_single_json pg_catalog.bool;
     v_lits pg_catalog.text;
@@ -143,18 +145,27 @@ BEGIN
     -- the work, as the caller; its rows become the response: a single
     -- json or jsonb column as it is, else each row as an object; one row
     -- its value, several an array, none null
+    -- (each argument a quoted literal, in the array's order; simple
+    -- expressions, no query)
+    v_lits := '';
     IF v_nparams OPERATOR(pg_catalog.>) 0 THEN
-        SELECT '(' OPERATOR(pg_catalog.||) pg_catalog.string_agg(pg_catalog.quote_nullable(a.v), ', ' ORDER BY a.n) OPERATOR(pg_catalog.||) ')'
-          INTO v_lits
-          FROM pg_catalog.unnest(p_args) WITH ORDINALITY AS a(v, n);
-    ELSE
-        v_lits := '';
+        FOREACH v_arg IN ARRAY p_args LOOP
+            v_lits := v_lits OPERATOR(pg_catalog.||) CASE WHEN v_lits OPERATOR(pg_catalog.=) '' THEN '(' ELSE ', ' END
+                      OPERATOR(pg_catalog.||) pg_catalog.quote_nullable(v_arg);
+        END LOOP;
+        v_lits := v_lits OPERATOR(pg_catalog.||) ')';
     END IF;
     IF pg_catalog.left(v_name, 19) OPERATOR(pg_catalog.=) 'idempotency_once_n_' THEN
         EXECUTE pg_catalog.format('EXECUTE %I%s', v_name, v_lits);
     ELSE
     FOR rec IN EXECUTE pg_catalog.format('EXECUTE %I%s', v_name, v_lits) LOOP
         v_one := pg_catalog.to_jsonb(rec);
+        -- the row's values ('$.*': in the order jsonb_each gives them), a
+        -- simple expression where a query over jsonb_each() would be one
+        -- more plan to run per row
+        IF v_single_json IS NULL THEN
+            v_vals := pg_catalog.jsonb_path_query_array(v_one, '$.*'::pg_catalog.jsonpath);
+        END IF;
         IF v_single_json THEN
             -- the column as it is: SQL NULL stays NULL, as in the C edition
             IF rec IS NULL THEN
@@ -163,12 +174,12 @@ BEGIN
                 SELECT e.value INTO v_one FROM pg_catalog.jsonb_each(v_one) AS e;
             END IF;
         ELSIF v_single_json IS NULL
-              AND (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(v_one)) OPERATOR(pg_catalog.=) 1 THEN
+              AND pg_catalog.jsonb_array_length(v_vals) OPERATOR(pg_catalog.=) 1 THEN
             -- PostgreSQL 15: a single column is json or jsonb when its
             -- text is that of its JSON value (an object, array or string;
             -- a bare number, boolean or null in a json column is taken
             -- for a column of another type)
-            SELECT e.value INTO v_val FROM pg_catalog.jsonb_each(v_one) AS e;
+            v_val := v_vals OPERATOR(pg_catalog.->) 0;
             IF pg_catalog.jsonb_typeof(v_val) OPERATOR(pg_catalog.=) ANY ('{object,array,string}'::pg_catalog.text[])
                AND (rec::pg_catalog.text OPERATOR(pg_catalog.=) ROW(v_val::pg_catalog.text)::pg_catalog.text
                     OR rec::pg_catalog.text OPERATOR(pg_catalog.=)
