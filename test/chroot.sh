@@ -13,7 +13,10 @@
 #                                     machine have everything it needs"
 #   test/chroot.sh run DIR CMD...     run CMD as root inside chroot DIR with /proc,
 #                                     a tmpfs /dev/shm, /dev/pts, the host's TLS
-#                                     roots and name resolution; unmounted after
+#                                     roots and name resolution; unmounted after;
+#                                     in a chroot made by fresh, /var/cache/
+#                                     idempotency (the tests' builds) is
+#                                     $IDEM_CACHE/builds/SUITE, kept
 #   test/chroot.sh scratch MAJOR SRC CMD...
 #                                     run CMD in a throwaway copy-on-write layer
 #                                     (overlayfs) over the cached chroot of MAJOR,
@@ -286,6 +289,7 @@ fresh)
 	dir=${3:?DIR}
 	[ -e "$dir" ] && die "$dir exists"
 	bootstrap "$(suite_of "$major")" "$dir"
+	touch "$dir/.fresh"
 	echo "$dir"
 	;;
 run)
@@ -295,6 +299,15 @@ run)
 	suite=$(cat "$dir/.suite" 2>/dev/null || echo unknown)
 	trap umount_all EXIT
 	mount_all "$dir" "$suite"
+	# builds the tests cache (Citus, the portable edition's server copy and
+	# pg_tle, in /var/cache/idempotency) are kept for the next fresh chroot
+	# of the suite, in builds/SUITE: a warm machine does not build them
+	# again; each is keyed by the server's version and rebuilt when it changes
+	if [ -f "$dir/.fresh" ]; then
+		mkdir -p "$CACHE/builds/$suite" "$dir/var/cache/idempotency"
+		mount --bind "$CACHE/builds/$suite" "$dir/var/cache/idempotency" &&
+			MOUNTED+=("$dir/var/cache/idempotency")
+	fi
 	set +e
 	in_chroot "$dir" "$@"
 	rc=$?
@@ -303,7 +316,7 @@ run)
 	exit $rc
 	;;
 *)
-	sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

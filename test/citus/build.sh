@@ -37,6 +37,24 @@ HOSTBIN=/usr/lib/postgresql/$PGMAJOR/bin
 [ -f "$TARBALL" ] || { echo "no $TARBALL" >&2; exit 3; }
 [ -x "$HOSTBIN/postgres" ] || { echo "no PostgreSQL $PGMAJOR at $HOSTBIN" >&2; exit 2; }
 
+# Debian packages, installed when missing (as root)
+need() {
+	local p pkgs=()
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs+=("$p")
+	done
+	[ ${#pkgs[@]} -eq 0 ] && return 0
+	[ "$(id -u)" = 0 ] || { echo "missing Debian packages: ${pkgs[*]}" >&2; exit 2; }
+	echo "installing ${pkgs[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	{ apt-get update -qq && apt-get install -y -qq "${pkgs[@]}"; } >/dev/null 2>&1 ||
+		{ echo "apt-get install ${pkgs[*]} failed" >&2; exit 2; }
+}
+# what the suite needs even from a warm cache (a fresh chroot whose
+# /var/cache/idempotency is kept between runs, test/chroot.sh run): gdb, for
+# the suite's crash between PREPARE and COMMIT PREPARED
+need gdb
+
 # the cache key: the host server's version and the tarball's checksum
 key="$("$HOSTBIN/postgres" --version) $(sha256sum "$TARBALL" | cut -d' ' -f1)"
 BIN=$PREFIX/lib/postgresql/$PGMAJOR/bin
@@ -46,24 +64,13 @@ if [ -f "$PREFIX/.stamp" ] && [ "$(cat "$PREFIX/.stamp")" = "$key" ] &&
 	exit 0
 fi
 
-# the build dependencies (Debian), installed when missing: what Citus links
-# (lz4, zstd, ssl, curl: see configure below) and what the server's headers
-# include (gssapi and openssl in libpq-int.h, ICU in pg_locale.h); gdb for
-# the suite's crash between PREPARE and COMMIT PREPARED.  Not the server's
-# whole build-dependency list: sid's libselinux1-dev, say, is at times not
+# the build dependencies: what Citus links (lz4, zstd, ssl, curl: see
+# configure below) and what the server's headers include (gssapi and
+# openssl in libpq-int.h, ICU in pg_locale.h).  Not the server's whole
+# build-dependency list: sid's libselinux1-dev, say, is at times not
 # installable beside its libselinux1, and Citus does not need it.
-pkgs=()
-for p in liblz4-dev libzstd-dev libkrb5-dev libssl-dev libicu-dev libcurl4-openssl-dev \
-	zlib1g-dev make gcc gdb postgresql-server-dev-$PGMAJOR; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || pkgs+=("$p")
-done
-if [ ${#pkgs[@]} -gt 0 ]; then
-	[ "$(id -u)" = 0 ] || { echo "missing Debian packages: ${pkgs[*]}" >&2; exit 2; }
-	echo "installing ${pkgs[*]}" >&2
-	export DEBIAN_FRONTEND=noninteractive
-	{ apt-get update -qq && apt-get install -y -qq "${pkgs[@]}"; } >/dev/null 2>&1 ||
-		{ echo "apt-get install ${pkgs[*]} failed" >&2; exit 2; }
-fi
+need liblz4-dev libzstd-dev libkrb5-dev libssl-dev libicu-dev libcurl4-openssl-dev \
+	zlib1g-dev make gcc postgresql-server-dev-$PGMAJOR
 
 # one builder at a time; others wait and then find the cache warm
 mkdir -p "$(dirname "$PREFIX")"
