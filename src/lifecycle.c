@@ -45,6 +45,7 @@
 #include "utils/uuid.h"
 
 #include "idempotency.h"
+#include "keystore.h"
 
 /* ---------------------------------------------------------------------
  * purge

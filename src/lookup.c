@@ -26,6 +26,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 
 /* ---------------------------------------------------------------------
  * SQL-callable functions

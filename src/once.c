@@ -56,6 +56,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 
 #define ONCE_PLAN_CACHE_SIZE 64
 

@@ -43,6 +43,7 @@
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "keystore.h"
 
 static SPIPlanPtr plan_forget = NULL;
 

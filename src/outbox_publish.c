@@ -43,6 +43,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 #include "outbox.h"
 
 /* ---------------------------------------------------------------------
