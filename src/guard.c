@@ -479,14 +479,14 @@ idempotency_fingerprint(PG_FUNCTION_ARGS)
  * The guard is idem_guard_begin() and idem_guard_finish(); the SQL
  * functions here and once() call them.  Single-transaction mode: begin()
  * validates the key (IK003), fingerprints the request, takes the key lock
- * (keylock.c) if it is free and looks the key up (keyread.c); if another
+ * (keystore.c) if it is free and looks the key up (keystore.c); if another
  * transaction holds the lock it looks first and replays a live finished
  * key without waiting, else waits at most lock_wait (IK002) and looks
  * again.  Then: replay (the lock given back), retry, or new; a different
  * fingerprint is IK001; new work in a read-only transaction or on a
  * standby is 25006.  Nothing is written at begin(): complete() and fail()
  * store the row for a key this transaction began (else IK004), and COMMIT
- * fails while a begun key is unfinished (heldkeys.c).  So a first-time
+ * fails while a begun key is unfinished (the held keys, above).  So a first-time
  * request costs a lock, a probe and an insert; a replay a lock and a probe.
  * Nothing runs in parallel mode (a worker could escape the commit check).
  * Lease mode, and a key on Citus (claimed on its shard, or carried to the
@@ -505,7 +505,7 @@ idempotency_fingerprint(PG_FUNCTION_ARGS)
  */
 
 /*
- * The commit check (heldkeys.c) runs in the leader; a parallel worker
+ * The commit check (the held keys, above) runs in the leader; a parallel worker
  * could begin a key and escape it, so keys are never used in parallel
  * mode.
  */

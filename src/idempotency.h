@@ -20,9 +20,10 @@
  *	  floor citus:    keycitus.c
  *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c runas.c cache.c
  *
- * Headers: this one (every floor's exported declarations, the SQLSTATEs,
- * KeyId, HeldKey, StoredKey), keystore.h (the key store's files), outbox.h
- * (the outbox's), target.h (the write helpers'), compat.h (every
+ * Headers: this one (the ground floor's, the guard's and the features'
+ * exported declarations, the SQLSTATEs, KeyId, HeldKey), keystore.h (the
+ * key store's entries, StoredKey), keycitus.h (the Citus module's),
+ * outbox.h (the outbox's), target.h (the write helpers'), compat.h (every
  * PostgreSQL version difference).  Each file defines the GUCs it reads in
  * its idem_xxx_init().  Every non-static symbol starts with idem_
  * (SQL-callable functions with idempotency_).
@@ -185,9 +186,10 @@ idem_stats_count(const KeyId *id, IdemStat what)
 		idem_stats_add(id->owner, id->scope, id->scope_len, what, 1);
 }
 
-/* ---- stores ---- */
-
-/* heldkeys.c */
+/*
+ * A key's record in this transaction: the guard's held keys (guard.c), from
+ * which the key store writes a row
+ */
 typedef enum HeldState
 {
 	HELD_BEGUN,					/* begin() returned new/retry; work pending */
@@ -214,7 +216,7 @@ typedef struct HeldKey
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
 
-extern HeldKey *idem_held_lookup(const KeyId *id);
+/* ---- ground, continued ---- */
 
 /* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
 extern void idem_wakeup_init(void);
@@ -247,6 +249,7 @@ extern bool idem_outbox_claim_read(int64 id, IdemOutboxClaim *out);
 extern void idem_outbox_claims_forget(Oid db, Oid gen);
 extern void idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id);
 extern int	idem_outbox_claims_databases(Oid *dbs, int max);
+
 /* ---- features ---- */
 
 /* outbox.c */
@@ -310,6 +313,7 @@ typedef struct GuardBegin
 } GuardBegin;
 
 extern void idem_guard_init(void);
+extern HeldKey *idem_held_lookup(const KeyId *id);
 extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
 extern void idem_guard_begin(const KeyId *id, Jsonb *request,
 							 TimestampTz expires_at, const Interval *lease,

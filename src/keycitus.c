@@ -55,8 +55,8 @@
  *
  * On Citus a key's row lives in one shard table on one node, and a
  * statement on the distributed table costs several times one on the
- * shard.  When the key's shard is here, keycitus.c runs its statements on
- * the shard table itself; this file says when that is safe.  The shard
+ * shard.  When the key's shard is here, the statements below run on
+ * the shard table itself; this section says when that is safe.  The shard
  * comes from Citus (get_shard_id_for_distribution_column), its placement
  * from pg_dist_placement, compared with pg_dist_local_group.  Each backend
  * caches the verdict per shard until Citus's own invalidation, believed
@@ -222,7 +222,7 @@ resolve(void)
 }
 
 /*
- * A relcache invalidation (from keytable.c's callback: the server has only
+ * A relcache invalidation (from keystore.c's callback: the server has only
  * ten callback slots, and Citus takes several).  Citus's triggers on
  * pg_dist_placement and pg_dist_shard invalidate the distributed table's
  * entry (CitusInvalidateRelcacheByShardId), the one on pg_dist_local_group
@@ -698,14 +698,14 @@ idem_citus_table(Oid relid)
 }
 
 /* =====================================================================
- * The key store on Citus (stores floor): the statements on a key table
+ * The key table's statements on Citus: the statements on a key table
  * Citus distributes, through Citus's route or on the key's shard when it
  * is on this node, and their plans.
  *
  * Design: the relation this node sees is a shell whose rows live in
  * shards, perhaps on another node.  Only SQL reaches the rows, and Citus
  * routes each statement to the shard of the key (the key is the
- * distribution column).  The key lock (keylock.c) is local to one node, so
+ * distribution column).  The key lock (keystore.c) is local to one node, so
  * on Citus it is not what serialises a key: the shard's primary key is.
  * begin() claims a key (SS_CLAIM: an in_progress row, INSERT ... ON
  * CONFLICT DO NOTHING, uncommitted until the transaction ends: a
@@ -715,19 +715,19 @@ idem_citus_table(Oid relid)
  * is idempotency.roleref there: see IDEM_OWNER_EQ_CITUS.
  *
  * On the node that holds the key's shard the same statements run on the
- * shard table itself (idem_store_shard(); shard.c says when that is safe),
+ * shard table itself (idem_store_shard(); the section above says when that is safe),
  * as plain prepared statements without Citus's planner, as the table's
  * owner: one set of plans per shard, whose texts name the shard.
  *
  * A call whose key's shard is on another node is carried there whole
- * (keyroute.c) and takes this shard path there: no role but the owner
+ * (keystore.c) and takes this shard path there: no role but the owner
  * writes the table.  Through Citus's route a statement runs as
  * the caller (runas.c: idem_run_as), which only reads succeed at (the
  * caller may SELECT its rows; a write there would be refused, 42501).  The
  * statements name the recovery point columns only when the table has them
  * (the _RP variants).
  *
- * Locking: the shard's metadata lock while its plans run (shard.c); row
+ * Locking: the shard's metadata lock while its plans run (above); row
  * locks on the shard.
  *
  * =====================================================================
@@ -806,7 +806,7 @@ static const char *const citus_sql[SS_N] = {
 };
 
 /*
- * Citus, the key's shard on this node (shard.c): the same statements on
+ * Citus, the key's shard on this node (above): the same statements on
  * the shard table itself, as the table's owner, one set of plans per shard
  * (the text names the shard).  See the file comment.
  */
@@ -860,7 +860,7 @@ shard_run(ShardPlans *sp, CitusStmt k, int nargs, Oid *argtypes,
  */
 /*
  * Citus: the plans for key id's shard when the shard is on this node (its
- * metadata lock then held: shard.c), else NULL (Citus's route).  The key
+ * metadata lock then held: above), else NULL (Citus's route).  The key
  * table must be resolved.
  */
 ShardPlans *

@@ -347,16 +347,16 @@ idem_keylock_init(void)
 }
 
 /* =====================================================================
- * The key store's table (stores floor): which table holds the keys, its
- * shape, and the path every read and write takes (keystore.h).
+ * The table: which table holds the keys, its shape, and the path every
+ * read and write takes.
  *
  * The table may be as shipped or changed by a DBA (a trigger, a CHECK
  * constraint, a column type, hash partitioning); a row is written under
  * every rule the executor enforces, and read back in the guard's types.
  * The path is chosen per table shape and cached in idem_store until the
  * table's relcache invalidation: fast (a plain heap of the shipped columns
- * and types, no triggers or rules, btree primary key: keyfast.c), SQL
- * (anything else: prepared statements in keyread.c and keywrite.c, which
+ * and types, no triggers or rules, btree primary key: the fast path section), SQL
+ * (anything else: prepared statements in the read and write sections, which
  * PostgreSQL routes and coerces) or Citus (the table is in
  * pg_dist_partition: keycitus.c; idem_table_distributed() asks the same of
  * the other tables).  Also here: whether the table has the columns of
@@ -904,10 +904,10 @@ idem_keytable_init(void)
 }
 
 /* =====================================================================
- * The key store's fast path (stores floor): a key's row read by probing
- * the primary key, a new row written through the executor.
+ * The fast path: a key's row read by probing the primary key, a new row
+ * written through the executor.
  *
- * Design: taken only for a table of the shipped shape (keytable.c: a plain
+ * Design: taken only for a table of the shipped shape (the table section: a plain
  * heap with exactly the shipped columns and types, no triggers and no
  * rules).  Lookups probe the primary key directly (index_beginscan): no
  * parser, planner or executor on the path every request takes.  A new row
@@ -1052,7 +1052,7 @@ idem_store_probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
  * logical replication apply does): constraints, index readiness, every
  * index.  Only on the fast path: no triggers, rules or partitions, and
  * values already of the columns' types.  values/nulls are in $n order
- * (keywrite.c's, the seed at SEED_ARG).
+ * (the write section's, the seed at SEED_ARG).
  */
 static void
 idem_store_insert(Relation rel, Datum *values, const char *nulls)
@@ -1077,7 +1077,7 @@ idem_store_insert(Relation rel, Datum *values, const char *nulls)
 	}
 	if (idem_store.seed)
 	{
-		/* the new row's seed, as the SQL path's $13 (keywrite.c) */
+		/* the new row's seed, as the SQL path's $13 (the write section) */
 		slot->tts_values[idem_store.attnums[COL_DERIVE_SEED] - 1] = values[SEED_ARG];
 		slot->tts_isnull[idem_store.attnums[COL_DERIVE_SEED] - 1] = nulls[SEED_ARG] == 'n';
 	}
@@ -1090,10 +1090,10 @@ idem_store_insert(Relation rel, Datum *values, const char *nulls)
 }
 
 /* =====================================================================
- * Reading a key's row of idempotency.idempotency_key (stores floor):
- * lookup, peek, lock, and the seed derive_key() needs.
+ * Reading a key's row: lookup, peek, lock, and the seed derive_key()
+ * needs.
  *
- * Design: the fast path probes the primary key (keyfast.c); otherwise a
+ * Design: the fast path probes the primary key (the fast path); otherwise a
  * prepared SELECT (the SQL path, here) casts every column to the type the
  * guard reads, or on Citus the same through keycitus.c.  Every statement is
  * schema-qualified, every operator OPERATOR(pg_catalog.=), every value a
@@ -1419,11 +1419,11 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
 }
 
 /* =====================================================================
- * Writing a key's row of idempotency.idempotency_key (stores floor): the
- * outcome of a held key, a checkpoint's recovery point, a Citus claim.
+ * Writing a key's row: the outcome of a held key, a checkpoint's recovery
+ * point, a Citus claim.
  *
  * Design: a new row goes through the executor on the fast path
- * (keyfast.c), else a prepared INSERT; an update (a retry, the end of a
+ * (the fast path), else a prepared INSERT; an update (a retry, the end of a
  * lease, a checkpoint) is always a prepared UPDATE; on Citus every write
  * is one of keycitus.c's statements (an upsert, a claim, a checkpoint by
  * the owner's name).  Every statement is schema-qualified, every operator
@@ -1433,7 +1433,7 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
  * standby (25006).  Errors raised underneath name the key and the table
  * (an error context).
  *
- * Locking: writers hold the key lock (keylock.c), so no other
+ * Locking: writers hold the key lock (above), so no other
  * begin()/complete()/fail() writes the same key concurrently; on Citus the
  * row lock on the shard (a claim or idem_keystore_lock()).  RowExclusiveLock
  * on the table for an insert.
@@ -1459,7 +1459,7 @@ static const char *const sql_insert =
 "   created_at, updated_at, expires_at, locked_until)"
 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
-/* since 0.6.0: with the new row's derive_seed (no DEFAULT: see keytable.c) */
+/* since 0.6.0: with the new row's derive_seed (no DEFAULT: see the table section) */
 static const char *const sql_insert_seed =
 "INSERT INTO idempotency.idempotency_key AS k"
 "  (owner, scope, key, status, request_hash, response, retryable, attempts,"
@@ -1759,7 +1759,7 @@ idem_keystore_claim(const HeldKey *h)
 /*
  * Citus: forget() (ops.c): delete key id's row, which the caller has locked
  * (idem_keystore_lock()), on its shard (on this node: the call was carried
- * here, keyroute.c), as the extension's owner.  Returns true when a row was
+ * here, the carried call below), as the extension's owner.  Returns true when a row was
  * deleted.
  */
 bool
@@ -1847,7 +1847,7 @@ static const struct
 /*
  * Citus: is the shard of the key table row of id on another node?  (Then
  * the call must be carried there: idem_route_call.)  When it is here, its
- * metadata lock is taken (shard.c).
+ * metadata lock is taken (keycitus.c).
  */
 bool
 idem_route_key(const KeyId *id)
