@@ -1,28 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * guard.c
- *	  idempotency.begin(), complete() and fail(): the key guard.
+ *	  The key guard (guard floor): idempotency.begin(), complete() and
+ *	  fail(), what this transaction did with which key (the held keys) and
+ *	  the commit check on them, and the request's fingerprint.
  *
- * The guard is idem_guard_begin() and idem_guard_finish(); the SQL
- * functions here and once() call them.  Single-transaction mode: begin()
- * validates the key (IK003), fingerprints the request, takes the key lock
- * (keylock.c) if it is free and looks the key up (keyread.c); if another
- * transaction holds the lock it looks first and replays a live finished
- * key without waiting, else waits at most lock_wait (IK002) and looks
- * again.  Then: replay (the lock given back), retry, or new; a different
- * fingerprint is IK001; new work in a read-only transaction or on a
- * standby is 25006.  Nothing is written at begin(): complete() and fail()
- * store the row for a key this transaction began (else IK004), and COMMIT
- * fails while a begun key is unfinished (heldkeys.c).  So a first-time
- * request costs a lock, a probe and an insert; a replay a lock and a probe.
- * Nothing runs in parallel mode (a worker could escape the commit check).
- * Lease mode, and a key on Citus (claimed on its shard, or carried to the
- * shard's node): src/README.md, "Lease mode and Citus in the guard".
+ * Sections, in order: the held keys (backend-local, undone with
+ * savepoints); the fingerprint (idempotency.fingerprint()); the guard
+ * (idem_guard_begin(), idem_guard_finish(), the SQL functions).  The rows
+ * and the key lock are the key store's (keystore.c).
  *
  * Locking: the key lock is held from begin() to the end of the
  * transaction (or of the subtransaction that took it, if that one rolls
- * back).  A replay gives it back at once and never waits for it: a live
- * completed or permanently failed key changes only by expiring.
+ * back); a replay gives it back at once.  The held keys and the
+ * fingerprint take no locks.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,18 +27,485 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/numeric.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 
+#include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 
+/* =====================================================================
+ * What this transaction did with which key, undone with savepoints, and
+ * the commit check built on it.
+ *
+ * Design: every begin() that returns new or retry, and every complete()
+ * or fail(), leaves a HeldKey record.  Records form a stack (newest on
+ * top) in TopTransactionContext.  A record belongs to the subtransaction
+ * that made it; a later change in the same subtransaction updates the
+ * record in place, a change in a deeper subtransaction pushes a copy.
+ * So rolling back a subtransaction is popping its records (they are all on
+ * top of the stack), and committing one is handing its records to the
+ * parent.  The newest record of a key is its current state.
+ *
+ * At PRE_COMMIT (and PRE_PREPARE) a key whose current state is still
+ * HELD_BEGUN fails the commit: the transaction would otherwise store its
+ * business writes without the key that guards them.
+ *
+ * Lookups walk the stack while it is short; past HELD_HASH_AT records a
+ * hash table (64-bit key hash -> newest record with that hash) takes over,
+ * so a batch that guards many keys in one transaction stays linear.
+ *
+ * Backend-local only: no shared memory, no locks.
+ *
+ * =====================================================================
+ */
+#define HELD_HASH_AT 32
+
+typedef struct HeldHashEntry
+{
+	uint64		hash;			/* hash key */
+	HeldKey    *newest;
+} HeldHashEntry;
+
+/* ---------------------------------------------------------------------
+ * Local state (all of it lives in TopTransactionContext)
+ * ---------------------------------------------------------------------
+ */
+static HeldKey *held_top = NULL;
+static int	held_count = 0;
+static HTAB *held_hash = NULL;
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+static bool
+keyid_equal(const KeyId *a, const KeyId *b)
+{
+	return a->hash == b->hash &&
+		a->owner == b->owner &&
+		a->key_len == b->key_len &&
+		a->scope_len == b->scope_len &&
+		memcmp(a->key, b->key, a->key_len) == 0 &&
+		memcmp(a->scope, b->scope, a->scope_len) == 0;
+}
+
+/* newest record whose hash equals hash, or NULL */
+static HeldKey *
+newest_with_hash(uint64 hash)
+{
+	HeldKey    *h;
+
+	if (held_hash)
+	{
+		HeldHashEntry *e = hash_search(held_hash, &hash, HASH_FIND, NULL);
+
+		return e ? e->newest : NULL;
+	}
+	for (h = held_top; h; h = h->below)
+		if (h->id.hash == hash)
+			return h;
+	return NULL;
+}
+
+static void
+build_hash(void)
+{
+	HASHCTL		ctl;
+	HeldKey    *h;
+
+	ctl.keysize = sizeof(uint64);
+	ctl.entrysize = sizeof(HeldHashEntry);
+	ctl.hcxt = TopTransactionContext;
+	held_hash = hash_create("idempotency held keys", 256, &ctl,
+							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	/* walking newest first, the first record seen for a hash is the newest */
+	for (h = held_top; h; h = h->below)
+	{
+		bool		found;
+		HeldHashEntry *e = hash_search(held_hash, &h->id.hash, HASH_ENTER, &found);
+
+		if (!found)
+			e->newest = h;
+	}
+}
+
+static void
+pop_top(void)
+{
+	HeldKey    *h = held_top;
+
+	held_top = h->below;
+	held_count--;
+	if (held_hash)
+	{
+		HeldHashEntry *e = hash_search(held_hash, &h->id.hash, HASH_FIND, NULL);
+
+		Assert(e && e->newest == h);
+		if (h->older)
+			e->newest = h->older;
+		else
+			hash_search(held_hash, &h->id.hash, HASH_REMOVE, NULL);
+	}
+	pfree(h);
+}
+
+static void
+reset_state(void)
+{
+	/* the memory goes with TopTransactionContext */
+	held_top = NULL;
+	held_count = 0;
+	held_hash = NULL;
+}
+
+/* ---------------------------------------------------------------------
+ * Interface
+ * ---------------------------------------------------------------------
+ */
+
+/* The current record of key id in this transaction, or NULL. */
+HeldKey *
+idem_held_lookup(const KeyId *id)
+{
+	HeldKey    *h;
+
+	for (h = newest_with_hash(id->hash); h; h = h->older)
+		if (keyid_equal(&h->id, id))
+			return h;
+	return NULL;
+}
+
+/*
+ * Make proto (with its key strings) the current record of its key in the
+ * current subtransaction and return the stored record.  When the key's
+ * current record already belongs to this subtransaction it is overwritten,
+ * since rolling this subtransaction back drops it anyway.
+ */
+static HeldKey *
+idem_held_push(const HeldKey *proto)
+{
+	SubTransactionId subid = GetCurrentSubTransactionId();
+	HeldKey    *cur = idem_held_lookup(&proto->id);
+	HeldKey    *h;
+	char	   *p;
+
+	if (cur && cur->subid == subid)
+	{
+		HeldKey    *below = cur->below,
+				   *older = cur->older;
+		KeyId		id = cur->id;
+
+		memcpy(cur, proto, sizeof(HeldKey));
+		cur->below = below;
+		cur->older = older;
+		cur->id = id;			/* keep our own copies of the strings */
+		cur->subid = subid;
+		return cur;
+	}
+
+	h = MemoryContextAlloc(TopTransactionContext,
+						   sizeof(HeldKey) + proto->id.scope_len + proto->id.key_len + 2);
+	memcpy(h, proto, sizeof(HeldKey));
+	p = (char *) h + sizeof(HeldKey);
+	memcpy(p, proto->id.scope, proto->id.scope_len);
+	p[proto->id.scope_len] = '\0';
+	h->id.scope = p;
+	p += proto->id.scope_len + 1;
+	memcpy(p, proto->id.key, proto->id.key_len);
+	p[proto->id.key_len] = '\0';
+	h->id.key = p;
+	h->subid = subid;
+
+	h->older = newest_with_hash(h->id.hash);
+	h->below = held_top;
+	held_top = h;
+	held_count++;
+
+	if (held_hash)
+	{
+		bool		found;
+		HeldHashEntry *e = hash_search(held_hash, &h->id.hash, HASH_ENTER, &found);
+
+		e->newest = h;
+	}
+	else if (held_count > HELD_HASH_AT)
+		build_hash();
+	return h;
+}
+
+/* ---------------------------------------------------------------------
+ * Transaction callbacks
+ * ---------------------------------------------------------------------
+ */
+static void
+check_unfinished(bool prepare)
+{
+	HeldKey    *h;
+	HeldKey    *first = NULL;
+	int			n = 0;
+
+	for (h = held_top; h; h = h->below)
+	{
+		if (h->state != HELD_BEGUN || idem_held_lookup(&h->id) != h)
+			continue;
+		n++;
+		if (first == NULL)
+			first = h;
+	}
+	if (first == NULL)
+		return;
+
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
+			 errmsg("cannot %s: %s was begun but neither completed nor failed",
+					prepare ? "prepare transaction" : "commit",
+					idem_describe_key(&first->id)),
+			 errdetail_plural("%d key begun in this transaction is unfinished, so the transaction was rolled back and nothing it wrote was stored.",
+							  "%d keys begun in this transaction are unfinished, so the transaction was rolled back and nothing it wrote was stored.",
+							  n, n),
+			 errhint("Call idempotency.complete() or idempotency.fail() for every key that begin() returned as new or retry before COMMIT.")));
+}
+
+static void
+held_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			check_unfinished(false);
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			check_unfinished(true);
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			reset_state();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+held_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg pg_attribute_unused())
+{
+	HeldKey    *h;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_ABORT_SUB:
+			while (held_top && held_top->subid == mySubid)
+				pop_top();
+			break;
+		case SUBXACT_EVENT_COMMIT_SUB:
+			for (h = held_top; h && h->subid == mySubid; h = h->below)
+				h->subid = parentSubid;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+idem_heldkeys_init(void)
+{
+	RegisterXactCallback(held_xact_callback, NULL);
+	RegisterSubXactCallback(held_subxact_callback, NULL);
+}
+
+/* =====================================================================
+ * idempotency.fingerprint(jsonb): sha256 of a canonical encoding.
+ *
+ * Design: two jsonb values that are equal under jsonb's "=" must hash the
+ * same.  jsonb already sorts object keys, drops duplicate keys and forgets
+ * whitespace, so walking it with the jsonb iterator gives one order for
+ * equal values.  The one thing it keeps that "=" ignores is the display
+ * scale of numbers ({"a":1.0} = {"a":1}), so numbers are written through
+ * numeric_normalize(), which drops insignificant zeroes.
+ *
+ * Every token is written as a one-byte tag and a 4-byte big-endian number
+ * (element count of a container, byte length of a key, string or number,
+ * followed by those bytes), so no two different token streams encode to the same bytes
+ * (a key "a" followed by string "bc" differs from key "ab" and string "c").
+ *
+ * No locks, no shared state.
+ *
+ * =====================================================================
+ */
+/* ---------------------------------------------------------------------
+ * hashing helpers
+ * ---------------------------------------------------------------------
+ */
+typedef struct FpState
+{
+	IdemSha256	sha;
+} FpState;
+
+static void
+fp_bytes(FpState *st, const void *data, size_t len)
+{
+	idem_sha256_update(&st->sha, data, len);
+}
+
+/* a tag and a 4-byte big-endian number (a length or an element count) */
+static void
+fp_head(FpState *st, char tag, uint32 n)
+{
+	uint8		head[5];
+
+	head[0] = (uint8) tag;
+	head[1] = (uint8) (n >> 24);
+	head[2] = (uint8) (n >> 16);
+	head[3] = (uint8) (n >> 8);
+	head[4] = (uint8) n;
+	fp_bytes(st, head, sizeof(head));
+}
+
+/* a tag, the length of data, and data */
+static void
+fp_token(FpState *st, char tag, const char *data, uint32 len)
+{
+	fp_head(st, tag, len);
+	if (len > 0)
+		fp_bytes(st, data, len);
+}
+
+static void
+fp_scalar(FpState *st, JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvNull:
+			fp_head(st, 'z', 0);
+			break;
+		case jbvBool:
+			fp_head(st, v->val.boolean ? 't' : 'f', 0);
+			break;
+		case jbvString:
+			fp_token(st, 's', v->val.string.val, v->val.string.len);
+			break;
+		case jbvNumeric:
+			{
+				char	   *s = numeric_normalize(v->val.numeric);
+
+				fp_token(st, 'n', s, strlen(s));
+				pfree(s);
+				break;
+			}
+		default:
+			elog(ERROR, "unexpected jsonb value type %d", (int) v->type);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * idem_fingerprint: write the sha256 of jb's canonical encoding to out
+ * ---------------------------------------------------------------------
+ */
+static void
+idem_fingerprint(Jsonb *jb, uint8 *out)
+{
+	FpState		st;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	idem_sha256_init(&st.sha);
+
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		switch (tok)
+		{
+			case WJB_BEGIN_ARRAY:
+				fp_head(&st, v.val.array.rawScalar ? 'r' : '[',
+						(uint32) v.val.array.nElems);
+				break;
+			case WJB_END_ARRAY:
+				fp_head(&st, ']', 0);
+				break;
+			case WJB_BEGIN_OBJECT:
+				fp_head(&st, '{', (uint32) v.val.object.nPairs);
+				break;
+			case WJB_END_OBJECT:
+				fp_head(&st, '}', 0);
+				break;
+			case WJB_KEY:
+				fp_token(&st, 'k', v.val.string.val, v.val.string.len);
+				break;
+			case WJB_VALUE:
+			case WJB_ELEM:
+				fp_scalar(&st, &v);
+				break;
+			default:
+				elog(ERROR, "unexpected jsonb iterator token %d", (int) tok);
+		}
+	}
+
+	idem_sha256_final(&st.sha, out);
+}
+
+/* ---------------------------------------------------------------------
+ * SQL-callable
+ * ---------------------------------------------------------------------
+ */
+
+/* fingerprint(jsonb) -> bytea: sha256 of the canonical encoding */
+PG_FUNCTION_INFO_V1(idempotency_fingerprint);
+
+Datum
+idempotency_fingerprint(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
+	bytea	   *result = (bytea *) palloc(VARHDRSZ + FINGERPRINT_LEN);
+
+	SET_VARSIZE(result, VARHDRSZ + FINGERPRINT_LEN);
+	idem_fingerprint(jb, (uint8 *) VARDATA(result));
+	PG_FREE_IF_COPY(jb, 0);
+	PG_RETURN_BYTEA_P(result);
+}
+
+/* =====================================================================
+ * idempotency.begin(), complete() and fail(): the key guard.
+ *
+ * The guard is idem_guard_begin() and idem_guard_finish(); the SQL
+ * functions here and once() call them.  Single-transaction mode: begin()
+ * validates the key (IK003), fingerprints the request, takes the key lock
+ * (keystore.c) if it is free and looks the key up (keystore.c); if another
+ * transaction holds the lock it looks first and replays a live finished
+ * key without waiting, else waits at most lock_wait (IK002) and looks
+ * again.  Then: replay (the lock given back), retry, or new; a different
+ * fingerprint is IK001; new work in a read-only transaction or on a
+ * standby is 25006.  Nothing is written at begin(): complete() and fail()
+ * store the row for a key this transaction began (else IK004), and COMMIT
+ * fails while a begun key is unfinished (the held keys, above).  So a first-time
+ * request costs a lock, a probe and an insert; a replay a lock and a probe.
+ * Nothing runs in parallel mode (a worker could escape the commit check).
+ * Lease mode, and a key on Citus (claimed on its shard, or carried to the
+ * shard's node): src/README.md, "Lease mode and Citus in the guard".
+ *
+ * Locking: the key lock is held from begin() to the end of the
+ * transaction (or of the subtransaction that took it, if that one rolls
+ * back).  A replay gives it back at once and never waits for it: a live
+ * completed or permanently failed key changes only by expiring.
+ *
+ * =====================================================================
+ */
 /* ---------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------
  */
 
 /*
- * The commit check (heldkeys.c) runs in the leader; a parallel worker
+ * The commit check (the held keys, above) runs in the leader; a parallel worker
  * could begin a key and escape it, so keys are never used in parallel
  * mode.
  */
@@ -639,4 +1097,11 @@ idempotency_fail(PG_FUNCTION_ARGS)
 					  PG_NARGS() > 4 && !PG_ARGISNULL(4),
 					  PG_NARGS() > 4 && !PG_ARGISNULL(4) ? PG_GETARG_INT32(4) : 0);
 	PG_RETURN_VOID();
+}
+
+/* from _PG_init: the held keys' transaction callbacks */
+void
+idem_guard_init(void)
+{
+	idem_heldkeys_init();
 }

@@ -19,6 +19,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 
 PG_MODULE_MAGIC;
 
@@ -33,7 +34,7 @@ void
 _PG_init(void)
 {
 	idem_runas_init();
-	idem_keylock_init();		/* idempotency.lock_wait */
+	idem_keystore_init();		/* idempotency.lock_wait */
 	idem_keyid_init();			/* default_ttl, max_key_length */
 	idem_worker_init();			/* purge_*, database; the worker, preloaded */
 	idem_stats_init();			/* stats_max (preloaded), log_waits */
@@ -44,8 +45,7 @@ _PG_init(void)
 
 	IDEM_RESERVE_GUC_PREFIX("idempotency");
 
-	idem_heldkeys_init();
-	idem_keytable_init();
+	idem_guard_init();			/* the held keys' transaction callbacks */
 	idem_outbox_init();
 	idem_wakeup_init();			/* shared memory (preloaded) */
 	idem_owners_init();			/* object_access_hook (preloaded) */

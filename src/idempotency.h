@@ -16,12 +16,14 @@
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
- *	  floor stores:   heldkeys.c keylock.c keyread.c keywrite.c keycitus.c keyroute.c keyfast.c keytable.c shard.c
- *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c fingerprint.c runas.c cache.c
+ *	  floor stores:   keystore.c
+ *	  floor citus:    keycitus.c
+ *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c runas.c cache.c
  *
- * Headers: this one (every floor's exported declarations, the SQLSTATEs,
- * KeyId, HeldKey, StoredKey), keystore.h (the key store's files), outbox.h
- * (the outbox's), target.h (the write helpers'), compat.h (every
+ * Headers: this one (the ground floor's, the guard's and the features'
+ * exported declarations, the SQLSTATEs, KeyId, HeldKey), keystore.h (the
+ * key store's entries, StoredKey), keycitus.h (the Citus module's),
+ * outbox.h (the outbox's), target.h (the write helpers'), compat.h (every
  * PostgreSQL version difference).  Each file defines the GUCs it reads in
  * its idem_xxx_init().  Every non-static symbol starts with idem_
  * (SQL-callable functions with idempotency_).
@@ -54,7 +56,6 @@
 #define MAX_KEY_BYTES 2048
 
 /* GUCs, each defined by the file named */
-extern int	idem_lock_wait_ms;	/* keylock.c */
 extern int	idem_default_ttl_s; /* keyid.c */
 extern int	idem_max_key_length;	/* keyid.c */
 extern int	idem_purge_interval_s;	/* worker.c */
@@ -112,9 +113,6 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 									 int nargs, Oid *argtypes, Datum *values,
 									 const char *nulls, int expect_rc,
 									 Snapshot snap);
-
-/* fingerprint.c */
-extern void idem_fingerprint(Jsonb *jb, uint8 *out);
 
 /*
  * sharedhash.c: a hash table in shared memory (preloaded), whose entries
@@ -188,9 +186,10 @@ idem_stats_count(const KeyId *id, IdemStat what)
 		idem_stats_add(id->owner, id->scope, id->scope_len, what, 1);
 }
 
-/* ---- stores ---- */
-
-/* heldkeys.c */
+/*
+ * A key's record in this transaction: the guard's held keys (guard.c), from
+ * which the key store writes a row
+ */
 typedef enum HeldState
 {
 	HELD_BEGUN,					/* begin() returned new/retry; work pending */
@@ -217,44 +216,7 @@ typedef struct HeldKey
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
 
-extern void idem_heldkeys_init(void);
-extern HeldKey *idem_held_lookup(const KeyId *id);
-extern HeldKey *idem_held_push(const HeldKey *proto);
-
-/* keylock.c */
-typedef enum KeyLockResult
-{
-	KEYLOCK_TAKEN,				/* this call took the lock */
-	KEYLOCK_HELD,				/* this transaction held it already */
-	KEYLOCK_BUSY				/* another transaction holds it */
-} KeyLockResult;
-
-extern void idem_keylock_init(void);
-extern KeyLockResult idem_keylock_try(const KeyId *id);
-extern void idem_keylock_wait(const KeyId *id);
-extern bool idem_keylock_acquire(const KeyId *id);
-extern void idem_keylock_release(const KeyId *id);
-extern bool idem_keylock_busy(const KeyId *id);
-
-/* the key store: keyread.c, keywrite.c, keycitus.c, keyfast.c, keytable.c */
-typedef struct StoredKey
-{
-	bool		found;
-	char		status;			/* 'i'n_progress, 'c'ompleted, 'f'ailed */
-	bool		has_hash;
-	uint8		request_hash[FINGERPRINT_LEN];
-	Jsonb	   *response;		/* NULL when SQL NULL */
-	bool		retryable;
-	int32		attempts;
-	TimestampTz created_at;
-	TimestampTz updated_at;
-	TimestampTz expires_at;
-	TimestampTz locked_until;	/* 0 when NULL */
-	text	   *recovery_point; /* NULL when SQL NULL or no such column */
-	Jsonb	   *recovery_state; /* NULL when SQL NULL or no such column */
-} StoredKey;
-
-extern void idem_keytable_init(void);
+/* ---- ground, continued ---- */
 
 /* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
 extern void idem_wakeup_init(void);
@@ -287,88 +249,6 @@ extern bool idem_outbox_claim_read(int64 id, IdemOutboxClaim *out);
 extern void idem_outbox_claims_forget(Oid db, Oid gen);
 extern void idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id);
 extern int	idem_outbox_claims_databases(Oid *dbs, int max);
-extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
-							   TimestampTz *created_at);
-extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
-								 MemoryContext outcxt);
-extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
-							   MemoryContext outcxt);
-extern void idem_keystore_write(const HeldKey *h, const char *status,
-								Jsonb *response, bool retryable_null,
-								bool retryable);
-extern bool idem_keystore_has_recovery(void);
-extern bool idem_keystore_has_seed(void);
-extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
-									   Jsonb *state);
-
-/* Citus: the key's shard serialises it */
-typedef enum IdemTable
-{
-	IDEM_TABLE_TOKEN,			/* idempotency.token */
-	IDEM_TABLE_SEEN,			/* idempotency.seen_message */
-	IDEM_TABLE_MACHINE,			/* idempotency.state_machine */
-	IDEM_NTABLES
-} IdemTable;
-
-/*
- * SQL comparing an owner column with a parameter (a regrole).  On a single
- * server the owner columns are regrole.  On a table Citus knows they are
- * idempotency.roleref (distribute() converts them): a role's oid on disk,
- * like regrole, but with no binary send/receive functions, so every copy
- * between nodes (a shard move's COPY, logical replication's apply, a node
- * added later, a reference table's copy, a parameter or a constant Citus
- * sends to a worker) carries the role's name, and each node stores its own
- * oid of that role.  So a row stays with its role across ALTER ROLE ...
- * RENAME (Citus renames the role on every node; oids do not change) and a
- * role created later under an old name is another role.  roleref casts to
- * oid implicitly and without a function (as regrole does), so the
- * comparison is oid equality on both kinds of table, served by the primary
- * key (oid_ops).  On Citus the comparison is OPERATOR(idempotency.===)
- * (roleref, regrole), whose right side stays a regrole: Citus evaluates an
- * UPDATE's or DELETE's parameters on the coordinator and sends them as
- * constants, and a regrole constant travels by name (relabelled to oid it
- * would carry the coordinator's oid).  0.5.0 stored the role's name as text on Citus: a renamed role's
- * retry found no key and paid again.
- */
-#define IDEM_OWNER_EQ(col, param) \
-	col " OPERATOR(pg_catalog.=) " param
-#define IDEM_OWNER_EQ_CITUS(col, param) \
-	col " OPERATOR(idempotency.===) " param
-
-extern bool idem_citus_table(Oid relid);
-
-/* shard.c: Citus: the key's shard, when it is on this node */
-extern int64 idem_local_shard(Oid relid, const KeyId *id, Oid *shard_relid);
-extern void idem_shard_inval(Oid relid);
-extern bool idem_table_distributed(IdemTable t);
-extern Oid	idem_table_relid(IdemTable t);
-
-/* keyroute.c: Citus: a call carried to the node of its shard */
-typedef enum IdemRoute
-{
-	IDEM_ROUTE_KEYS,			/* idempotency.key_route: keys, seen messages */
-	IDEM_ROUTE_TOKENS,			/* idempotency.token_route: tokens */
-	IDEM_NROUTES
-} IdemRoute;
-
-extern bool idem_route_key(const KeyId *id);
-extern bool idem_route_arrived(void);
-extern bool idem_route_table(IdemTable t, const char *value, int len);
-extern Datum idem_route_exec(IdemRoute via, Datum value, const char *fn,
-							 int nargs, const Oid *argtypes, const Datum *args,
-							 const bool *argnulls, Oid rettype,
-							 SPIPlanPtr *cache, bool *isnull);
-extern Datum idem_route_call(FunctionCallInfo fcinfo, IdemRoute via,
-							 Datum value, SPIPlanPtr *cache);
-extern bool idem_shard_exec(IdemTable t, const char *value, int len,
-							const char *shell, const char *sql, int nargs,
-							Oid *argtypes, Datum *values, const char *nulls,
-							int expect_rc, uint64 *processed);
-extern bool idem_keystore_delete_citus(const KeyId *id);
-extern bool idem_keystore_distributed(const KeyId *id);
-extern bool idem_keystore_claim(const HeldKey *h);
-extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
-							   MemoryContext outcxt);
 
 /* ---- features ---- */
 
@@ -432,6 +312,8 @@ typedef struct GuardBegin
 	Jsonb	   *recovery_state;
 } GuardBegin;
 
+extern void idem_guard_init(void);
+extern HeldKey *idem_held_lookup(const KeyId *id);
 extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
 extern void idem_guard_begin(const KeyId *id, Jsonb *request,
 							 TimestampTz expires_at, const Interval *lease,

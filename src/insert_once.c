@@ -59,6 +59,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 #include "target.h"
 
 /* the primary key columns of t, in index order */

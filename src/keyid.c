@@ -6,9 +6,9 @@
  *	  messages; and the expiry of a new key and the seconds until a lease
  *	  ends.
  *
- * Design of the hash.  KeyId.hash names the key lock (keylock.c: an
+ * Design of the hash.  KeyId.hash names the key lock (keystore.c: an
  * advisory lock tag, visible to every role in pg_locks) and keys the
- * per-transaction table (heldkeys.c).  It must not let one role reach
+ * per-transaction table (guard.c).  It must not let one role reach
  * another's keys: with a public hash function a role could craft a key
  * whose lock equals another role's key (and so delay or block it), or
  * recognise another role's key in pg_locks.  So it is SipHash-2-4, a

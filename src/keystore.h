@@ -1,134 +1,112 @@
 /*-------------------------------------------------------------------------
  *
  * keystore.h
- *	  Declarations shared by the files of the key store (stores floor),
- *	  which read and write rows of idempotency.idempotency_key:
- *
- *	  keyread.c    lookups: the SQL path's SELECT, under the isolation rules
- *	  keywrite.c   writes: a key's outcome, a checkpoint, a Citus claim
- *	  keycitus.c   Citus: the statements through Citus's route or on the
- *	               key's shard on this node, and their plans
- *	  keyfast.c    the fast path: primary key probe, executor insert
- *	  keytable.c   the table: which it is, its shape, the path it takes
- *
- * keyread.c and keywrite.c use the three below them; keycitus.c and
- * keyfast.c use keytable.c; keytable.c none of them.  The rest of the
- * extension sees only idempotency.h.
+ *	  The key store (keystore.c, stores floor): the rows of
+ *	  idempotency.idempotency_key and the key lock, one entry per operation.
+ *	  For the guard and the features over it.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef KEYSTORE_H
 #define KEYSTORE_H
 
-#include "access/htup.h"
-#include "storage/lockdefs.h"
-#include "utils/rel.h"
-
 #include "idempotency.h"
+#include "keycitus.h"
 
-/* ---- keytable.c ---- */
+extern void idem_keystore_init(void);
 
-/* the columns the guard reads and writes, in $n order of the statements */
-typedef enum StoreCol
+/* the key lock */
+typedef enum KeyLockResult
 {
-	COL_OWNER, COL_SCOPE, COL_KEY, COL_STATUS, COL_REQUEST_HASH, COL_RESPONSE,
-	COL_RETRYABLE, COL_ATTEMPTS, COL_CREATED_AT, COL_UPDATED_AT,
-	COL_EXPIRES_AT, COL_LOCKED_UNTIL,
-	/* since 0.5.0 (recovery points); a 0.4.0 table has none of them */
-	COL_RECOVERY_POINT, COL_RECOVERY_STATE,
-	/* since 0.6.0 (derive_key()'s per-key seed); a 0.5.0 table has none */
-	COL_DERIVE_SEED, NUM_COLS
-} StoreCol;
+	KEYLOCK_TAKEN,				/* this call took the lock */
+	KEYLOCK_HELD,				/* this transaction held it already */
+	KEYLOCK_BUSY				/* another transaction holds it */
+} KeyLockResult;
 
-/* the columns every version has (the row written by INSERT and UPDATE) */
-#define NUM_BASE_COLS COL_RECOVERY_POINT
+extern KeyLockResult idem_keylock_try(const KeyId *id);
+extern void idem_keylock_wait(const KeyId *id);
+extern bool idem_keylock_acquire(const KeyId *id);
+extern void idem_keylock_release(const KeyId *id);
+extern bool idem_keylock_busy(const KeyId *id);
+
+/* a key's row as read */
+typedef struct StoredKey
+{
+	bool		found;
+	char		status;			/* 'i'n_progress, 'c'ompleted, 'f'ailed */
+	bool		has_hash;
+	uint8		request_hash[FINGERPRINT_LEN];
+	Jsonb	   *response;		/* NULL when SQL NULL */
+	bool		retryable;
+	int32		attempts;
+	TimestampTz created_at;
+	TimestampTz updated_at;
+	TimestampTz expires_at;
+	TimestampTz locked_until;	/* 0 when NULL */
+	text	   *recovery_point; /* NULL when SQL NULL or no such column */
+	Jsonb	   *recovery_state; /* NULL when SQL NULL or no such column */
+} StoredKey;
+
+/* read */
+extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
+								 MemoryContext outcxt);
+extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
+							   MemoryContext outcxt);
+extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
+							   TimestampTz *created_at);
+
+/* write */
+extern void idem_keystore_write(const HeldKey *h, const char *status,
+								Jsonb *response, bool retryable_null,
+								bool retryable);
+extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
+									   Jsonb *state);
+
+/* the table's version: the columns of 0.5.0 (recovery) and 0.6.0 (seed) */
+extern bool idem_keystore_has_recovery(void);
+extern bool idem_keystore_has_seed(void);
 
 /*
- * A write's $13 (values[SEED_ARG]; the recovery point columns are never
- * written from these arrays): the derive_seed of a row written now, on a
- * table that has the column (idem_store.seed).  idem_store_write_types is
- * idem_store_col_types' first twelve and bytea.
+ * Citus: the key table distributed.  A key is serialised on its shard: a
+ * claim row or a row lock; forget() deletes on the shard.
  */
-#define SEED_ARG NUM_BASE_COLS
-#define NUM_SEED_ARGS (NUM_BASE_COLS + 1)
-extern Oid	idem_store_write_types[NUM_SEED_ARGS];
-extern bytea *idem_store_new_seed(void);
+extern bool idem_keystore_distributed(const KeyId *id);
+extern bool idem_keystore_claim(const HeldKey *h);
+extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
+							   MemoryContext outcxt);
+extern bool idem_keystore_delete_citus(const KeyId *id);
 
-/* the key table as idem_store_resolve() found it (keytable.c) */
-typedef struct KeyStore
+/* the extension's other tables Citus may distribute */
+typedef enum IdemTable
 {
-	Oid			relid;			/* InvalidOid: not resolved, or changed */
-	bool		fast;			/* the fast path (keytable.c's file comment) */
-	bool		recovery;		/* has the recovery point columns */
-	bool		seed;			/* has derive_seed (0.6.0) */
-	bool		citus;			/* distributed by Citus */
-	AttrNumber	attnums[NUM_COLS];
-} KeyStore;
+	IDEM_TABLE_TOKEN,			/* idempotency.token */
+	IDEM_TABLE_SEEN,			/* idempotency.seen_message */
+	IDEM_TABLE_MACHINE,			/* idempotency.state_machine */
+	IDEM_NTABLES
+} IdemTable;
 
-extern KeyStore idem_store;
-extern Oid	idem_store_col_types[NUM_COLS];
+extern bool idem_table_distributed(IdemTable t);
 
-/* what the error context of a statement on the table says */
-typedef struct StoreErrorArg
+/* Citus: a call carried to the node of its shard, a statement on a shard here */
+typedef enum IdemRoute
 {
-	const KeyId *id;
-	const char *doing;			/* "reading", "storing" */
-} StoreErrorArg;
+	IDEM_ROUTE_KEYS,			/* idempotency.key_route: keys, seen messages */
+	IDEM_ROUTE_TOKENS,			/* idempotency.token_route: tokens */
+	IDEM_NROUTES
+} IdemRoute;
 
-extern void idem_store_error_context(void *arg);
-extern void idem_store_bad_table(const char *detail);
-extern void idem_store_resolve(void);
-extern Relation idem_store_open(LOCKMODE lockmode);
-extern void idem_store_key_values(const KeyId *id, Datum *values);
-extern void idem_store_check_writable(const KeyId *id);
-
-/* ---- keyfast.c ---- */
-extern bool idem_store_probe(Relation heap, const KeyId *id, Snapshot snap,
-							 StoredKey *out, MemoryContext outcxt,
-							 TransactionId *xmin);
-extern void idem_store_insert(Relation rel, Datum *values, const char *nulls);
-
-/* ---- keycitus.c ---- */
-
-/* the statements on a table Citus knows (the same on the key's shard) */
-typedef enum CitusStmt
-{
-	SS_CLAIM, SS_SELECT, SS_SELECT_RP, SS_LOCK, SS_LOCK_RP, SS_UPSERT,
-	SS_UPSERT_RP, SS_CHECKPOINT, SS_DELETE, SS_N
-} CitusStmt;
-
-typedef struct ShardPlans ShardPlans;
-
-extern ShardPlans *idem_store_shard(const KeyId *id);
-extern uint64 idem_store_citus_run(ShardPlans *sp, CitusStmt k, int nargs,
-								   Oid *argtypes, Datum *values,
-								   const char *nulls, int expect_rc);
-
-/* ---- pieces of the statements (every name qualified, every value $n) ---- */
-
-#define KEY_WHERE \
-	" WHERE " IDEM_OWNER_EQ("k.owner", "$1") \
-	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
-	"   AND k.key OPERATOR(pg_catalog.=) $3"
-
-/* on Citus: the owner by name (idempotency.h) */
-#define KEY_WHERE_CITUS \
-	" WHERE " IDEM_OWNER_EQ_CITUS("k.owner", "$1") \
-	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
-	"   AND k.key OPERATOR(pg_catalog.=) $3"
-
-/* columns in StoredKey order, cast to the types the guard reads */
-#define SELECT_BASE \
-"SELECT k.status::pg_catalog.text, k.request_hash::pg_catalog.bytea," \
-"       k.response::pg_catalog.jsonb, k.retryable::pg_catalog.bool," \
-"       k.attempts::pg_catalog.int4, k.created_at::pg_catalog.timestamptz," \
-"       k.expires_at::pg_catalog.timestamptz," \
-"       k.locked_until::pg_catalog.timestamptz, k.xmin," \
-"       k.updated_at::pg_catalog.timestamptz"
-
-/* the recovery point (columns 11 and 12), since 0.5.0 */
-#define SELECT_RP \
-", k.recovery_point::pg_catalog.text, k.recovery_state::pg_catalog.jsonb"
-#define FROM_KEYS "  FROM idempotency.idempotency_key AS k"
+extern bool idem_route_key(const KeyId *id);
+extern bool idem_route_arrived(void);
+extern bool idem_route_table(IdemTable t, const char *value, int len);
+extern Datum idem_route_exec(IdemRoute via, Datum value, const char *fn,
+							 int nargs, const Oid *argtypes, const Datum *args,
+							 const bool *argnulls, Oid rettype,
+							 SPIPlanPtr *cache, bool *isnull);
+extern Datum idem_route_call(FunctionCallInfo fcinfo, IdemRoute via,
+							 Datum value, SPIPlanPtr *cache);
+extern bool idem_shard_exec(IdemTable t, const char *value, int len,
+							const char *shell, const char *sql, int nargs,
+							Oid *argtypes, Datum *values, const char *nulls,
+							int expect_rc, uint64 *processed);
 
 #endif							/* KEYSTORE_H */

@@ -19,7 +19,7 @@
  *
  * Every statement runs as the tables' owner (runas.c) with the caller's
  * role as a parameter; on Citus on the row's shard, on its node
- * (keyroute.c).  The two purge statements, why each, and the tokens and
+ * (keystore.c).  The two purge statements, why each, and the tokens and
  * seen messages on Citus: src/README.md, "Expiry and purge".
  *
  * Locking: row locks only: a batch's FOR UPDATE SKIP LOCKED (and its
@@ -45,6 +45,7 @@
 #include "utils/uuid.h"
 
 #include "idempotency.h"
+#include "keystore.h"
 
 /* ---------------------------------------------------------------------
  * purge
@@ -470,7 +471,7 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 		 * Citus: a token whose shard is on this node, stored there as the
 		 * extension's owner; after 16 draws (a node with none of them: the
 		 * coordinator) the call is carried to the node of the last one drawn,
-		 * which draws its own (keyroute.c).  Each draw lands on a given
+		 * which draws its own (keystore.c).  Each draw lands on a given
 		 * node's shards with the share of the shards it holds; the node a
 		 * call was carried to holds one, so it draws until it finds one
 		 * (carrying it on would be a nested distributed query, which Citus

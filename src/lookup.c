@@ -4,10 +4,10 @@
  *	  idempotency.lookup(): what a program needs to decide when to retry.
  *
  * lookup(key, scope) reads the caller's own key row the way the guard
- * does (keyread.c), without taking the key lock, without the guard's
+ * does (keystore.c), without taking the key lock, without the guard's
  * serialization check and without writing; works on a hot standby.  A key
  * that another transaction is working on in single-transaction mode has
- * no row yet: it is reported from the lock table (keylock.c:
+ * no row yet: it is reported from the lock table (keystore.c:
  * idem_keylock_busy()).  The recovery point and state are the last ones a
  * committed checkpoint() recorded (recovery.c); a 0.4.0 lookup_result
  * (before ALTER EXTENSION UPDATE) has no columns for them.
@@ -26,6 +26,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 
 /* ---------------------------------------------------------------------
  * SQL-callable functions
@@ -59,7 +60,7 @@ idempotency_lookup(PG_FUNCTION_ARGS)
 		elog(ERROR, "idempotency.lookup_result has %d columns", rsinfo->setDesc->natts);
 	id = idem_keyid(fcinfo, 0, 1, "idempotency key");
 
-	/* the guard's own read (keyread.c), for the caller's role only */
+	/* the guard's own read (keystore.c), for the caller's role only */
 	idem_keystore_peek(&id, &stored, CurrentMemoryContext);
 	if (stored.found && stored.expires_at > GetCurrentTransactionStartTimestamp())
 	{

@@ -49,6 +49,7 @@
 #include "utils/typcache.h"
 
 #include "idempotency.h"
+#include "keystore.h"
 #include "target.h"
 
 /* Longest machine name in bytes: the primary key indexes it */

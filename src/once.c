@@ -56,6 +56,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 
 #define ONCE_PLAN_CACHE_SIZE 64
 
@@ -438,7 +439,7 @@ result_response(SPITupleTable *tt, uint64 nrows)
 }
 
 /*
- * Citus, the key's shard on another node (keyroute.c): the guard's two
+ * Citus, the key's shard on another node (keystore.c): the guard's two
  * steps run there, as the SQL functions begin(key, request) and
  * complete(key, response), each carried to that node in the caller's
  * transaction; the work runs here, between them.

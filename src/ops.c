@@ -21,12 +21,12 @@
  * is moved to at least the new lease end.  Returns the new locked_until.
  *
  * On Citus (the key table distributed) forget() locks the row on the key's
- * shard (keyread.c: idem_keystore_lock), so a begin() through any node
+ * shard (keystore.c: idem_keystore_lock), so a begin() through any node
  * waits for it, and deletes it by the owner's name (role oids differ
  * between nodes; idempotency.h).
  *
  * Both write through the ordinary paths (an SQL DELETE as the extension's
- * owner, keywrite.c's UPDATE), so read-only transactions and hot standbys
+ * owner, keystore.c's UPDATE), so read-only transactions and hot standbys
  * refuse them (25006).
  *
  *-------------------------------------------------------------------------
@@ -43,6 +43,7 @@
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "keystore.h"
 
 static SPIPlanPtr plan_forget = NULL;
 

@@ -43,6 +43,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 #include "outbox.h"
 
 /* ---------------------------------------------------------------------
@@ -177,7 +178,7 @@ slow:
 /*
  * Store the message row (values/nulls in table order) in rel as the
  * extension's owner: NOT NULL and CHECK constraints, every index that is
- * ready for inserts, as keyfast.c's idem_store_insert() writes a key.
+ * ready for inserts, as keystore.c's idem_store_insert() writes a key.
  */
 static void
 message_insert_fast(Relation rel, const Datum *values, const bool *nulls)

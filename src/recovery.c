@@ -24,7 +24,7 @@
  *
  * Locking: checkpoint() takes the key lock (through guard.c) and writes
  * the row as the extension's owner in the caller's transaction
- * (keywrite.c); on Citus the lease holder check also locks the row on the
+ * (keystore.c); on Citus the lease holder check also locks the row on the
  * key's shard (SELECT ... FOR UPDATE).  derive_key() reads the secret
  * table and the key's row and takes no lock of its own.
  *
@@ -47,6 +47,7 @@
 #include "utils/lsyscache.h"
 
 #include "idempotency.h"
+#include "keystore.h"
 
 #define DERIVE_SECRET_LEN 32	/* bytes of HMAC-SHA256 key */
 #define DERIVE_BITS_BYTES 16	/* 128 bits of the MAC are kept */

@@ -186,7 +186,7 @@ idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
  * statements on a group of co-located shards go through one connection,
  * which is per role, and the caller's own work uses it too).  Only reads:
  * the caller may SELECT its own rows; the writes run on the row's shard
- * as the owner (keyroute.c).
+ * as the owner (keystore.c).
  */
 uint64
 idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql, int nargs,

@@ -65,7 +65,7 @@ out="$out $(q w3 "SELECT string_agg(polname, ' ' ORDER BY polname) FROM pg_polic
                    WHERE polrelid = 'idempotency.idempotency_key'::regclass")"
 # no role but the owner writes the key, token and seen-message tables there
 # either; PUBLIC updates (nothing) in the route tables, through
-# which w3 carries a call to the node of its shard (src/keyroute.c)
+# which w3 carries a call to the node of its shard (src/keystore.c, the carried call)
 out="$out $(q w3 "SELECT count(*) FILTER (WHERE has_table_privilege('app', t, 'INSERT') OR has_table_privilege('app', t, 'UPDATE')
                                            OR has_table_privilege('app', t, 'DELETE'))
                    || ' ' || has_column_privilege('app', 'idempotency.key_route', 'k', 'UPDATE')
@@ -93,7 +93,7 @@ out="$out $(q c "SELECT count(*) FROM public.payments WHERE key = '$nw_lease'")"
 check "... its holder completes it on w3; a retry on c replays; paid once" "replay 1" "$out"
 # a new key of that shard group, through w3, then through c and w1; and
 # begin()/complete() on w3 of a key whose shard is on w1 (carried from w3
-# to w1 through w3's copy of the route table, as app: src/keyroute.c)
+# to w1 through w3's copy of the route table, as app: src/keystore.c)
 out=$(for node in w3 c w1; do qa "$node" "SELECT outcome FROM idempotency.once('$nw_new', '{}', 'INSERT INTO public.payments VALUES (\$1, 1, \$2) RETURNING amount', '$nw_new', '$node')"; done | tr '\n' ' ')
 out="$out$(q c "SELECT count(*) FROM public.payments WHERE key = '$nw_new'")"
 nw_tx=$(key_on "$PORT_W1" nwtx | head -n 1)

@@ -1,6 +1,6 @@
 # test/citus/route.sh — sourced by test/citus/run (its cluster, roles app
 # and bypass, its ok / not_ok / check / q / qa): attacks on a call carried
-# to the node of its key's shard (src/keyroute.c),
+# to the node of its key's shard (src/keystore.c, the carried call),
 # each a check that failed before its fix.
 #
 #   - LOCK TABLE of the route tables: the grant that lets a role carry a

@@ -268,7 +268,7 @@ SELECT is((SELECT count(*)::int FROM idempotency.derive_secret WHERE length(secr
           'derive_secret holds one 32-byte secret');
 SELECT table_privs_are('idempotency', 'derive_secret', 'public', ARRAY[]::text[],
                        'PUBLIC has no privilege on derive_secret');
--- Citus's route tables (src/keyroute.c): the owner's alone on a single
+-- Citus's route tables (src/keystore.c, the carried call): the owner's alone on a single
 -- server (distribute() lets PUBLIC delete from them on Citus), always empty
 SELECT table_privs_are('idempotency', 'key_route', 'public', ARRAY[]::text[],
                        'PUBLIC has no privilege on key_route');
