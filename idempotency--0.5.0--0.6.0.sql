@@ -330,7 +330,7 @@ BEGIN
                                   ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
                                   t OPERATOR(pg_catalog.||) '_own_rows', t);
     END LOOP;
-    -- a worker's own copies of the route tables (src/keyroute.c): a call
+    -- a worker's own copies of the route tables (src/keystore.c): a call
     -- made there updates nothing in them as the caller (a worker added
     -- later got them from the install script, with no grant).  Column
     -- grants only: LOCK TABLE needs a table grant
@@ -363,7 +363,7 @@ $do$;
                        -- the same downstream keys
                        (5, 'idempotency.derive_secret', NULL, NULL),
                        -- the routes of a call to its shard's node
-                       -- (src/keyroute.c): keys and seen messages, tokens
+                       -- (src/keystore.c): keys and seen messages, tokens
                        (6, 'idempotency.key_route', 'k', 'idempotency.idempotency_key'),
                        (7, 'idempotency.token_route', 't', 'idempotency.token'))
                AS v(n, tab, col, colocate)
@@ -415,7 +415,7 @@ $do$;
     -- on Citus as on a single server: a function writes a row
     -- on the node of its shard, as the owner, and a call whose shard is on
     -- another node is carried there through a query on the caller's
-    -- connection that updates nothing in a route table (src/keyroute.c):
+    -- connection that updates nothing in a route table (src/keystore.c):
     -- PUBLIC may UPDATE their column, which is always empty.  0.5.0's
     -- distribute() granted PUBLIC the writes under own-row policies (the
     -- functions wrote as the caller), which let a role rewrite its own
@@ -578,7 +578,7 @@ AS 'MODULE_PATHNAME', 'idempotency_create_topic'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 -- == no direct writes on Citus ==
--- The routes of a call to the node of its shard (src/keyroute.c; see the
+-- The routes of a call to the node of its shard (src/keystore.c; see the
 -- install script), and 0.5.0's distribute() grants gone: INSERT, UPDATE,
 -- DELETE on the key, token and seen-message tables to PUBLIC under
 -- own-row write policies, which let a role rewrite its own keys with plain

@@ -108,7 +108,7 @@ CREATE TRIGGER lock_secret_changed
     FOR EACH STATEMENT EXECUTE FUNCTION idempotency.lock_secret_changed();
 
 -- ---------------------------------------------------------------------
--- Functions.  All SECURITY INVOKER; see src/keytable.c for how they reach
+-- Functions.  All SECURITY INVOKER; see src/keystore.c for how they reach
 -- the table.  VOLATILE and PARALLEL UNSAFE: they take locks and write.
 -- ---------------------------------------------------------------------
 -- begin() returns a named row type rather than OUT parameters: the row
@@ -221,7 +221,7 @@ SELECT pg_catalog.pg_extension_config_dump('idempotency.seen_message',
 
 -- ---------------------------------------------------------------------
 -- Citus: the routes of a call to the node of its shard (see
--- src/keyroute.c).  Always empty.  distribute() distributes key_route
+-- src/keystore.c).  Always empty.  distribute() distributes key_route
 -- co-located with the key table (and so with seen_message) and
 -- token_route with the tokens, and lets PUBLIC UPDATE their column: a
 -- function whose row lives on another node calls itself there through
@@ -1093,7 +1093,7 @@ GRANT SELECT ON idempotency.outbox_stats TO PUBLIC;
 -- machines and derive_key()'s secret reference tables; once() delegated
 -- to the node of its key.
 -- The C code detects the distribution
--- (src/keytable.c, src/keycitus.c) and serialises each key on its shard.  Without Citus it
+-- (src/keystore.c, src/keycitus.c) and serialises each key on its shard.  Without Citus it
 -- only raises 55000.  SECURITY INVOKER: distributing needs the tables'
 -- owner, as create_distributed_table() does.
 CREATE FUNCTION idempotency.distribute()
@@ -1187,7 +1187,7 @@ BEGIN
                                   ' USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)))',
                                   t OPERATOR(pg_catalog.||) '_own_rows', t);
     END LOOP;
-    -- a worker's own copies of the route tables (src/keyroute.c): a call
+    -- a worker's own copies of the route tables (src/keystore.c): a call
     -- made there updates nothing in them as the caller (a worker added
     -- later got them from the install script, with no grant).  Column
     -- grants only: LOCK TABLE needs a table grant
@@ -1220,7 +1220,7 @@ $do$;
                        -- the same downstream keys
                        (5, 'idempotency.derive_secret', NULL, NULL),
                        -- the routes of a call to its shard's node
-                       -- (src/keyroute.c): keys and seen messages, tokens
+                       -- (src/keystore.c): keys and seen messages, tokens
                        (6, 'idempotency.key_route', 'k', 'idempotency.idempotency_key'),
                        (7, 'idempotency.token_route', 't', 'idempotency.token'))
                AS v(n, tab, col, colocate)
@@ -1272,7 +1272,7 @@ $do$;
     -- on Citus as on a single server: a function writes a row
     -- on the node of its shard, as the owner, and a call whose shard is on
     -- another node is carried there through a query on the caller's
-    -- connection that updates nothing in a route table (src/keyroute.c):
+    -- connection that updates nothing in a route table (src/keystore.c):
     -- PUBLIC may UPDATE their column, which is always empty.  0.5.0's
     -- distribute() granted PUBLIC the writes under own-row policies (the
     -- functions wrote as the caller), which let a role rewrite its own
