@@ -22,7 +22,11 @@ const Version = "0.6.0"
 // the next request asks again and goes through.
 const ExtensionMin = "0.6.0"
 
-const versionSQL = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'"
+// the extension's version; a plain install of the portable edition (psql -f,
+// no extension) records it in the schema's comment instead
+const versionSQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'idempotency')," +
+	" (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency ([0-9.]+) \\(portable edition\\)$')" +
+	" FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion"
 
 // ExtensionVersionError: the database's extension is older than
 // ExtensionMin (Found), or not installed (Found empty).

@@ -100,14 +100,19 @@ function print(ok, description, diag, directive = '') {
 // e.g. "phases-*" for an app that has no POST /transfers yet)
 const namesScenario = (pattern, id) => pattern === id ||
 	(pattern.endsWith('*') && pattern.length > 1 && id.startsWith(pattern.slice(0, -1)));
+// the list every edition shares, then (EDITION=portable in run, passed as
+// CONFORMANCE_EDITION) the portable edition's own, exceptions-portable
 function readExceptions() {
-	const file = path.join(__dirname, 'exceptions');
+	const files = ['exceptions'];
+	if (process.env.CONFORMANCE_EDITION === 'portable') files.push('exceptions-portable');
 	const list = [];
-	for (const [i, line] of fs.readFileSync(file, 'utf8').split('\n').entries()) {
-		if (/^\s*(#|$)/.test(line)) continue;
-		const m = /^(\S+)\s+(\S+)\s+(\S+)\s+(\S.*)$/.exec(line);
-		if (!m) throw new Error(`exceptions line ${i + 1}: want "<app> <mode|*> <scenario> <reason>": ${line}`);
-		list.push({ app: m[1], mode: m[2], scenario: m[3], reason: m[4].trim(), line: i + 1 });
+	for (const name of files) {
+		for (const [i, line] of fs.readFileSync(path.join(__dirname, name), 'utf8').split('\n').entries()) {
+			if (/^\s*(#|$)/.test(line)) continue;
+			const m = /^(\S+)\s+(\S+)\s+(\S+)\s+(\S.*)$/.exec(line);
+			if (!m) throw new Error(`${name} line ${i + 1}: want "<app> <mode|*> <scenario> <reason>": ${line}`);
+			list.push({ app: m[1], mode: m[2], scenario: m[3], reason: m[4].trim(), line: `${name}:${i + 1}` });
+		}
 	}
 	return list;
 }
@@ -246,10 +251,10 @@ async function runScenario(s, exception) {
 		const failed = results.filter(r => !r.ok);
 		if (failed.length) {
 			print(true, `${s.id}: ${s.title}`, undefined,
-				` # SKIP documented exception (test/conformance/exceptions:${exception.line}): ${exception.reason}` +
+				` # SKIP documented exception (test/conformance/${exception.line}): ${exception.reason}` +
 				` [fails: ${failed.map(r => r.description).join('; ').slice(0, 300)}]`);
 		} else {
-			print(false, `${s.id}: passes, but test/conformance/exceptions:${exception.line} lists it as an exception: remove the line`);
+			print(false, `${s.id}: passes, but test/conformance/${exception.line} lists it as an exception: remove the line`);
 		}
 		return;
 	}
@@ -261,7 +266,7 @@ async function main() {
 	const ids = new Set(scenarios.map(s => s.id));
 	for (const e of exceptions) {
 		if (![...ids].some(id => namesScenario(e.scenario, id)))
-			print(false, `test/conformance/exceptions:${e.line} names no scenario: ${e.scenario}`);
+			print(false, `test/conformance/${e.line} names no scenario: ${e.scenario}`);
 	}
 	await startDownstream();
 	srv = await startServer();

@@ -93,6 +93,12 @@ public final class Idempotency {
 		try { return Integer.parseInt(s); } catch (NumberFormatException e) { return 0; }
 	}
 
+	/** the extension's version; a plain install of the portable edition (psql -f, no extension)
+	 *  records it in the schema's comment instead */
+	static final String VERSION_SQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'idempotency'),"
+		+ " (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency ([0-9.]+) \\(portable edition\\)$')"
+		+ " FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion";
+
 	/** the extension's version on conn's database, asked the first time per URL and user only */
 	static String checkExtension(Connection conn) throws SQLException {
 		java.sql.DatabaseMetaData md = conn.getMetaData();
@@ -100,8 +106,7 @@ public final class Idempotency {
 		String found = EXTENSION.get(where);
 		if (found != null) return found;
 		VERSION_QUERIES.incrementAndGet();
-		try (java.sql.Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(
-				"SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'idempotency'")) {
+		try (java.sql.Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(VERSION_SQL)) {
 			found = rs.next() ? rs.getString(1) : null;
 		}
 		if (found == null || older(found, EXTENSION_MIN)) throw new ExtensionVersionException(found);
