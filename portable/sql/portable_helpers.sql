@@ -113,6 +113,8 @@ SELECT count(*) AS bad_machines FROM idempotency.state_machine WHERE machine LIK
 -- works on its own): unqualified where visible, qualified where not
 CREATE SCHEMA ph_types;
 CREATE DOMAIN ph_types.blob AS bytea;
+-- (no cast from point to integer on any major; 18 casts bytea to integer)
+CREATE DOMAIN ph_types.spot AS point;
 CREATE TABLE ph_blob (id int PRIMARY KEY, status ph_types.blob, version ph_types.blob);
 INSERT INTO ph_blob VALUES (1, 'x', 'y');
 SELECT idempotency.transition('ph_blob', 1, 'a', 'ph-none');
@@ -120,7 +122,7 @@ SELECT idempotency.update_versioned('ph_blob', 1, 1, '{"status": "z"}');
 SET search_path = ph_types, public;
 SELECT idempotency.transition('ph_blob', 1, 'a', 'ph-none');
 SELECT idempotency.update_versioned('ph_blob', 1, 1, '{"status": "z"}');
-SELECT idempotency.transition('ph_blob', '1'::ph_types.blob, 'a', 'ph-none');
+SELECT idempotency.transition('ph_blob', '(1,1)'::ph_types.spot, 'a', 'ph-none');
 RESET search_path;
 DROP TABLE ph_blob;
 DROP SCHEMA ph_types CASCADE;
