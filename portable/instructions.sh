@@ -8,8 +8,9 @@
 #
 # C_PG_CONFIG: a PostgreSQL with the C library installed; PORTABLE_PG_CONFIG:
 # one without it.  PORTABLE_SRC: the portable sources (portable/src), e.g.
-# another branch's, to compare; INSTR_ROLE: a role the sessions SET ROLE to
-# (made NOLOGIN, no superuser, with INSERT on the payment table), so that
+# another branch's, to compare; INSTR_ROLE: a role the sessions act as (SET
+# SESSION AUTHORIZATION, as if logged in as it: NOLOGIN, no superuser,
+# INSERT on the payment table), so that
 # row security and the caller's checks are counted as an application
 # meets them (default: none, the superuser).  KINDS: the kinds to count.
 # INSTR_KEEP=DIR keeps the callgrind files (callgrind_annotate them).
@@ -42,7 +43,7 @@ PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);
 PREPARE once1(text) AS SELECT outcome, response FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, '10'::text);"
 
 gen() {	# kind
-	[ -n "$ROLE" ] && echo "SET ROLE $ROLE;"
+	[ -n "$ROLE" ] && echo "SET SESSION AUTHORIZATION $ROLE;"
 	echo "$PREPARES"
 	[ "$1" = empty ] && return
 	for i in $(seq 1 "$N"); do
@@ -82,7 +83,7 @@ for edition in C portable; do
 	{
 		echo "CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);"
 		[ -n "$ROLE" ] && echo "CREATE ROLE $ROLE NOLOGIN; GRANT INSERT, SELECT ON payment TO $ROLE;
-GRANT USAGE ON SEQUENCE payment_id_seq TO $ROLE; SET ROLE $ROLE;"
+GRANT USAGE ON SEQUENCE payment_id_seq TO $ROLE; SET SESSION AUTHORIZATION $ROLE;"
 		cat <<'SQL'
 DO $$
 BEGIN
