@@ -144,13 +144,18 @@ BEGIN
         END IF;
 
         IF v_exp IS NULL THEN
-            v_exp := v_now + pg_catalog.make_interval(secs => idempotency._setting_ms('idempotency.default_ttl', 1000, 86400000) / 1000.0);
+            -- (unset, the default without a call: _setting_ms()'s default,
+            -- make_interval(secs => 86400.0), is 24 hours)
+            v_exp := v_now + CASE WHEN pg_catalog.current_setting('idempotency.default_ttl', true) IS NULL
+                                  THEN '86400 seconds'::pg_catalog.interval
+                                  ELSE pg_catalog.make_interval(secs => idempotency._setting_ms('idempotency.default_ttl', 1000, 86400000) / 1000.0) END;
         END IF;
 
         -- Take the key: lock the row that is there, or insert the row.  A
         -- transaction holding either makes this wait, at most lock_wait.
         IF NOT v_locked OR NOT v_found THEN
-            v_wait := idempotency._setting_ms('idempotency.lock_wait', 1, 5000);
+            v_wait := CASE WHEN pg_catalog.current_setting('idempotency.lock_wait', true) IS NULL THEN 5000
+                           ELSE idempotency._setting_ms('idempotency.lock_wait', 1, 5000) END;
             v_lt := pg_catalog.current_setting('lock_timeout');
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout',
