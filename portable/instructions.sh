@@ -10,10 +10,10 @@
 # one without it.  PORTABLE_SRC: the portable sources (portable/src), e.g.
 # another branch's, to compare; INSTR_ROLE: a role the sessions act as (SET
 # SESSION AUTHORIZATION, as if logged in as it: NOLOGIN, no superuser,
-# INSERT on the payment table), so that
-# row security and the caller's checks are counted as an application
-# meets them (default: none, the superuser).  KINDS: the kinds to count.
-# INSTR_KEEP=DIR keeps the callgrind files (callgrind_annotate them).
+# INSERT on the payment table), so that row security and the caller's
+# checks are counted as an application meets them (default: none, the
+# superuser).  KINDS: the kinds to count (all).  INSTR_KEEP=DIR keeps the
+# callgrind files (callgrind_annotate them).
 # Kinds, one transaction or statement each, prepared once:
 #   bare     BEGIN; INSERT a payment; COMMIT
 #   guarded  BEGIN; begin() of a new key; the INSERT; complete(); COMMIT
