@@ -412,7 +412,6 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     v_owner pg_catalog.regrole;
-    v_fn pg_catalog.text := CASE WHEN p_status OPERATOR(pg_catalog.=) 'completed' THEN 'complete' ELSE 'fail' END;
     v_msg pg_catalog.text;
     r record;
 BEGIN
@@ -422,6 +421,28 @@ BEGIN
         PERFORM idempotency._check_key(p_key, p_scope);
     END IF;
     v_owner := idempotency._caller();
+    -- The common case in one statement: a key begun in this transaction
+    -- (the row in progress, without a lease -- such a row is never
+    -- committed in progress, so it is this transaction's -- or with one
+    -- this transaction wrote), at the attempt given if one is: what the
+    -- look below lets through to the same UPDATE.  Anything else updates
+    -- nothing and goes the long way (its errors, a lease begun earlier).
+    -- Not in a read-only transaction, where the checks come before the
+    -- refusal of the write (25006).
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'off' THEN
+        UPDATE idempotency.idempotency_key AS k
+           SET status = p_status, response = p_payload, retryable = p_retryable,
+               locked_until = NULL, updated_at = pg_catalog.now(),
+               derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
+         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+           AND k.owner OPERATOR(pg_catalog.=) v_owner
+           AND k.status OPERATOR(pg_catalog.=) 'in_progress'
+           AND (k.locked_until IS NULL OR idempotency._mine(k.xmin))
+           AND (p_attempt IS NULL OR k.attempts OPERATOR(pg_catalog.=) p_attempt);
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
     SELECT k.status, k.attempts, k.expires_at, k.locked_until, k.xmin AS x INTO r
       FROM idempotency.idempotency_key AS k
      WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
@@ -445,7 +466,8 @@ BEGIN
     ELSE
         RAISE EXCEPTION '% is not held by this transaction', idempotency._describe(p_key, p_scope)
             USING ERRCODE = 'IK004',
-                  DETAIL = pg_catalog.format('%s() needs a begin() in the same transaction, by the same role, that returned new or retry.', v_fn),
+                  DETAIL = pg_catalog.format('%s() needs a begin() in the same transaction, by the same role, that returned new or retry.',
+                                             CASE WHEN p_status OPERATOR(pg_catalog.=) 'completed' THEN 'complete' ELSE 'fail' END),
                   HINT = 'A begin() in a savepoint that was rolled back no longer holds its key. For a key begun with a lease in another transaction, pass attempt => the attempts value that begin() returned.';
     END IF;
 
