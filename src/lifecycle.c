@@ -46,6 +46,7 @@
 
 #include "idempotency.h"
 #include "keystore.h"
+#include "outbox_counts.h"
 
 /* ---------------------------------------------------------------------
  * purge

@@ -44,6 +44,8 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "outbox_claims.h"
+#include "outbox_counts.h"
 
 #define COUNTS_TRANCHE "idempotency outbox counts"
 #define COUNT_TOPICS 4096		/* topics with counts not yet written */
