@@ -40,6 +40,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
+#include "utils/relcache.h"
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
 
@@ -114,6 +115,8 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 									 int nargs, Oid *argtypes, Datum *values,
 									 const char *nulls, int expect_rc,
 									 Snapshot snap);
+extern void idem_insert_as_owner(Relation rel, const Datum *values,
+								 const bool *nulls);
 
 /*
  * sharedhash.c: a hash table in shared memory (preloaded), whose entries

@@ -183,7 +183,7 @@ typedef struct Pending
 	ClaimEntry	before;			/* this back if it aborts (its attempt counts) */
 } Pending;
 
-static int claims_max = 65536;
+static int	claims_max = 65536;
 bool		idem_outbox_claims_on = false;
 
 static IdemSharedHash claims = {
@@ -545,8 +545,8 @@ idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id)
  */
 static int
 claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
-						TimestampTz until, TimestampTz now, int32 row_attempts,
-						int32 max_attempts, int32 *lapsed)
+			TimestampTz until, TimestampTz now, int32 row_attempts,
+			int32 max_attempts, int32 *lapsed)
 {
 	ClaimKey	k = claim_key(id);
 	ClaimEntry *e;
@@ -671,13 +671,17 @@ claim_read(int64 id, IdemOutboxClaim *out)
  * claim itself): each one's entry ends when this transaction commits,
  * except for an ack's durable claims, which have none.  For an ack (ack),
  * returns the messages' retries (their attempts after the first, the
- * entry's attempt where it holds the message).
+ * entry's attempt where it holds the message).  *gen: the install the
+ * entries belong to (for the acked counts).
  */
 int64
 idem_outbox_claims_end(const pg_uuid_t *token, int n, const int64 *ids,
-					   const int32 *attempts, const bool *durable, bool ack)
+					   const int32 *attempts, const bool *durable, bool ack,
+					   Oid *gen)
 {
 	int64		retried = 0;
+
+	*gen = idem_outbox_install();
 
 	for (int i = 0; i < n; i++)
 	{
@@ -847,7 +851,7 @@ claim_take(int64 id, int32 row_attempts, bool durable, Datum *values,
 	else
 	{
 		r = claim_enter(id, topic_id, token, until, now,
-									row_attempts, max_attempts, &lapsed);
+						row_attempts, max_attempts, &lapsed);
 		if (r == CLAIM_NEW && durable)
 		{
 			r = CLAIM_LAPSED;	/* its attempt is in the row already */

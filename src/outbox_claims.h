@@ -33,7 +33,7 @@ extern int32 idem_outbox_claim_run_shared(SPIPlanPtr *plan, const char *sql,
 										  ReturnSetInfo *rsinfo);
 extern int64 idem_outbox_claims_end(const pg_uuid_t *token, int n,
 									const int64 *ids, const int32 *attempts,
-									const bool *durable, bool ack);
+									const bool *durable, bool ack, Oid *gen);
 extern bool idem_outbox_topic_visible(int32 topic_id);
 extern void idem_outbox_claims_forget(Oid db, Oid gen);
 extern void idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id);

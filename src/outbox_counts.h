@@ -10,8 +10,8 @@
 #define OUTBOX_COUNTS_H
 
 extern void idem_outbox_counts_init(void);
-extern void idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered,
-									int64 retried);
+extern void idem_outbox_count_acked(Oid gen, int32 topic_id, Oid owner,
+									int64 delivered, int64 retried);
 extern int	idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 									int64 *retried, int max);
 extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);

@@ -177,32 +177,13 @@ slow:
 
 /*
  * Store the message row (values/nulls in table order) in rel as the
- * extension's owner: NOT NULL and CHECK constraints, every index that is
- * ready for inserts, as keystore.c's idem_store_insert() writes a key.
+ * extension's owner (runas.c: NOT NULL and CHECK constraints, every index
+ * that is ready for inserts).
  */
 static void
 message_insert_fast(Relation rel, const Datum *values, const bool *nulls)
 {
-	EState	   *estate = CreateExecutorState();
-	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	SavedUser	saved;
-
-	/* index expressions and predicates run as the INSERT ran them */
-	idem_as_owner(&saved);
-	rri = IDEM_NEW_RESULT_REL(estate, rel);
-	estate->es_output_cid = GetCurrentCommandId(true);
-	ExecOpenIndices(rri, false);
-	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
-	ExecClearTuple(slot);
-	memcpy(slot->tts_values, values, sizeof(Datum) * MSG_NATTS);
-	memcpy(slot->tts_isnull, nulls, sizeof(bool) * MSG_NATTS);
-	ExecStoreVirtualTuple(slot);
-	IDEM_SIMPLE_INSERT(rri, estate, slot);
-	idem_free_result_rel(rri);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
-	idem_as_caller(&saved);
+	idem_insert_as_owner(rel, values, nulls);
 	table_close(rel, NoLock);	/* RowExclusiveLock until the transaction ends */
 }
 
@@ -251,7 +232,10 @@ idempotency_publish(PG_FUNCTION_ARGS)
 															PG_GETARG_DATUM(4)));
 	}
 
-	/* the topic, a keyed message's lock, then the row id ("Order per message key") */
+	/*
+	 * the topic, a keyed message's lock, then the row id ("Order per message
+	 * key")
+	 */
 	id = idem_outbox_publish_topic(topic, PG_GETARG_TEXT_PP(0),
 								   PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2), &t);
 	message_id = message_uuid(CurrentMemoryContext);

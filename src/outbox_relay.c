@@ -416,6 +416,7 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 	int64	   *ids;
 	int32	   *attempts;
 	bool	   *durable;
+	Oid			gen = InvalidOid;
 	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
@@ -465,14 +466,14 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 	/* the claims in shared memory end at commit; an ack's retries */
 	if (ends != ENDS_NOTHING && n > 0)
 		retried = idem_outbox_claims_end(token, (int) n, ids, attempts, durable,
-										 ends == ENDS_ACK);
+										 ends == ENDS_ACK, &gen);
 
 	/*
 	 * ack: the messages delivered, as the snapshots that see the delete see
 	 * them
 	 */
 	if (ends == ENDS_ACK && n > 0)
-		idem_outbox_count_acked(topic_id, topic_owner, (int64) n, retried);
+		idem_outbox_count_acked(gen, topic_id, topic_owner, (int64) n, retried);
 	SPI_finish();
 	if (ends == ENDS_ACK)
 		idem_outbox_vacuum_count((int64) n);	/* outbox_vacuum.c: n dead

@@ -440,8 +440,8 @@ notify_xact_callback(XactEvent event, void *arg pg_attribute_unused())
 /* a subtransaction's wake-ups go with its abort, to its parent on commit */
 static void
 notify_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_unused(),
-					  SubTransactionId parentSubid pg_attribute_unused(),
-					  void *arg pg_attribute_unused())
+						SubTransactionId parentSubid pg_attribute_unused(),
+						void *arg pg_attribute_unused())
 {
 	HASH_SEQ_STATUS seq;
 	PendingWake *w;
