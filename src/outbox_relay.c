@@ -27,7 +27,7 @@
  * release's SQL objects, without the functions through which these
  * statements read claims in shared memory (_outbox_claimed,
  * _outbox_attempt): there claims stay in the rows, as the release whose
- * objects they are kept them (idem_outbox_idem_outbox_claims_shared()), and the
+ * objects they are kept them (idem_outbox_claims_shared()), and the
  * statements used then name no function of the extension.  A claim
  * written into its row is honoured after the update too.
  *

@@ -8,13 +8,14 @@
  *	  NOTIFY for a topic created or altered with notify => true.
  *
  * Two ways, because two kinds of users need them.  Shared memory (the
- * library preloaded): relays of the shipped clients (Node, Python, Go, ...)
+ * library preloaded): relays (the Node and Python clients' among them)
  * sleep in idempotency.wait_for() until a transaction that published to one
  * of its topics has committed, or until its timeout; no lock on the
  * publisher's path.  Without preloading wait_for() raises 55000 (poll
  * claim()).  NOTIFY (off by default): plain SQL clients that LISTEN
- * "idempotency.outbox.<topic>", and the portable edition, whose wake-up can
- * only be LISTEN/NOTIFY or polling; its price is that PostgreSQL serialises
+ * "idempotency.outbox.<topic>", among them relays written for the portable
+ * edition, whose only wake-up is LISTEN/NOTIFY (or polling): the same LISTEN
+ * works against either edition.  Its price is that PostgreSQL serialises
  * the commits of all notifying transactions (async.c takes a cluster-wide
  * lock before the commit record and holds it past the WAL flush), which is
  * why a topic asks for it.
