@@ -25,9 +25,9 @@
  * key store's entries, StoredKey), keycitus.h (the Citus module's), one
  * per outbox module that exports (outbox_topics.h, outbox_claims.h,
  * outbox_counts.h, outbox_vacuum.h, wakeup.h), target.h (the write
- * helpers'), compat.h (every PostgreSQL version difference).  Each file defines the GUCs it reads in
- * its idem_xxx_init().  Every non-static symbol starts with idem_
- * (SQL-callable functions with idempotency_).
+ * helpers'), compat.h (every PostgreSQL version difference).  Each file
+ * defines the GUCs it reads in its idem_xxx_init().  Every non-static
+ * symbol starts with idem_ (SQL-callable functions with idempotency_).
  *
  *-------------------------------------------------------------------------
  */
