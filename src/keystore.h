@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * keystore.h
- *	  The key store (keystore.c, stores floor): the rows of
- *	  idempotency.idempotency_key and the key lock, one entry per operation.
- *	  For the guard and the features over it.
+ *	  The key store (keystore.c, stores floor): a key's identity, the rows
+ *	  of idempotency.idempotency_key and the key lock, one entry per
+ *	  operation.  For the guard and the features over it.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,6 +14,21 @@
 #include "keycitus.h"
 
 extern void idem_keystore_init(void);
+
+/* a key's identity: built, validated (IK003), hashed, described */
+extern int	idem_default_ttl_s;
+extern int	idem_max_key_length;
+extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
+extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
+						const char *what);
+extern uint64 idem_key_hash(const KeyId *id);
+extern char *idem_describe_key(const KeyId *id);
+extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
+extern void idem_unique128(uint8 *out);
+extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
+extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
+							   TimestampTz now);
+extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
 
 /* the key lock */
 typedef enum KeyLockResult
