@@ -280,7 +280,9 @@ typedef enum GuardOutcome
 	GUARD_NEW,					/* first time: do the work */
 	GUARD_RETRY,				/* an earlier attempt failed retryably or
 								 * lapsed */
-	GUARD_REPLAY				/* finished: return the stored response */
+	GUARD_REPLAY,				/* finished: return the stored response */
+	GUARD_ROUTED				/* Citus: the key's shard is on another node;
+								 * the caller carries the call there */
 } GuardOutcome;
 
 typedef struct GuardBegin
@@ -298,7 +300,7 @@ extern void idem_guard_init(void);
 extern HeldKey *idem_held_lookup(const KeyId *id);
 extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
 extern void idem_guard_begin(const KeyId *id, Jsonb *request,
-							 TimestampTz expires_at, const Interval *lease,
+							 const Interval *ttl, const Interval *lease,
 							 GuardBegin *out);
 extern void idem_guard_finish(const KeyId *id, HeldState newstate,
 							  Jsonb *payload, bool retryable,

@@ -760,8 +760,8 @@ idem_keylock_try(const KeyId *id)
  * Wait for the lock of key id, at most idempotency.lock_wait, and take it.
  * Raises IK002 on timeout (at once when lock_wait is 0).
  */
-void
-idem_keylock_wait(const KeyId *id)
+static void
+keylock_wait(const KeyId *id)
 {
 	LOCKTAG		tag;
 	volatile bool timed_out = false;
@@ -822,25 +822,7 @@ idem_keylock_wait(const KeyId *id)
 		report_in_progress(id, &tag);
 }
 
-/*
- * Take the lock of key id, waiting at most idempotency.lock_wait (IK002).
- * Returns true when this call took the lock, false when this transaction
- * held it already.
- */
-bool
-idem_keylock_acquire(const KeyId *id)
-{
-	KeyLockResult res = idem_keylock_try(id);
-
-	if (res == KEYLOCK_BUSY)
-	{
-		idem_keylock_wait(id);
-		return true;
-	}
-	return res == KEYLOCK_TAKEN;
-}
-
-/* Give back a lock that keylock_acquire() took (a replay needs it no longer). */
+/* Give back a lock idem_keylock_try() took (a replay, forget() of no key) */
 void
 idem_keylock_release(const KeyId *id)
 {
@@ -1400,7 +1382,7 @@ idem_store_check_writable(const KeyId *id)
  */
 /*
  * Is the key table distributed by Citus?  Then a key's serialization point
- * is its shard's primary key (idem_keystore_claim(), idem_keystore_lock()),
+ * is its shard's primary key (a claim, idem_keystore_lock()),
  * not the node-local key lock.  Cached (see the file comment).
  */
 bool
@@ -2273,8 +2255,8 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
  * the caller locks and reads it (idem_keystore_lock()).  The new row has
  * no recovery point (the columns' default).
  */
-bool
-idem_keystore_claim(const HeldKey *h)
+static bool
+keystore_claim(const HeldKey *h)
 {
 	Datum		values[NUM_COLS];
 	char		nulls[NUM_COLS];
@@ -2332,6 +2314,144 @@ idem_keystore_delete_citus(const KeyId *id)
 	SPI_finish();
 	error_context_stack = errcb.previous;
 	return deleted;
+}
+
+/* =====================================================================
+ * A key opened and held: one call per guard operation.
+ *
+ * begin() opens its key with one call (idem_keystore_open()): whether the
+ * call is carried to the key's shard on Citus, the new row's expiry, the
+ * key lock, the row (on Citus, claimed on its shard when this transaction
+ * may write).  A lease's holder holds its key with one call
+ * (idem_keystore_hold()): the lock and the row, locked where it lives.
+ * The guard decides from what they return and writes once
+ * (idem_keystore_write()).
+ *
+ * Locking: the key lock as in the lock section; open() gives it back at
+ * once when nothing will be written under it (a live finished row, or a
+ * transaction that may not write); on Citus the shard's primary key or
+ * row lock, kept to the transaction's end.
+ * =====================================================================
+ */
+
+/* a live key that is finished: completed, or failed for good */
+static bool
+finished_row(const StoredKey *stored, TimestampTz now)
+{
+	return stored->found && stored->expires_at > now &&
+		(stored->status == 'c' || (stored->status == 'f' && !stored->retryable));
+}
+
+/*
+ * Citus: claim key id on its shard for this transaction.  Returns true
+ * when this transaction wrote the in_progress row (the key was absent:
+ * new); else *stored is the row there, locked until this transaction ends.
+ */
+static bool
+claim_on_shard(const KeyId *id, const uint8 *hash, TimestampTz expires_at,
+			   TimestampTz now, StoredKey *stored, MemoryContext cxt)
+{
+	HeldKey		row;
+
+	memset(&row, 0, sizeof(row));
+	row.id = *id;
+	row.attempts = 1;
+	row.created_at = now;
+	row.expires_at = expires_at;
+	if (hash != NULL)
+	{
+		row.has_hash = true;
+		memcpy(row.request_hash, hash, FINGERPRINT_LEN);
+	}
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (keystore_claim(&row))
+		{
+			memset(stored, 0, sizeof(StoredKey));
+			return true;
+		}
+		idem_keystore_lock(id, stored, cxt);
+		if (stored->found)
+			return false;
+		/* deleted in between (forget(), purge()): claim again */
+	}
+}
+
+/*
+ * Open key id for begin(): hash is the request's fingerprint (NULL: none),
+ * ttl the new row's lifetime (NULL: default_ttl; 22023 unless positive),
+ * now the transaction's start.  On Citus with the key's shard on another
+ * node, sets out->routed and does nothing else: the call is carried there
+ * (idem_route_call()).  Else takes the key lock if it is free and reads
+ * the row; if another transaction holds the lock, reads first and returns
+ * a live finished row without waiting (it can only change by expiring),
+ * else waits at most lock_wait (IK002) and reads again, since the holder
+ * may commit meanwhile.  On Citus, a transaction that may write claims the
+ * key on its shard instead of reading (out->claimed when it wrote the
+ * in_progress row).  The lock is given back when nothing will be written
+ * under it: a finished row (out->finished), or a read-only transaction or
+ * a standby.  The row is allocated in cxt.
+ */
+void
+idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
+				   TimestampTz now, KeyOpen *out, MemoryContext cxt)
+{
+	bool		may_write = !(RecoveryInProgress() || XactReadOnly);
+	bool		citus;
+	bool		took_lock;
+	KeyLockResult lock;
+
+	memset(out, 0, sizeof(KeyOpen));
+	out->expires_at = idem_expiry_of(ttl, now);
+	if (idem_route_key(id))
+	{
+		out->routed = true;
+		return;
+	}
+
+	/*
+	 * On Citus the shard decides whenever this transaction may write; a
+	 * read-only one only looks, and the guard refuses it unless it replays.
+	 */
+	citus = may_write && idem_keystore_distributed(id);
+	lock = idem_keylock_try(id);
+	took_lock = (lock == KEYLOCK_TAKEN);
+	if (lock == KEYLOCK_BUSY)
+	{
+		idem_keystore_lookup(id, &out->stored, cxt);
+		if (finished_row(&out->stored, now))
+		{
+			out->finished = true;
+			return;
+		}
+		keylock_wait(id);
+		took_lock = true;
+	}
+	if (citus)
+		out->claimed = claim_on_shard(id, hash, out->expires_at, now,
+									  &out->stored, cxt);
+	else
+		idem_keystore_lookup(id, &out->stored, cxt);
+	out->finished = finished_row(&out->stored, now);
+	/* a replay writes nothing, so it keeps nobody out */
+	if (took_lock && (out->finished || !may_write))
+		idem_keylock_release(id);
+}
+
+/*
+ * Hold key id for a lease's holder (complete(), fail(), checkpoint(),
+ * renew() of an attempt begun earlier): take the key lock, waiting at most
+ * lock_wait (IK002), and read the row locked where it lives (on Citus the
+ * row lock on the shard keeps a takeover out).  The row is allocated in
+ * cxt.
+ */
+void
+idem_keystore_hold(const KeyId *id, StoredKey *out, MemoryContext cxt)
+{
+	if (idem_keylock_try(id) == KEYLOCK_BUSY)
+		keylock_wait(id);
+	idem_keystore_lock(id, out, cxt);
 }
 
 /* =====================================================================
