@@ -2404,7 +2404,8 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 
 	memset(out, 0, sizeof(KeyOpen));
 	out->expires_at = idem_expiry_of(ttl, now);
-	if (idem_route_key(id))
+	citus = idem_keystore_distributed(id);
+	if (citus && idem_route_key(id))
 	{
 		out->routed = true;
 		return;
@@ -2414,7 +2415,7 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 	 * On Citus the shard decides whenever this transaction may write; a
 	 * read-only one only looks, and the guard refuses it unless it replays.
 	 */
-	citus = may_write && idem_keystore_distributed(id);
+	citus = citus && may_write;
 	lock = idem_keylock_try(id);
 	took_lock = (lock == KEYLOCK_TAKEN);
 	if (lock == KEYLOCK_BUSY)
