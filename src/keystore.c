@@ -7,11 +7,11 @@
  *
  * Sections, in order: a key's identity (validated, hashed with the
  * database's secret, described; fresh 128-bit values; expiry); the key
- * lock; the table (which it is, its shape,
- * the path it takes); the fast path; reading a row; writing a row; a call
- * carried to its shard's node on Citus.  The Citus statements themselves
- * are the Citus module's (keycitus.c, one floor below), called from here
- * only.
+ * lock; the table (which it is, its shape, the path it takes); the fast
+ * path; reading a row; writing a row; a key opened and held (the guard's
+ * one call before its work); a call carried to its shard's node on Citus.
+ * The Citus statements themselves are the Citus module's (keycitus.c, one
+ * floor below), called from here only.
  *
  * Paths kept, chosen once per table shape (idem_store_resolve()):
  *   fast: every request on a table as shipped (a primary key probe, an
@@ -27,10 +27,10 @@
  *   Citus (keycitus.c): a key table in pg_dist_partition.
  * Why each: src/README.md, "The key table's paths and versions".
  *
- * Locking: the identity section takes AccessShareLock on lock_secret while
- * it reads the secret; the key lock (ExclusiveLock on a keyed advisory tag) serialises
- * a key's writers on one server; AccessShareLock on the table while its
- * shape is read, RowExclusiveLock to write; on Citus the shard's primary
+ * Locking: AccessShareLock on lock_secret while the secret is read; the
+ * key lock (ExclusiveLock on a keyed advisory tag) serialises a key's
+ * writers on one server; AccessShareLock on the table while its shape is
+ * read, RowExclusiveLock to write; on Citus the shard's primary
  * key or row lock, and a carried call's RowExclusiveLock on the route
  * table's shard.  src/README.md, "Locking".
  *
