@@ -13,7 +13,7 @@
  * dropped under its publishers: src/README.md, "The outbox".
  *
  * Locking: a keyed message's lock, an advisory tag on (topic, key), field4
- * OUTBOX_LOCK_FIELD4, keyed by keyid.c's SipHash, taken before the message
+ * OUTBOX_LOCK_FIELD4, keyed by the key store's SipHash, taken before the message
  * id is drawn and held to the publisher's transaction's end (deadlocks
  * between keys are the deadlock detector's; lock_timeout applies); the
  * topic's lock, field4 OUTBOX_TOPIC_LOCK_FIELD4, ShareLock for publishers
@@ -47,6 +47,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 #include "outbox.h"
 
 #define OUTBOX_LOCK_FIELD4 0x4945	/* 18757: pg_locks objsubid of a key's
