@@ -8,7 +8,6 @@ OBJS = \
 	src/idempotency.o \
 	src/cache.o \
 	src/runas.o \
-	src/keyid.o \
 	src/sharedhash.o \
 	src/stats.o \
 	src/keycitus.o \
@@ -106,7 +105,7 @@ endif
 
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
-src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_publish.o: src/keystore.h
+src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_topics.o src/outbox_publish.o: src/keystore.h
 src/keycitus.o src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_publish.o: src/keycitus.h
 src/outbox_topics.o src/outbox_publish.o src/outbox_relay.o src/wakeup.o: src/outbox_topics.h
 src/outbox_claims.o src/outbox_relay.o src/outbox_counts.o src/owners.o src/idempotency.o: src/outbox_claims.h

@@ -39,10 +39,10 @@ void
 _PG_init(void)
 {
 	idem_runas_init();
-	idem_keystore_init();		/* idempotency.lock_wait */
-	idem_keyid_init();			/* default_ttl, max_key_length */
+	idem_keystore_init();		/* lock_wait, log_waits, default_ttl,
+								 * max_key_length */
 	idem_worker_init();			/* purge_*, database; the worker, preloaded */
-	idem_stats_init();			/* stats_max (preloaded), log_waits */
+	idem_stats_init();			/* stats_max (preloaded) */
 	idem_outbox_claims_init();	/* outbox_claims, shared memory (preloaded) */
 	idem_outbox_counts_init();	/* shared memory (preloaded) */
 	idem_outbox_vacuum_init();	/* outbox_vacuum_after, shared memory

@@ -18,7 +18,7 @@
  *	  floor target:   target.c
  *	  floor stores:   keystore.c
  *	  floor citus:    keycitus.c
- *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c runas.c cache.c
+ *	  floor ground:   stats.c sharedhash.c wakeup.c outbox_claims.c runas.c cache.c
  *
  * Headers: this one (the ground floor's, the guard's and the features'
  * exported declarations, the SQLSTATEs, KeyId, HeldKey), keystore.h (the
@@ -58,19 +58,16 @@
 #define MAX_KEY_BYTES 2048
 
 /* GUCs, each defined by the file named */
-extern int	idem_default_ttl_s; /* keyid.c */
-extern int	idem_max_key_length;	/* keyid.c */
 extern int	idem_purge_interval_s;	/* worker.c */
 extern int	idem_purge_batch;	/* worker.c */
 extern int	idem_purge_timeout_s;	/* worker.c */
 extern char *idem_database;		/* worker.c */
 extern int	idem_stats_max;		/* stats.c */
-extern int	idem_log_waits_ms;	/* stats.c */
 
 /*
  * The identity of one key: (owner role, scope, key).  hash is a keyed 64-bit
- * hash of the three (keyid.c), used for the key lock tag and the
- * per-transaction table.
+ * hash of the three (the key store's, keystore.h), used for the key lock tag
+ * and the per-transaction table.
  */
 typedef struct KeyId
 {
@@ -137,20 +134,6 @@ extern bool idem_sharedhash_attach(IdemSharedHash *t, long max);
 extern void idem_sharedhash_forget(const IdemSharedHash *t, Oid db, Oid owner);
 extern int	idem_sharedhash_databases(const IdemSharedHash *t, Oid *dbs, int max);
 
-/* keyid.c */
-extern void idem_keyid_init(void);
-extern char *idem_describe_key(const KeyId *id);
-extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
-extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
-						const char *what);
-extern uint64 idem_key_hash(const KeyId *id);
-extern void idem_unique128(uint8 *out);
-extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
-extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
-extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
-extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
-							   TimestampTz now);
-
 /* stats.c: what the counters count (the columns of idempotency.stats) */
 typedef enum IdemStat
 {
@@ -179,8 +162,7 @@ extern void idem_stats_forget(Oid db, Oid role);
 extern int	idem_stats_databases(Oid *dbs, int max);
 extern void idem_stats_add(Oid owner, const char *scope, int scope_len,
 						   IdemStat what, int64 n);
-extern void idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired,
-							int lock_wait_ms);
+extern void idem_stats_wait(const KeyId *id, double ms);
 
 /* count one event of key id; a test and nothing else unless preloaded */
 static inline void
@@ -239,7 +221,9 @@ typedef enum GuardOutcome
 	GUARD_NEW,					/* first time: do the work */
 	GUARD_RETRY,				/* an earlier attempt failed retryably or
 								 * lapsed */
-	GUARD_REPLAY				/* finished: return the stored response */
+	GUARD_REPLAY,				/* finished: return the stored response */
+	GUARD_ROUTED				/* Citus: the key's shard is on another node;
+								 * the caller carries the call there */
 } GuardOutcome;
 
 typedef struct GuardBegin
@@ -257,7 +241,7 @@ extern void idem_guard_init(void);
 extern HeldKey *idem_held_lookup(const KeyId *id);
 extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
 extern void idem_guard_begin(const KeyId *id, Jsonb *request,
-							 TimestampTz expires_at, const Interval *lease,
+							 const Interval *ttl, const Interval *lease,
 							 GuardBegin *out);
 extern void idem_guard_finish(const KeyId *id, HeldState newstate,
 							  Jsonb *payload, bool retryable,

@@ -51,7 +51,7 @@
  * ---------------------------------------------------------------------
  */
 /*
- * The message id: 128 fresh bits (keyid.c: idem_unique128, a per-process
+ * The message id: 128 fresh bits (keystore.c: idem_unique128, a per-process
  * SipHash stream keyed by pg_strong_random) as a version 4 UUID.  Nothing
  * a template clone, a restored dump or a rewound sequence copies enters it,
  * so two databases never issue the same id (as 0.5.0 did, from the row id

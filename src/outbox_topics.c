@@ -21,8 +21,8 @@
  * src/README.md, "The outbox".
  *
  * Locking: a keyed message's lock, an advisory tag on (topic, key), field4
- * OUTBOX_LOCK_FIELD4, keyed by keyid.c's SipHash, taken before the message
- * id is drawn and held to the publisher's transaction's end (deadlocks
+ * OUTBOX_LOCK_FIELD4, keyed by the key store's SipHash, taken before the
+ * message id is drawn and held to the publisher's transaction's end (deadlocks
  * between keys are the deadlock detector's; lock_timeout applies); the
  * topic's lock, field4 OUTBOX_TOPIC_LOCK_FIELD4, ShareLock for publishers
  * and ExclusiveLock for drop_topic(), to the transaction's end (a prepared
@@ -55,6 +55,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "keystore.h"
 #include "outbox_topics.h"
 
 #define OUTBOX_LOCK_FIELD4 0x4945	/* 18757: pg_locks objsubid of a key's
