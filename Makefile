@@ -27,13 +27,9 @@ OBJS = \
 	src/wakeup.o \
 	src/outbox_claims.o \
 	src/outbox_counts.o \
-	src/outbox.o \
-	src/outbox_notify.o \
 	src/outbox_topics.o \
 	src/outbox_publish.o \
 	src/outbox_relay.o \
-	src/outbox_window.o \
-	src/outbox_inflight.o \
 	src/outbox_vacuum.o \
 	src/owners.o
 
@@ -109,9 +105,13 @@ endif
 
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
-src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox.o src/outbox_publish.o: src/keystore.h
+src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_topics.o src/outbox_publish.o: src/keystore.h
 src/keycitus.o src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_publish.o: src/keycitus.h
-src/outbox.o src/outbox_notify.o src/outbox_topics.o src/outbox_publish.o src/outbox_relay.o: src/outbox.h
+src/outbox_topics.o src/outbox_publish.o src/outbox_relay.o src/wakeup.o: src/outbox_topics.h
+src/outbox_claims.o src/outbox_relay.o src/outbox_counts.o src/owners.o src/idempotency.o: src/outbox_claims.h
+src/outbox_counts.o src/outbox_relay.o src/lifecycle.o src/owners.o src/idempotency.o: src/outbox_counts.h
+src/outbox_vacuum.o src/outbox_relay.o src/worker.o src/owners.o src/idempotency.o: src/outbox_vacuum.h
+src/wakeup.o src/outbox_publish.o src/outbox_relay.o src/idempotency.o: src/wakeup.h
 
 .PHONY: test test-all demo
 # make test: this machine's PostgreSQL (pg_config).  make test PG=17 (or 18,

@@ -15,7 +15,8 @@ ALTER POLICY outbox_message_own_rows ON idempotency.outbox_message
                          AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
                          AND g.can_consume));
 -- Finding 3: redrive() gives a message a new id behind its key's others
--- (findings 2, 7, 8 and the smaller two are in src/outbox.c only)
+-- (findings 2, 7, 8 and the smaller two are in src/outbox_topics.c and
+-- src/outbox_relay.c only)
 COMMENT ON COLUMN idempotency.outbox_message.id IS 'taken after the message key''s lock: per key, id order is commit order; redrive() gives a message a new one';
 COMMENT ON FUNCTION idempotency.redrive(pg_catalog.text, pg_catalog.int8[]) IS
 'Send dead messages of a topic again (all of them, or those ids) with their attempts reset, each behind the other messages of its key (a new id, the same message_id); returns how many';

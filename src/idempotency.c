@@ -20,6 +20,11 @@
 #include "compat.h"
 #include "idempotency.h"
 #include "keystore.h"
+#include "outbox_claims.h"
+#include "outbox_counts.h"
+#include "outbox_topics.h"
+#include "outbox_vacuum.h"
+#include "wakeup.h"
 
 PG_MODULE_MAGIC;
 
@@ -46,7 +51,7 @@ _PG_init(void)
 	IDEM_RESERVE_GUC_PREFIX("idempotency");
 
 	idem_guard_init();			/* the held keys' transaction callbacks */
-	idem_outbox_init();
+	idem_outbox_topics_init();	/* its relcache callback */
 	idem_wakeup_init();			/* shared memory (preloaded) */
 	idem_owners_init();			/* object_access_hook (preloaded) */
 }

@@ -12,7 +12,7 @@
  * src/README.md.
  *
  *	  floor top:      idempotency.c worker.c
- *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_window.c outbox_topics.c outbox_notify.c outbox_counts.c outbox.c outbox_inflight.c outbox_vacuum.c owners.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_counts.c outbox_vacuum.c owners.c
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
@@ -22,11 +22,12 @@
  *
  * Headers: this one (the ground floor's, the guard's and the features'
  * exported declarations, the SQLSTATEs, KeyId, HeldKey), keystore.h (the
- * key store's entries, StoredKey), keycitus.h (the Citus module's),
- * outbox.h (the outbox's), target.h (the write helpers'), compat.h (every
- * PostgreSQL version difference).  Each file defines the GUCs it reads in
- * its idem_xxx_init().  Every non-static symbol starts with idem_
- * (SQL-callable functions with idempotency_).
+ * key store's entries, StoredKey), keycitus.h (the Citus module's), one
+ * per outbox module that exports (outbox_topics.h, outbox_claims.h,
+ * outbox_counts.h, outbox_vacuum.h, wakeup.h), target.h (the write
+ * helpers'), compat.h (every PostgreSQL version difference).  Each file
+ * defines the GUCs it reads in its idem_xxx_init().  Every non-static
+ * symbol starts with idem_ (SQL-callable functions with idempotency_).
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +40,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
+#include "utils/relcache.h"
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
 
@@ -110,6 +112,8 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 									 int nargs, Oid *argtypes, Datum *values,
 									 const char *nulls, int expect_rc,
 									 Snapshot snap);
+extern void idem_insert_as_owner(Relation rel, const Datum *values,
+								 const bool *nulls);
 
 /*
  * sharedhash.c: a hash table in shared memory (preloaded), whose entries
@@ -198,75 +202,12 @@ typedef struct HeldKey
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
 
-/* ---- ground, continued ---- */
-
-/* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
-extern void idem_wakeup_init(void);
-extern void idem_wake_at_commit(int32 topic_id);
-
-/* outbox_claims.c: claims in shared memory (preloaded), for outbox_relay.c */
-#define CLAIM_NEW 0
-#define CLAIM_LAPSED 1
-#define CLAIM_BUSY 2
-#define CLAIM_FULL 3
-extern int	idem_outbox_claims_max;
-extern void idem_outbox_claims_init(void);
-extern bool idem_outbox_claims_on(void);
-extern int	idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
-									TimestampTz until, TimestampTz now,
-									int32 row_attempts, int32 max_attempts,
-									int32 *lapsed);
-extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
-extern Oid	idem_outbox_install(void);
-
-/* outbox_claims.c: for the SQL-callable readers (outbox_inflight.c) */
-typedef struct IdemOutboxClaim
-{
-	pg_uuid_t	token;
-	TimestampTz until;
-	int32		attempt;
-	int32		topic_id;
-} IdemOutboxClaim;
-extern bool idem_outbox_claim_read(int64 id, IdemOutboxClaim *out);
-extern void idem_outbox_claims_forget(Oid db, Oid gen);
-extern void idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id);
-extern int	idem_outbox_claims_databases(Oid *dbs, int max);
-
 /* ---- features ---- */
-
-/* outbox.c */
-extern void idem_outbox_init(void);
-extern bool idem_outbox_topic_visible(int32 topic_id);
-
-/* outbox_counts.c: acked counts in shared memory (preloaded) */
-extern void idem_outbox_counts_init(void);
-extern void idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered,
-									int64 retried);
-extern int	idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
-									int64 *retried, int max);
-extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
-extern void idem_outbox_counts_forget(Oid db, Oid gen);
-extern int	idem_outbox_counts_databases(Oid *dbs, int max);
-
-/* outbox_vacuum.c: the outbox table vacuumed after enough acks */
-extern int	idem_outbox_vacuum_after;
-extern void idem_outbox_vacuum_init(void);
-extern void idem_outbox_vacuum_count(int64 n);
-extern void idem_outbox_vacuum_attach(void);
-extern int	idem_outbox_vacuum_due(TimestampTz now, Oid *db, long *wait_ms);
-extern uint32 idem_outbox_vacuum_next(int slot);
-extern void idem_outbox_vacuum_begin(int slot, uint32 seq);
-extern void idem_outbox_vacuum_skip(int slot);
-extern bool idem_outbox_vacuum_end(int slot, TimestampTz now);
-extern bool idem_outbox_vacuum_full(void);
-extern void idem_outbox_vacuum_forget_others(const Oid *dbs, int n);
-extern void idem_outbox_vacuum_forget(Oid db);
 
 /* owners.c */
 extern void idem_owners_init(void);
 extern void idem_owners_sweep(void);
 extern void idem_owners_topic_gone(int32 topic_id);
-extern void idem_outbox_vacuum_run(int slot, uint32 seq);
 
 /* lifecycle.c */
 #define PURGE_NTABLES 4			/* keys, tokens, seen messages, outbox
