@@ -644,6 +644,7 @@ $fn$
 -- @body idempotency_claim
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -765,6 +766,7 @@ $fn$
 -- @body idempotency_ack
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 BEGIN
     PERFORM idempotency._outbox_ids_arg($2);
@@ -779,6 +781,7 @@ $fn$
 -- @body idempotency_nack
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 BEGIN
     IF $4 IS NOT NULL THEN
@@ -796,6 +799,7 @@ $fn$
 -- @body idempotency_release
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 BEGIN
     PERFORM idempotency._outbox_ids_arg($2);
