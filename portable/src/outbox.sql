@@ -661,9 +661,13 @@ DECLARE
     v_dead   pg_catalog.int4;
     v_full   pg_catalog.bool;
     v_pass   pg_catalog.int4;
+    v_ids    pg_catalog.int8[];
     r        record;
 BEGIN
-    PERFORM idempotency._outbox_topic_arg(p_topic);
+    -- each check's function raises its error; called only when it will
+    IF p_topic IS NULL OR p_topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,40}$' THEN
+        PERFORM idempotency._outbox_topic_arg(p_topic);
+    END IF;
     IF p_batch IS NULL THEN
         RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
@@ -673,7 +677,9 @@ BEGIN
     IF p_batch < 1 OR p_batch > 10000 THEN
         RAISE EXCEPTION 'batch_size must be between 1 and 10000' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM idempotency._outbox_interval(p_vis, 'visibility', true);
+    IF p_vis OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval THEN
+        PERFORM idempotency._outbox_interval(p_vis, 'visibility', true);
+    END IF;
     v_window := GREATEST(64, p_batch * 4);
     v_now := pg_catalog.clock_timestamp();
     v_until := v_now + p_vis;
@@ -691,40 +697,63 @@ BEGIN
         END IF;
         LOOP
             v_dead := 0;
+            -- the candidates, locked FOR UPDATE SKIP LOCKED in availability
+            -- order and re-checked on the locked row
+            IF v_pass = 1 THEN
+                -- the window, read in its order only as far as the locks
+                -- need: unkeyed messages and the earliest pending one of
+                -- their key
+                SELECT ARRAY(
+                    SELECT q.id
+                      FROM (SELECT w0.id, w0.message_key, w0.available_at
+                              FROM idempotency.outbox_message AS w0
+                             WHERE w0.topic_id = t.id AND w0.state = 'pending'
+                               AND w0.available_at <= v_now
+                             ORDER BY w0.available_at, w0.id LIMIT v_window) AS w
+                      JOIN idempotency.outbox_message AS q ON q.id = w.id
+                     WHERE (w.message_key IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM idempotency.outbox_message AS p
+                             WHERE p.topic_id = t.id AND p.message_key = w.message_key
+                               AND p.state = 'pending' AND p.id < w.id))
+                       AND q.state = 'pending' AND q.available_at <= v_now
+                     ORDER BY w.available_at, w.id
+                     LIMIT p_batch - v_got FOR UPDATE OF q SKIP LOCKED) INTO v_ids;
+            ELSE
+                -- beyond the window: every key's earliest pending message,
+                -- by a skip through the key index, and the ready unkeyed ones
+                SELECT ARRAY(
+                    WITH RECURSIVE
+                    k(key) AS (
+                        (SELECT s.message_key FROM idempotency.outbox_message AS s
+                          WHERE s.topic_id = t.id AND s.state = 'pending'
+                            AND s.message_key IS NOT NULL
+                          ORDER BY s.message_key LIMIT 1)
+                        UNION ALL
+                        SELECT (SELECT s.message_key FROM idempotency.outbox_message AS s
+                                 WHERE s.topic_id = t.id AND s.state = 'pending'
+                                   AND s.message_key > k.key
+                                 ORDER BY s.message_key LIMIT 1)
+                          FROM k WHERE k.key IS NOT NULL),
+                    cand AS (
+                        SELECT (SELECT h.id FROM idempotency.outbox_message AS h
+                                 WHERE h.topic_id = t.id AND h.state = 'pending'
+                                   AND h.message_key = k.key
+                                 ORDER BY h.id LIMIT 1)
+                          FROM k WHERE k.key IS NOT NULL
+                        UNION ALL
+                        (SELECT u.id FROM idempotency.outbox_message AS u
+                          WHERE u.topic_id = t.id AND u.state = 'pending'
+                            AND u.message_key IS NULL AND u.available_at <= v_now
+                          ORDER BY u.available_at, u.id LIMIT p_batch - v_got))
+                    SELECT q.id FROM idempotency.outbox_message AS q
+                     WHERE q.id = ANY (ARRAY(SELECT cand.id FROM cand))
+                       AND q.state = 'pending' AND q.available_at <= v_now
+                     ORDER BY q.available_at, q.id
+                     LIMIT p_batch - v_got FOR UPDATE SKIP LOCKED) INTO v_ids;
+            END IF;
+            EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
             FOR r IN
-                WITH RECURSIVE
-                k(key) AS (
-                    (SELECT s.message_key FROM idempotency.outbox_message AS s
-                      WHERE v_pass = 2 AND s.topic_id = t.id AND s.state = 'pending'
-                        AND s.message_key IS NOT NULL
-                      ORDER BY s.message_key LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT s.message_key FROM idempotency.outbox_message AS s
-                             WHERE s.topic_id = t.id AND s.state = 'pending'
-                               AND s.message_key > k.key
-                             ORDER BY s.message_key LIMIT 1)
-                      FROM k WHERE k.key IS NOT NULL),
-                cand AS (
-                    SELECT w.id FROM (SELECT w0.id, w0.message_key FROM idempotency.outbox_message AS w0
-                                       WHERE v_pass = 1 AND w0.topic_id = t.id AND w0.state = 'pending'
-                                         AND w0.available_at <= v_now
-                                       ORDER BY w0.available_at, w0.id LIMIT v_window) AS w
-                     WHERE w.message_key IS NULL OR NOT EXISTS (
-                           SELECT 1 FROM idempotency.outbox_message AS p
-                            WHERE p.topic_id = t.id AND p.message_key = w.message_key
-                              AND p.state = 'pending' AND p.id < w.id)
-                    UNION ALL
-                    SELECT (SELECT h.id FROM idempotency.outbox_message AS h
-                             WHERE h.topic_id = t.id AND h.state = 'pending'
-                               AND h.message_key = k.key
-                             ORDER BY h.id LIMIT 1)
-                      FROM k WHERE k.key IS NOT NULL
-                    UNION ALL
-                    (SELECT u.id FROM idempotency.outbox_message AS u
-                      WHERE v_pass = 2 AND u.topic_id = t.id AND u.state = 'pending'
-                        AND u.message_key IS NULL AND u.available_at <= v_now
-                      ORDER BY u.available_at, u.id LIMIT p_batch - v_got)),
-                c AS (
+                WITH c AS (
                     UPDATE idempotency.outbox_message AS m
                        SET attempts = CASE WHEN m.attempts >= t.max_attempts THEN m.attempts
                                       ELSE m.attempts + 1 END,
@@ -733,12 +762,7 @@ BEGIN
                            state = CASE WHEN m.attempts >= t.max_attempts THEN 'dead' ELSE 'pending' END,
                            last_error = CASE WHEN m.claim IS NULL THEN m.last_error
                                         ELSE '{"error": "visibility timeout: the claim lapsed without ack or nack"}'::pg_catalog.jsonb END
-                     WHERE m.id = ANY (ARRAY(
-                           SELECT q.id FROM idempotency.outbox_message AS q
-                            WHERE q.id = ANY (ARRAY(SELECT cand.id FROM cand))
-                              AND q.state = 'pending' AND q.available_at <= v_now
-                            ORDER BY q.available_at, q.id
-                            LIMIT p_batch - v_got FOR UPDATE SKIP LOCKED))
+                     WHERE m.id = ANY (v_ids)
                        AND m.state = 'pending' AND m.available_at <= v_now
                     RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers,
                               m.attempts, m.published_at, m.state)
@@ -769,7 +793,9 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 BEGIN
-    PERFORM idempotency._outbox_ids_arg($2);
+    IF $2 IS NULL OR pg_catalog.array_position($2, NULL) IS NOT NULL THEN
+        PERFORM idempotency._outbox_ids_arg($2);
+    END IF;
     RETURN idempotency._outbox_settle('a', $1, $2, NULL, NULL);
 END
 $fn$
@@ -790,7 +816,9 @@ BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'claim must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM idempotency._outbox_ids_arg($2);
+    IF $2 IS NULL OR pg_catalog.array_position($2, NULL) IS NOT NULL THEN
+        PERFORM idempotency._outbox_ids_arg($2);
+    END IF;
     RETURN idempotency._outbox_settle('n', $1, $2, $3, $4);
 END
 $fn$
@@ -802,7 +830,9 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 BEGIN
-    PERFORM idempotency._outbox_ids_arg($2);
+    IF $2 IS NULL OR pg_catalog.array_position($2, NULL) IS NOT NULL THEN
+        PERFORM idempotency._outbox_ids_arg($2);
+    END IF;
     RETURN idempotency._outbox_settle('r', $1, $2, NULL, NULL);
 END
 $fn$
