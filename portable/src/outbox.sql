@@ -650,7 +650,6 @@ AS $fn$
 DECLARE
     p_topic  ALIAS FOR $1;
     p_batch  ALIAS FOR $2;
-    o        idempotency.outbox_claim;
     p_vis    ALIAS FOR $3;
     t        idempotency.outbox_topic;
     v_now    pg_catalog.timestamptz;
@@ -662,7 +661,7 @@ DECLARE
     v_full   pg_catalog.bool;
     v_pass   pg_catalog.int4;
     v_ids    pg_catalog.int8[];
-    r        record;
+    v_n      pg_catalog.int4;
 BEGIN
     -- each check's function raises its error; called only when it will
     IF p_topic IS NULL OR p_topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,40}$' THEN
@@ -752,7 +751,9 @@ BEGIN
                      LIMIT p_batch - v_got FOR UPDATE SKIP LOCKED) INTO v_ids;
             END IF;
             EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
-            FOR r IN
+            -- every locked id is updated (its row was re-checked under the
+            -- lock); those claimed go out, those at max_attempts went dead
+            RETURN QUERY
                 WITH c AS (
                     UPDATE idempotency.outbox_message AS m
                        SET attempts = CASE WHEN m.attempts >= t.max_attempts THEN m.attempts
@@ -766,19 +767,12 @@ BEGIN
                        AND m.state = 'pending' AND m.available_at <= v_now
                     RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers,
                               m.attempts, m.published_at, m.state)
-                SELECT c.id, c.message_id, c.message_key, c.payload, c.headers,
-                       c.attempts, c.published_at, c.state = 'pending' AS claimed
-                  FROM c ORDER BY c.id
-            LOOP
-                IF NOT r.claimed THEN
-                    v_dead := v_dead + 1;
-                    CONTINUE;
-                END IF;
-                o := ROW(r.id, r.message_id, p_topic, r.message_key, r.payload, r.headers,
-                         r.attempts, r.published_at, v_claim, v_until);
-                RETURN NEXT o;
-                v_got := v_got + 1;
-            END LOOP;
+                SELECT c.id, c.message_id, p_topic, c.message_key, c.payload, c.headers,
+                       c.attempts, c.published_at, v_claim, v_until
+                  FROM c WHERE c.state = 'pending' ORDER BY c.id;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_got := v_got + v_n;
+            v_dead := pg_catalog.cardinality(v_ids) - v_n;
             EXIT WHEN v_dead = 0 OR v_got >= p_batch;
         END LOOP;
     END LOOP;
