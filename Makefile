@@ -8,7 +8,6 @@ OBJS = \
 	src/idempotency.o \
 	src/cache.o \
 	src/runas.o \
-	src/keyid.o \
 	src/sharedhash.o \
 	src/stats.o \
 	src/keycitus.o \
@@ -28,13 +27,9 @@ OBJS = \
 	src/wakeup.o \
 	src/outbox_claims.o \
 	src/outbox_counts.o \
-	src/outbox.o \
-	src/outbox_notify.o \
 	src/outbox_topics.o \
 	src/outbox_publish.o \
 	src/outbox_relay.o \
-	src/outbox_window.o \
-	src/outbox_inflight.o \
 	src/outbox_vacuum.o \
 	src/owners.o
 
@@ -46,7 +41,7 @@ DATA = $(notdir $(wildcard $(if $(VPATH),$(VPATH)/)idempotency--*.sql))
 REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http review_transition review_retry_after review_schema review_purge review_insert_path review_once_evict recovery citus outbox outbox_publish outbox_window wakeup wakeup_slots identity review_helpers_rls key_health outbox_dropped_owner
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
-ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin forget_new renew_takeover once secret_rotation secret_snapshot purge_partitioned purge_topic target_lock recovery outbox wakeup outbox_drop outbox_redrive outbox_revoke outbox_counts outbox_takeover
+ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin forget_new renew_takeover once secret_rotation secret_snapshot purge_partitioned purge_topic target_lock recovery outbox wakeup outbox_drop outbox_redrive outbox_revoke outbox_counts outbox_takeover outbox_snapshot
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output --load-extension=idempotency
 # TAP scripts (PostgreSQL::Test::Cluster, own clusters): PGXS prove_installcheck;
 # PROVE_TESTS=test/t/003_purge_worker.pl runs one (also from the environment:
@@ -110,9 +105,13 @@ endif
 
 $(OBJS): src/idempotency.h src/compat.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
-src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_publish.o: src/keystore.h
+src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_topics.o src/outbox_publish.o: src/keystore.h
 src/keycitus.o src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_publish.o: src/keycitus.h
-src/outbox.o src/outbox_notify.o src/outbox_topics.o src/outbox_publish.o src/outbox_relay.o: src/outbox.h
+src/outbox_topics.o src/outbox_publish.o src/outbox_relay.o src/wakeup.o: src/outbox_topics.h
+src/outbox_claims.o src/outbox_relay.o src/outbox_counts.o src/owners.o src/idempotency.o: src/outbox_claims.h
+src/outbox_counts.o src/outbox_relay.o src/lifecycle.o src/owners.o src/idempotency.o: src/outbox_counts.h
+src/outbox_vacuum.o src/outbox_relay.o src/worker.o src/owners.o src/idempotency.o: src/outbox_vacuum.h
+src/wakeup.o src/outbox_publish.o src/outbox_relay.o src/idempotency.o: src/wakeup.h
 
 .PHONY: test test-all demo
 # make test: this machine's PostgreSQL (pg_config).  make test PG=17 (or 18,

@@ -5,7 +5,7 @@
 -- Each feature keeps its own section below, in the order of the 0.5.0
 -- install script's additions.
 
--- == review fixes (issue 21) ==
+-- == fixes ==
 
 -- Schema idempotency must be ours.  CREATE EXTENSION uses an existing schema
 -- named in the control file as it finds it, so a role with CREATE on the
@@ -88,7 +88,7 @@ BEGIN
 END
 $$;
 
--- == recovery points (issue 19) ==
+-- == recovery points ==
 -- A request that calls other systems runs in phases under one lease-mode
 -- key.  Each phase commits its business writes together with
 -- checkpoint(), which records the key's recovery point (a name) and state
@@ -164,7 +164,7 @@ COMMENT ON FUNCTION idempotency.derive_key(pg_catalog.text, pg_catalog.text, pg_
 COMMENT ON COLUMN idempotency.stats.ik004_not_held IS 'IK004 raised: complete(), fail(), renew() or checkpoint() of a key not held';
 COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail(), renew() or checkpoint() of an attempt whose key was taken over (IK004, counted there too)';
 
--- == outbox (issue 18) ==
+-- == outbox ==
 -- Messages published in the caller's transaction (publish()), delivered by
 -- relays that claim them with a visibility timeout and ack or nack them
 -- (src/outbox.c holds the design, the ordering proof and the locking).
@@ -463,7 +463,7 @@ COMMENT ON VIEW idempotency.outbox_stats IS
 'Per topic the caller owns or is granted (every topic for pg_read_all_stats): messages published, delivered, retried (claims after the first), dead, in flight, undelivered, and the age of the oldest undelivered';
 GRANT SELECT ON idempotency.outbox_stats TO PUBLIC;
 
--- == Citus (issue 17) ==
+-- == Citus ==
 -- One set-up step on a Citus coordinator (README "Scaling out with
 -- Citus"): the key table and seen_message distributed by key and message
 -- id in one co-location group (a business table distributed by the same
@@ -548,7 +548,7 @@ $do$;
                        (2, 'idempotency.seen_message', 'message_id', 'idempotency.idempotency_key'),
                        (3, 'idempotency.token', 'token', 'default'),
                        (4, 'idempotency.state_machine', NULL, NULL),
-                       -- derive_key()'s secret (issue 19): one for every node,
+                       -- derive_key()'s secret: one for every node,
                        -- the coordinator's, so a retry through any node derives
                        -- the same downstream keys
                        (5, 'idempotency.derive_secret', NULL, NULL))

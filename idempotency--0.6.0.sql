@@ -705,7 +705,8 @@ COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail(), rene
 -- == outbox ==
 -- Messages published in the caller's transaction (publish()), delivered by
 -- relays that claim them with a visibility timeout and ack or nack them
--- (src/outbox.c holds the design, the ordering proof and the locking).
+-- (src/README.md, "The outbox", holds the design, the ordering proof and the
+-- locking).
 -- Topics belong to roles; grant_topic() shares one with another role.
 CREATE TABLE idempotency.outbox_topic (
     id           pg_catalog.int4        NOT NULL,

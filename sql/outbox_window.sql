@@ -1,5 +1,5 @@
 -- outbox_window: with claims in shared memory, claim()'s window is an
--- index scan in C (src/outbox_window.c).  It hands out what the
+-- index scan in C (src/outbox_claims.c).  It hands out what the
 -- statement it replaced hands out, claim after claim: the statement is
 -- still its fallback for a table not of the shipped shape, taken here by
 -- renaming the ready index inside a transaction that rolls back.  Both

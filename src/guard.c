@@ -478,11 +478,12 @@ idempotency_fingerprint(PG_FUNCTION_ARGS)
  *
  * The guard is idem_guard_begin() and idem_guard_finish(); the SQL
  * functions here and once() call them.  Single-transaction mode: begin()
- * validates the key (IK003), fingerprints the request, takes the key lock
- * (keystore.c) if it is free and looks the key up (keystore.c); if another
- * transaction holds the lock it looks first and replays a live finished
- * key without waiting, else waits at most lock_wait (IK002) and looks
- * again.  Then: replay (the lock given back), retry, or new; a different
+ * validates the key (IK003), fingerprints the request and opens the key in
+ * the key store with one call (idem_keystore_open(): carried to its shard's
+ * node on Citus, or the key lock taken if it is free and the row read; if
+ * another transaction holds the lock, a live finished key is replayed
+ * without waiting, else it waits at most lock_wait, IK002, and reads
+ * again).  Then: replay (the lock given back), retry, or new; a different
  * fingerprint is IK001; new work in a read-only transaction or on a
  * standby is 25006.  Nothing is written at begin(): complete() and fail()
  * store the row for a key this transaction began (else IK004), and COMMIT
@@ -517,14 +518,6 @@ check_not_parallel(const KeyId *id)
 				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
 				 errmsg("cannot use %s during a parallel operation", idem_describe_key(id)),
 				 errhint("Call the idempotency functions from a function marked PARALLEL UNSAFE.")));
-}
-
-/* a live key that is finished: completed, or failed for good */
-static bool
-replayable(const StoredKey *stored, TimestampTz now)
-{
-	return stored->found && stored->expires_at > now &&
-		(stored->status == 'c' || (stored->status == 'f' && !stored->retryable));
 }
 
 /*
@@ -621,76 +614,38 @@ make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
-/*
- * Citus: claim key id on its shard for this transaction (see the file
- * comment).  Returns true when this transaction wrote the in_progress row
- * (the key was absent: new); else *stored is the row there, locked until
- * this transaction ends.
- */
-static bool
-claim_on_shard(const KeyId *id, const uint8 *hash, TimestampTz expires_at,
-			   TimestampTz now, StoredKey *stored, MemoryContext cxt)
-{
-	HeldKey		row;
-
-	memset(&row, 0, sizeof(row));
-	row.id = *id;
-	row.attempts = 1;
-	row.created_at = now;
-	row.expires_at = expires_at;
-	if (hash != NULL)
-	{
-		row.has_hash = true;
-		memcpy(row.request_hash, hash, FINGERPRINT_LEN);
-	}
-	for (;;)
-	{
-		CHECK_FOR_INTERRUPTS();
-		if (idem_keystore_claim(&row))
-		{
-			memset(stored, 0, sizeof(StoredKey));
-			return true;
-		}
-		idem_keystore_lock(id, stored, cxt);
-		if (stored->found)
-			return false;
-		/* deleted in between (forget(), purge()): claim again */
-	}
-}
-
 /* ---------------------------------------------------------------------
  * SQL-callable functions
  * ---------------------------------------------------------------------
  */
 
 /*
- * The guard's begin, for SQL's begin() and for once(): look up key id and
- * decide its outcome (see the file comment); on new or retry, this
- * transaction holds the key until it completes or fails it.  request is
- * the request to fingerprint (NULL: none); lease NULL outside lease mode.
- * The response in *out is allocated in the caller's memory context.
+ * The guard's begin, for SQL's begin() and for once(): open key id in the
+ * key store and decide its outcome (see the file comment); on new or
+ * retry, this transaction holds the key until it completes or fails it.
+ * request is the request to fingerprint (NULL: none); ttl the key's
+ * lifetime (NULL: default_ttl); lease NULL outside lease mode.  On Citus
+ * with the key's shard on another node the outcome is GUARD_ROUTED and
+ * nothing was done: the caller carries the call there.  The response in
+ * *out is allocated in the caller's memory context.
  */
 void
-idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
+idem_guard_begin(const KeyId *idp, Jsonb *request, const Interval *ttl,
 				 const Interval *lease, GuardBegin *out)
 {
 	KeyId		id = *idp;
 	HeldKey    *held;
 	HeldKey		proto;
-	StoredKey	stored;
+	KeyOpen		open;
+	StoredKey  *stored = &open.stored;
 	bool		has_hash = false;
 	uint8		hash[FINGERPRINT_LEN];
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	bool		lease_mode = lease != NULL;
 	TimestampTz clock = 0;
 	TimestampTz lease_end = 0;
-	KeyLockResult lock;
-	bool		took_lock;
-	bool		citus;
-	bool		claimed = false;
 	bool		row_there;
 	bool		live;
-	MemoryContext caller_cxt = CurrentMemoryContext;
 
 	memset(out, 0, sizeof(GuardBegin));
 	check_not_parallel(&id);
@@ -723,96 +678,64 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	}
 
 	/*
-	 * Take the key lock if it is free, and look.  If another transaction
-	 * holds it, look without it first: a live finished key can only change by
-	 * expiring, so it is replayed without queueing behind the holder (a storm
-	 * of duplicates of a finished key never waits).  Anything else waits for
-	 * the lock and looks again: the holder may commit meanwhile.
+	 * One call: routed, or the key lock and the row (see
+	 * idem_keystore_open(): a live finished key is replayed without waiting
+	 * for another transaction's lock, and the lock given back).
 	 */
-
-	/*
-	 * On Citus the shard decides (claim_on_shard) whenever this transaction
-	 * may write; a read-only one only looks, and is refused below unless it
-	 * replays.
-	 */
-	citus = !(RecoveryInProgress() || XactReadOnly) && idem_keystore_distributed(&id);
-	lock = idem_keylock_try(&id);
-	switch (lock)
+	idem_keystore_open(&id, has_hash ? hash : NULL, ttl, now, &open,
+					   CurrentMemoryContext);
+	if (open.routed)
 	{
-		case KEYLOCK_TAKEN:
-		case KEYLOCK_HELD:
-			took_lock = (lock == KEYLOCK_TAKEN);
-			if (citus)
-				claimed = claim_on_shard(&id, has_hash ? hash : NULL, expires_at,
-										 now, &stored, caller_cxt);
-			else
-				idem_keystore_lookup(&id, &stored, caller_cxt);
-			break;
-		case KEYLOCK_BUSY:
-		default:
-			took_lock = false;
-			idem_keystore_lookup(&id, &stored, caller_cxt);
-			if (!replayable(&stored, now))
-			{
-				idem_keylock_wait(&id);
-				took_lock = true;
-				if (citus)
-					claimed = claim_on_shard(&id, has_hash ? hash : NULL, expires_at,
-											 now, &stored, caller_cxt);
-				else
-					idem_keystore_lookup(&id, &stored, caller_cxt);
-			}
-			break;
+		out->outcome = GUARD_ROUTED;
+		return;
 	}
 
 	/*
 	 * an expired row behaves as absent, but is still there to overwrite; so
 	 * is the row a claim wrote
 	 */
-	row_there = stored.found || claimed;
-	live = stored.found && stored.expires_at > now;
+	row_there = stored->found || open.claimed;
+	live = stored->found && stored->expires_at > now;
 
-	if (live && has_hash && stored.has_hash &&
-		memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
+	if (live && has_hash && stored->has_hash &&
+		memcmp(hash, stored->request_hash, FINGERPRINT_LEN) != 0)
 		idem_stats_count(&id, IDEM_STAT_IK001);
-	if (live && has_hash && stored.has_hash &&
-		memcmp(hash, stored.request_hash, FINGERPRINT_LEN) != 0)
+	if (live && has_hash && stored->has_hash &&
+		memcmp(hash, stored->request_hash, FINGERPRINT_LEN) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_REUSED),
 				 errmsg("%s was already used with a different request", idem_describe_key(&id)),
 				 errdetail("The key's stored request and this one differ; neither, nor anything computed from them, is shown."),
 				 errhint("Use a new idempotency key for a new request (HTTP 422).")));
 
-	if (replayable(&stored, now))
+	if (open.finished)
 	{
-		/* replay: nothing to write, so nothing to keep others out of */
-		if (took_lock)
-			idem_keylock_release(&id);
+		/* replay: nothing to write (the key store gave the lock back) */
 		idem_stats_count(&id, IDEM_STAT_REPLAY);
 		out->outcome = GUARD_REPLAY;
-		out->status = stored.status;
-		out->response = stored.response;
-		out->attempts = stored.attempts;
-		out->created_at = stored.created_at;
-		out->recovery_point = stored.recovery_point;
-		out->recovery_state = stored.recovery_state;
+		out->status = stored->status;
+		out->response = stored->response;
+		out->attempts = stored->attempts;
+		out->created_at = stored->created_at;
+		out->recovery_point = stored->recovery_point;
+		out->recovery_state = stored->recovery_state;
 		return;
 	}
 
 	/* a live lease keeps everybody else out; a lapsed one is taken over */
-	if (live && stored.status == 'i' && stored.locked_until != 0)
+	if (live && stored->status == 'i' && stored->locked_until != 0)
 	{
 		if (clock == 0)
 			clock = GetCurrentTimestamp();
-		if (stored.locked_until > clock)
+		if (stored->locked_until > clock)
 			idem_stats_count(&id, IDEM_STAT_IK002);
-		if (stored.locked_until > clock)
+		if (stored->locked_until > clock)
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 					 errmsg("%s is in progress under a lease", idem_describe_key(&id)),
 					 errdetail("Attempt %d holds it until %s; retry after %d seconds.",
-							   stored.attempts, iso8601_utc(stored.locked_until),
-							   idem_seconds_until(stored.locked_until, clock)),
+							   stored->attempts, iso8601_utc(stored->locked_until),
+							   idem_seconds_until(stored->locked_until, clock)),
 					 errhint("Retry after the lease ends (HTTP 409 with Retry-After); the first begin() after that takes the key over.")));
 	}
 
@@ -823,9 +746,6 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	 * starts afresh.
 	 */
 	if (RecoveryInProgress() || XactReadOnly)
-	{
-		if (took_lock)
-			idem_keylock_release(&id);
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("cannot begin work under %s in a read-only transaction",
@@ -836,17 +756,16 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 				 errhint(RecoveryInProgress() ?
 						 "Send requests that do work to the primary server." :
 						 "Begin new keys in a read-write transaction.")));
-	}
 	memset(&proto, 0, sizeof(proto));
 	proto.id = id;
 	proto.state = HELD_BEGUN;
-	proto.expires_at = expires_at;
+	proto.expires_at = open.expires_at;
 	proto.row_exists = row_there;
 	proto.reset_point = row_there && !live;
 	if (live)
 	{
-		proto.attempts = stored.attempts + 1;
-		proto.created_at = stored.created_at;
+		proto.attempts = stored->attempts + 1;
+		proto.created_at = stored->created_at;
 	}
 	else
 	{
@@ -858,10 +777,10 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 		proto.has_hash = true;
 		memcpy(proto.request_hash, hash, FINGERPRINT_LEN);
 	}
-	else if (live && stored.has_hash)
+	else if (live && stored->has_hash)
 	{
 		proto.has_hash = true;
-		memcpy(proto.request_hash, stored.request_hash, FINGERPRINT_LEN);
+		memcpy(proto.request_hash, stored->request_hash, FINGERPRINT_LEN);
 	}
 
 	/*
@@ -881,16 +800,16 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, TimestampTz expires_at,
 	idem_held_push(&proto);
 
 	idem_stats_count(&id, live ? IDEM_STAT_RETRY : IDEM_STAT_NEW);
-	if (live && stored.status == 'i' && stored.locked_until != 0)
+	if (live && stored->status == 'i' && stored->locked_until != 0)
 		idem_stats_count(&id, IDEM_STAT_TAKEOVER);
 	out->outcome = live ? GUARD_RETRY : GUARD_NEW;
 	out->status = 'i';
-	out->response = live ? stored.response : NULL;
+	out->response = live ? stored->response : NULL;
 	out->attempts = proto.attempts;
 	out->created_at = proto.created_at;
 	/* a retry resumes from the last committed checkpoint */
-	out->recovery_point = live ? stored.recovery_point : NULL;
-	out->recovery_state = live ? stored.recovery_state : NULL;
+	out->recovery_point = live ? stored->recovery_point : NULL;
+	out->recovery_state = live ? stored->recovery_state : NULL;
 }
 
 /*
@@ -903,17 +822,17 @@ Datum
 idempotency_begin(PG_FUNCTION_ARGS)
 {
 	KeyId		id = idem_keyid(fcinfo, 0, 2, "idempotency key");
-	TimestampTz expires_at = idem_expiry(fcinfo, 3, GetCurrentTransactionStartTimestamp());
 	GuardBegin	res;
 	static const char *const outcomes[] = {"new", "retry", "replay"};
 	static SPIPlanPtr route = NULL;
 
-	/* Citus: the key's shard on another node: the call runs there */
-	if (idem_route_key(&id))
-		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 	idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
-					 expires_at, PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
+					 PG_ARGISNULL(3) ? NULL : PG_GETARG_INTERVAL_P(3),
+					 PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4),
 					 &res);
+	/* Citus: the key's shard on another node: the call runs there */
+	if (res.outcome == GUARD_ROUTED)
+		return idem_route_call(fcinfo, IDEM_ROUTE_KEYS, PG_GETARG_DATUM(0), &route);
 	PG_RETURN_DATUM(make_result(fcinfo, outcomes[res.outcome],
 								res.status == 'c' ? "completed" :
 								res.status == 'f' ? "failed" : "in_progress",
@@ -931,9 +850,8 @@ lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 {
 	StoredKey	stored;
 
-	(void) idem_keylock_acquire(id);
 	/* on Citus, the row lock on the shard is what keeps a takeover out */
-	idem_keystore_lock(id, &stored, CurrentMemoryContext);
+	idem_keystore_hold(id, &stored, CurrentMemoryContext);
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp() ||
 		stored.status != 'i' || stored.attempts != attempt) /* IK004 below */
 		idem_stats_count(id, IDEM_STAT_IK004);

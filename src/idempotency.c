@@ -20,6 +20,11 @@
 #include "compat.h"
 #include "idempotency.h"
 #include "keystore.h"
+#include "outbox_claims.h"
+#include "outbox_counts.h"
+#include "outbox_topics.h"
+#include "outbox_vacuum.h"
+#include "wakeup.h"
 
 PG_MODULE_MAGIC;
 
@@ -34,10 +39,10 @@ void
 _PG_init(void)
 {
 	idem_runas_init();
-	idem_keystore_init();		/* idempotency.lock_wait */
-	idem_keyid_init();			/* default_ttl, max_key_length */
+	idem_keystore_init();		/* lock_wait, log_waits, default_ttl,
+								 * max_key_length */
 	idem_worker_init();			/* purge_*, database; the worker, preloaded */
-	idem_stats_init();			/* stats_max (preloaded), log_waits */
+	idem_stats_init();			/* stats_max (preloaded) */
 	idem_outbox_claims_init();	/* outbox_claims, shared memory (preloaded) */
 	idem_outbox_counts_init();	/* shared memory (preloaded) */
 	idem_outbox_vacuum_init();	/* outbox_vacuum_after, shared memory
@@ -46,7 +51,7 @@ _PG_init(void)
 	IDEM_RESERVE_GUC_PREFIX("idempotency");
 
 	idem_guard_init();			/* the held keys' transaction callbacks */
-	idem_outbox_init();
+	idem_outbox_topics_init();	/* its relcache callback */
 	idem_wakeup_init();			/* shared memory (preloaded) */
 	idem_owners_init();			/* object_access_hook (preloaded) */
 }

@@ -12,21 +12,22 @@
  * src/README.md.
  *
  *	  floor top:      idempotency.c worker.c
- *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_window.c outbox_topics.c outbox_notify.c outbox_counts.c outbox.c outbox_inflight.c outbox_vacuum.c owners.c
+ *	  floor features: once.c lookup.c http.c ops.c recovery.c lifecycle.c outbox_publish.c outbox_relay.c outbox_topics.c outbox_counts.c outbox_vacuum.c owners.c
  *	  floor guard:    guard.c
  *	  floor helpers:  machine.c versioned.c insert_once.c
  *	  floor target:   target.c
  *	  floor stores:   keystore.c
  *	  floor citus:    keycitus.c
- *	  floor ground:   keyid.c stats.c sharedhash.c wakeup.c outbox_claims.c runas.c cache.c
+ *	  floor ground:   stats.c sharedhash.c wakeup.c outbox_claims.c runas.c cache.c
  *
  * Headers: this one (the ground floor's, the guard's and the features'
  * exported declarations, the SQLSTATEs, KeyId, HeldKey), keystore.h (the
- * key store's entries, StoredKey), keycitus.h (the Citus module's),
- * outbox.h (the outbox's), target.h (the write helpers'), compat.h (every
- * PostgreSQL version difference).  Each file defines the GUCs it reads in
- * its idem_xxx_init().  Every non-static symbol starts with idem_
- * (SQL-callable functions with idempotency_).
+ * key store's entries, StoredKey), keycitus.h (the Citus module's), one
+ * per outbox module that exports (outbox_topics.h, outbox_claims.h,
+ * outbox_counts.h, outbox_vacuum.h, wakeup.h), target.h (the write
+ * helpers'), compat.h (every PostgreSQL version difference).  Each file
+ * defines the GUCs it reads in its idem_xxx_init().  Every non-static
+ * symbol starts with idem_ (SQL-callable functions with idempotency_).
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +40,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
+#include "utils/relcache.h"
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
 
@@ -56,19 +58,16 @@
 #define MAX_KEY_BYTES 2048
 
 /* GUCs, each defined by the file named */
-extern int	idem_default_ttl_s; /* keyid.c */
-extern int	idem_max_key_length;	/* keyid.c */
 extern int	idem_purge_interval_s;	/* worker.c */
 extern int	idem_purge_batch;	/* worker.c */
 extern int	idem_purge_timeout_s;	/* worker.c */
 extern char *idem_database;		/* worker.c */
 extern int	idem_stats_max;		/* stats.c */
-extern int	idem_log_waits_ms;	/* stats.c */
 
 /*
  * The identity of one key: (owner role, scope, key).  hash is a keyed 64-bit
- * hash of the three (keyid.c), used for the key lock tag and the
- * per-transaction table.
+ * hash of the three (the key store's, keystore.h), used for the key lock tag
+ * and the per-transaction table.
  */
 typedef struct KeyId
 {
@@ -113,6 +112,8 @@ extern uint64 idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql,
 									 int nargs, Oid *argtypes, Datum *values,
 									 const char *nulls, int expect_rc,
 									 Snapshot snap);
+extern void idem_insert_as_owner(Relation rel, const Datum *values,
+								 const bool *nulls);
 
 /*
  * sharedhash.c: a hash table in shared memory (preloaded), whose entries
@@ -132,20 +133,6 @@ extern void idem_sharedhash_request(const IdemSharedHash *t, long max);
 extern bool idem_sharedhash_attach(IdemSharedHash *t, long max);
 extern void idem_sharedhash_forget(const IdemSharedHash *t, Oid db, Oid owner);
 extern int	idem_sharedhash_databases(const IdemSharedHash *t, Oid *dbs, int max);
-
-/* keyid.c */
-extern void idem_keyid_init(void);
-extern char *idem_describe_key(const KeyId *id);
-extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
-extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
-						const char *what);
-extern uint64 idem_key_hash(const KeyId *id);
-extern void idem_unique128(uint8 *out);
-extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
-extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
-extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
-extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
-							   TimestampTz now);
 
 /* stats.c: what the counters count (the columns of idempotency.stats) */
 typedef enum IdemStat
@@ -175,8 +162,7 @@ extern void idem_stats_forget(Oid db, Oid role);
 extern int	idem_stats_databases(Oid *dbs, int max);
 extern void idem_stats_add(Oid owner, const char *scope, int scope_len,
 						   IdemStat what, int64 n);
-extern void idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired,
-							int lock_wait_ms);
+extern void idem_stats_wait(const KeyId *id, double ms);
 
 /* count one event of key id; a test and nothing else unless preloaded */
 static inline void
@@ -216,75 +202,12 @@ typedef struct HeldKey
 	uint8		request_hash[FINGERPRINT_LEN];
 } HeldKey;
 
-/* ---- ground, continued ---- */
-
-/* wakeup.c: wake-ups of relays in shared memory (publishers call it) */
-extern void idem_wakeup_init(void);
-extern void idem_wake_at_commit(int32 topic_id);
-
-/* outbox_claims.c: claims in shared memory (preloaded), for outbox_relay.c */
-#define CLAIM_NEW 0
-#define CLAIM_LAPSED 1
-#define CLAIM_BUSY 2
-#define CLAIM_FULL 3
-extern int	idem_outbox_claims_max;
-extern void idem_outbox_claims_init(void);
-extern bool idem_outbox_claims_on(void);
-extern int	idem_outbox_claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
-									TimestampTz until, TimestampTz now,
-									int32 row_attempts, int32 max_attempts,
-									int32 *lapsed);
-extern void idem_outbox_claim_end(int64 id, const pg_uuid_t *token);
-extern Oid	idem_outbox_install(void);
-
-/* outbox_claims.c: for the SQL-callable readers (outbox_inflight.c) */
-typedef struct IdemOutboxClaim
-{
-	pg_uuid_t	token;
-	TimestampTz until;
-	int32		attempt;
-	int32		topic_id;
-} IdemOutboxClaim;
-extern bool idem_outbox_claim_read(int64 id, IdemOutboxClaim *out);
-extern void idem_outbox_claims_forget(Oid db, Oid gen);
-extern void idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id);
-extern int	idem_outbox_claims_databases(Oid *dbs, int max);
-
 /* ---- features ---- */
-
-/* outbox.c */
-extern void idem_outbox_init(void);
-extern bool idem_outbox_topic_visible(int32 topic_id);
-
-/* outbox_counts.c: acked counts in shared memory (preloaded) */
-extern void idem_outbox_counts_init(void);
-extern void idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered,
-									int64 retried);
-extern int	idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
-									int64 *retried, int max);
-extern void idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried);
-extern void idem_outbox_counts_forget(Oid db, Oid gen);
-extern int	idem_outbox_counts_databases(Oid *dbs, int max);
-
-/* outbox_vacuum.c: the outbox table vacuumed after enough acks */
-extern int	idem_outbox_vacuum_after;
-extern void idem_outbox_vacuum_init(void);
-extern void idem_outbox_vacuum_count(int64 n);
-extern void idem_outbox_vacuum_attach(void);
-extern int	idem_outbox_vacuum_due(TimestampTz now, Oid *db, long *wait_ms);
-extern uint32 idem_outbox_vacuum_next(int slot);
-extern void idem_outbox_vacuum_begin(int slot, uint32 seq);
-extern void idem_outbox_vacuum_skip(int slot);
-extern bool idem_outbox_vacuum_end(int slot, TimestampTz now);
-extern bool idem_outbox_vacuum_full(void);
-extern void idem_outbox_vacuum_forget_others(const Oid *dbs, int n);
-extern void idem_outbox_vacuum_forget(Oid db);
 
 /* owners.c */
 extern void idem_owners_init(void);
 extern void idem_owners_sweep(void);
 extern void idem_owners_topic_gone(int32 topic_id);
-extern void idem_outbox_vacuum_run(int slot, uint32 seq);
 
 /* lifecycle.c */
 #define PURGE_NTABLES 4			/* keys, tokens, seen messages, outbox
@@ -298,7 +221,9 @@ typedef enum GuardOutcome
 	GUARD_NEW,					/* first time: do the work */
 	GUARD_RETRY,				/* an earlier attempt failed retryably or
 								 * lapsed */
-	GUARD_REPLAY				/* finished: return the stored response */
+	GUARD_REPLAY,				/* finished: return the stored response */
+	GUARD_ROUTED				/* Citus: the key's shard is on another node;
+								 * the caller carries the call there */
 } GuardOutcome;
 
 typedef struct GuardBegin
@@ -316,7 +241,7 @@ extern void idem_guard_init(void);
 extern HeldKey *idem_held_lookup(const KeyId *id);
 extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
 extern void idem_guard_begin(const KeyId *id, Jsonb *request,
-							 TimestampTz expires_at, const Interval *lease,
+							 const Interval *ttl, const Interval *lease,
 							 GuardBegin *out);
 extern void idem_guard_finish(const KeyId *id, HeldState newstate,
 							  Jsonb *payload, bool retryable,

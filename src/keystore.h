@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * keystore.h
- *	  The key store (keystore.c, stores floor): the rows of
- *	  idempotency.idempotency_key and the key lock, one entry per operation.
- *	  For the guard and the features over it.
+ *	  The key store (keystore.c, stores floor): a key's identity, the rows
+ *	  of idempotency.idempotency_key and the key lock, one entry per
+ *	  operation.  For the guard and the features over it.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,6 +15,21 @@
 
 extern void idem_keystore_init(void);
 
+/* a key's identity: built, validated (IK003), hashed, described */
+extern int	idem_default_ttl_s;
+extern int	idem_max_key_length;
+extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
+extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,
+						const char *what);
+extern uint64 idem_key_hash(const KeyId *id);
+extern char *idem_describe_key(const KeyId *id);
+extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
+extern void idem_unique128(uint8 *out);
+extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
+extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
+							   TimestampTz now);
+extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
+
 /* the key lock */
 typedef enum KeyLockResult
 {
@@ -24,8 +39,6 @@ typedef enum KeyLockResult
 } KeyLockResult;
 
 extern KeyLockResult idem_keylock_try(const KeyId *id);
-extern void idem_keylock_wait(const KeyId *id);
-extern bool idem_keylock_acquire(const KeyId *id);
 extern void idem_keylock_release(const KeyId *id);
 extern bool idem_keylock_busy(const KeyId *id);
 
@@ -55,6 +68,28 @@ extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
 							   TimestampTz *created_at);
 
+/*
+ * The guard's operations, one call each: begin() opens its key (routed,
+ * its expiry, locked, read or claimed); a lease's holder holds it (locked,
+ * the row locked where it lives)
+ */
+typedef struct KeyOpen
+{
+	bool		routed;			/* Citus: the key's shard is on another node;
+								 * nothing else was done */
+	TimestampTz expires_at;		/* a new row's: now + ttl */
+	bool		claimed;		/* Citus: this call wrote the in_progress row */
+	bool		finished;		/* stored is live and finished: a replay (the
+								 * lock was given back) */
+	StoredKey	stored;			/* the row; found false: none */
+} KeyOpen;
+
+extern void idem_keystore_open(const KeyId *id, const uint8 *hash,
+							   const Interval *ttl, TimestampTz now,
+							   KeyOpen *out, MemoryContext cxt);
+extern void idem_keystore_hold(const KeyId *id, StoredKey *out,
+							   MemoryContext cxt);
+
 /* write */
 extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
@@ -68,10 +103,10 @@ extern bool idem_keystore_has_seed(void);
 
 /*
  * Citus: the key table distributed.  A key is serialised on its shard: a
- * claim row or a row lock; forget() deletes on the shard.
+ * claim row (idem_keystore_open()) or a row lock; forget() deletes on the
+ * shard.
  */
 extern bool idem_keystore_distributed(const KeyId *id);
-extern bool idem_keystore_claim(const HeldKey *h);
 extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
 							   MemoryContext outcxt);
 extern bool idem_keystore_delete_citus(const KeyId *id);

@@ -46,6 +46,7 @@
 
 #include "idempotency.h"
 #include "keystore.h"
+#include "outbox_counts.h"
 
 /* ---------------------------------------------------------------------
  * purge
@@ -99,7 +100,7 @@ static const char *const purge_sql_citus =
 /*
  * Delivered outbox messages (expires_at is set by ack()).  Their purge also
  * adds them to their topics' purged_* counters (idempotency.outbox_stats
- * keeps counting them; outbox.c), so a batch first locks the topic rows of
+ * keeps counting them; outbox_counts.c), so a batch first locks the topic rows of
  * the first $2 expired messages, skipping any another transaction holds (a
  * role's open alter_topic() or drop_topic()), and then locks only messages
  * of the topics it holds.  The messages of a held topic wait for a later

@@ -498,10 +498,9 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	Datum		result[2];
 	bool		rnulls[2] = {false, false};
 	Jsonb	   *response;
-	TimestampTz expires_at;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 	OncePlan   *volatile running;
-	bool		routed;
+	volatile bool routed = false;
 
 	id = keyid_of(fcinfo, -1);
 	if (PG_ARGISNULL(2))
@@ -518,16 +517,15 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	 * in an argument's input function, or from the work itself) must not
 	 * evict or free it.
 	 */
-	routed = idem_route_key(&id);
 	running->busy++;
 	PG_TRY();
 	{
-		expires_at = idem_expiry_of(NULL, GetCurrentTransactionStartTimestamp());
+		idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
+						 NULL, NULL, &g);
+		/* Citus: the key's shard on another node: begin() runs there */
+		routed = g.outcome == GUARD_ROUTED;
 		if (routed)
 			route_begin(fcinfo, &g);
-		else
-			idem_guard_begin(&id, PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1),
-							 expires_at, NULL, &g);
 
 		if (g.outcome == GUARD_REPLAY)
 			response = g.response;

@@ -44,6 +44,8 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "outbox_claims.h"
+#include "outbox_counts.h"
 
 #define COUNTS_TRANCHE "idempotency outbox counts"
 #define COUNT_TOPICS 4096		/* topics with counts not yet written */
@@ -246,22 +248,22 @@ static SPIPlanPtr plan_count_row = NULL;
 
 /*
  * ack() deleted delivered messages of topic_id (owned by owner; retried:
- * their attempts after the first) in this (sub)transaction: count them in
+ * their attempts after the first; gen: the install, as
+ * idem_outbox_claims_end() read it) in this (sub)transaction: count them in
  * its delta, or, with no place for it, in the topic's row.  Inside
  * SPI_connect().
  */
 void
-idem_outbox_count_acked(int32 topic_id, Oid owner, int64 delivered, int64 retried)
+idem_outbox_count_acked(Oid gen, int32 topic_id, Oid owner, int64 delivered,
+						int64 retried)
 {
 	TransactionId xid = GetCurrentTransactionId();	/* assigned: rows deleted */
-	Oid			gen;
 	bool		done;
 	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
 	Datum		values[3];
 
 	if (counts.hash == NULL || delivered == 0)
 		return;
-	gen = idem_outbox_install();
 	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
 	done = count_add(gen, topic_id, owner, xid, delivered, retried);
 	LWLockRelease(counts.lock);

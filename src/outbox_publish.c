@@ -4,19 +4,19 @@
  *	  publish() (features floor): a message stored in the caller's
  *	  transaction, and its message id.
  *
- * Design: the hot path of the outbox.  The topic and the caller's right
- * come from the backend's cache (outbox.c), a keyed message takes its
- * key's lock before it draws its row id from the sequence (so per key, id
- * order is commit order: see outbox.c), the message id is 128 fresh bits,
- * and the row is stored as the extension's owner: through the executor's
- * simple-relation insert when idempotency.outbox_message has the shipped
- * shape (below), else one prepared INSERT through SPI.  The topic's relays
- * are woken at commit (wakeup.c; and outbox_notify.c's NOTIFY
- * for a topic created with notify => true).
+ * The write path of the outbox, one call per neighbour: the topic, the
+ * caller's right, a keyed message's lock and the row id come from
+ * outbox_topics.c in one call (idem_outbox_publish_topic(): so per key, id
+ * order is commit order), the message id is 128 fresh bits, and the row is
+ * stored as the extension's owner: through the executor's simple-relation
+ * insert when idempotency.outbox_message has the shipped shape (below),
+ * else one prepared INSERT through SPI.  The topic's relays are woken at
+ * commit (wakeup.c: shared memory, and NOTIFY for a topic created with
+ * notify => true).
  *
  * Locking: the topic's lock shared and the message key's lock, both until
- * the transaction ends (outbox.c); RowExclusiveLock on outbox_message, as
- * the INSERT takes it, until the transaction ends.
+ * the transaction ends (outbox_topics.c); RowExclusiveLock on
+ * outbox_message, as the INSERT takes it, until the transaction ends.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,7 +26,6 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "commands/sequence.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -44,14 +43,15 @@
 #include "compat.h"
 #include "idempotency.h"
 #include "keystore.h"
-#include "outbox.h"
+#include "outbox_topics.h"
+#include "wakeup.h"
 
 /* ---------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------
  */
 /*
- * The message id: 128 fresh bits (keyid.c: idem_unique128, a per-process
+ * The message id: 128 fresh bits (keystore.c: idem_unique128, a per-process
  * SipHash stream keyed by pg_strong_random) as a version 4 UUID.  Nothing
  * a template clone, a restored dump or a rewound sequence copies enters it,
  * so two databases never issue the same id (as 0.5.0 did, from the row id
@@ -177,32 +177,13 @@ slow:
 
 /*
  * Store the message row (values/nulls in table order) in rel as the
- * extension's owner: NOT NULL and CHECK constraints, every index that is
- * ready for inserts, as keystore.c's idem_store_insert() writes a key.
+ * extension's owner (runas.c: NOT NULL and CHECK constraints, every index
+ * that is ready for inserts).
  */
 static void
 message_insert_fast(Relation rel, const Datum *values, const bool *nulls)
 {
-	EState	   *estate = CreateExecutorState();
-	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	SavedUser	saved;
-
-	/* index expressions and predicates run as the INSERT ran them */
-	idem_as_owner(&saved);
-	rri = IDEM_NEW_RESULT_REL(estate, rel);
-	estate->es_output_cid = GetCurrentCommandId(true);
-	ExecOpenIndices(rri, false);
-	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
-	ExecClearTuple(slot);
-	memcpy(slot->tts_values, values, sizeof(Datum) * MSG_NATTS);
-	memcpy(slot->tts_isnull, nulls, sizeof(bool) * MSG_NATTS);
-	ExecStoreVirtualTuple(slot);
-	IDEM_SIMPLE_INSERT(rri, estate, slot);
-	idem_free_result_rel(rri);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
-	idem_as_caller(&saved);
+	idem_insert_as_owner(rel, values, nulls);
 	table_close(rel, NoLock);	/* RowExclusiveLock until the transaction ends */
 }
 
@@ -251,16 +232,12 @@ idempotency_publish(PG_FUNCTION_ARGS)
 															PG_GETARG_DATUM(4)));
 	}
 
-	/* the topic's lookup may need SPI (outbox.c: a cache miss) */
-	SPI_connect();
-	idem_outbox_topic_for_publish(topic, &t);
-	SPI_finish();
-
-	/* keyed: the key's lock before the id (outbox.c: "Order per message key") */
-	if (!PG_ARGISNULL(2))
-		idem_outbox_key_lock(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(2));
-	/* the lookup may have reset the sequence's cached OID */
-	id = nextval_internal(idem_outbox_message_seq(), false);
+	/*
+	 * the topic, a keyed message's lock, then the row id ("Order per message
+	 * key")
+	 */
+	id = idem_outbox_publish_topic(topic, PG_GETARG_TEXT_PP(0),
+								   PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2), &t);
 	message_id = message_uuid(CurrentMemoryContext);
 	headers = PG_ARGISNULL(3) ? empty_headers() : PG_GETARG_DATUM(3);
 
@@ -318,8 +295,6 @@ idempotency_publish(PG_FUNCTION_ARGS)
 		SPI_finish();
 	}
 
-	idem_wake_at_commit(t.id);	/* wakeup.c: wait_for() */
-	if (t.notify)
-		idem_outbox_notify(topic);
+	idem_wake_at_commit(t.id, topic, t.notify);
 	PG_RETURN_DATUM(message_id);
 }

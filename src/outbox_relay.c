@@ -4,54 +4,58 @@
  *	  The outbox's relay API (features floor): claim(), ack(), nack(),
  *	  release() and redrive().
  *
- * Design: see outbox.c for a message's life and the order per key.
+ * A message's life and the order per key: src/README.md, "The outbox".
  * claim() hands out ready pending messages with a fresh claim token;
  * ack/nack/release name the claim token, so a relay whose claim was taken
- * over can no longer change the message.
+ * over can no longer change the message.  Each operation calls each
+ * neighbour once: the topic (outbox_topics.c), the claims in shared memory
+ * (outbox_claims.c), the acked counts (outbox_counts.c) and the vacuum's
+ * count (outbox_vacuum.c), the wake-ups (wakeup.c).
  *
  * Redrive: a redriven message takes a new row id, drawn after its key's
  * lock like a published one (its message_id stays), so it queues behind
  * every message of its key, and one of them that is out keeps it waiting
  * (with its old id it went out beside it).
  *
- * Claims in shared memory (outbox_claims.c, the library preloaded): claim()
- * locks the rows it hands out and writes none, ack() deletes them; without
- * it claims are written into the rows (0.5.0's way).  See outbox.c.  With
- * them the window is an index scan in C (outbox_window.c), which also
- * enters each locked row in shared memory for the claims beyond it.
- * Between a new library and ALTER EXTENSION UPDATE the database has the
- * previous release's SQL objects, without the functions through which
- * these statements read claims in shared memory (_outbox_claimed,
+ * Where a claim lives (outbox_claims.c says who needs which): in shared
+ * memory, the library preloaded, where claim() locks the rows it hands out
+ * and writes none, and ack() deletes them; else in the rows (0.5.0's way,
+ * and the portable edition's), by the statements here.  With shared memory
+ * the window is an index scan in C (outbox_claims.c), which also enters
+ * each locked row in shared memory for the claims beyond it.  Between a
+ * new library and ALTER EXTENSION UPDATE the database has the previous
+ * release's SQL objects, without the functions through which these
+ * statements read claims in shared memory (_outbox_claimed,
  * _outbox_attempt): there claims stay in the rows, as the release whose
- * objects they are kept them (claims_shared()), and the statements used
- * then name no function of the extension.  A claim written into its row
- * is honoured after the update too.
+ * objects they are kept them (idem_outbox_claims_shared()), and the
+ * statements used then name no function of the extension.  A claim
+ * written into its row is honoured after the update too.
  *
  * Locking: concurrent claims skip each other's locked rows (FOR UPDATE
  * SKIP LOCKED) and re-check state and available_at on the row they lock;
- * redrive() takes the message key's lock (outbox.c) until the transaction
- * ends; row locks of the messages a statement updates.
+ * redrive() takes the message key's lock (outbox_topics.c) until the
+ * transaction ends; row locks of the messages a statement updates.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
-#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
-#include "commands/sequence.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
 #include "idempotency.h"
-#include "outbox.h"
+#include "outbox_claims.h"
+#include "outbox_counts.h"
+#include "outbox_topics.h"
+#include "outbox_vacuum.h"
+#include "wakeup.h"
 
 #define CLAIM_MAX_BATCH 10000
 #define CLAIM_WINDOW_MIN 64		/* ready messages a claim looks at first */
@@ -66,28 +70,6 @@ static SPIPlanPtr plan_nack = NULL;
 static SPIPlanPtr plan_release = NULL;
 static SPIPlanPtr plan_redrive = NULL;
 static SPIPlanPtr plan_redrive_pick = NULL;
-
-/*
- * Claims in shared memory for this database: the library preloaded, and the
- * extension's SQL objects of 0.6.0 or later, which read them
- * (idempotency._outbox_attempt(int8, uuid)).  Looked up at each call (a
- * syscache probe): the update's commit changes the answer for every session.
- */
-static bool
-claims_shared(void)
-{
-	Oid			nsp;
-	Oid			args[2] = {INT8OID, UUIDOID};
-
-	if (!idem_outbox_claims_on())
-		return false;
-	nsp = get_namespace_oid("idempotency", true);
-	return OidIsValid(nsp) &&
-		OidIsValid(GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
-								   CStringGetDatum("_outbox_attempt"),
-								   PointerGetDatum(buildoidvector(args, 2)),
-								   ObjectIdGetDatum(nsp)));
-}
 
 /*
  * the caller may consume the message's topic: the condition ack etc. share
@@ -192,8 +174,8 @@ claims_shared(void)
 	"   ORDER BY u.available_at, u.id LIMIT $2))"
 
 /*
- * With claims in shared memory (outbox_claims.c) the window is scanned in C
- * (outbox_window.c, the same rules without the statement); this statement
+ * With claims in shared memory the window is scanned in C (outbox_claims.c,
+ * the same rules without the statement); this statement
  * is its fallback for a table not of the shipped shape.  It locks the candidates that
  * no live claim holds, FOR UPDATE SKIP LOCKED, and write nothing; the
  * caller enters each one in shared memory.  The lock makes a message that
@@ -363,10 +345,10 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	values[5] = Int32GetDatum(t.max_attempts);
 	values[6] = CStringGetTextDatum(topic);
 	values[7] = Int32GetDatum(window);
-	shared = claims_shared();
+	shared = idem_outbox_claims_shared();
 	n = -1;
 	if (shared)
-		n = idem_outbox_claim_scan(values, batch, rsinfo, &full);	/* outbox_window.c */
+		n = idem_outbox_claim_scan(values, batch, rsinfo, &full);
 	if (n >= 0)
 		full_known = true;
 	else if (shared)
@@ -431,6 +413,10 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 	bool		topic_notify = false;
 	Oid			topic_owner = InvalidOid;
 	int64		retried = 0;
+	int64	   *ids;
+	int32	   *attempts;
+	bool	   *durable;
+	Oid			gen = InvalidOid;
 	Oid			argtypes[6] = {UUIDOID, INT8ARRAYOID, REGROLEOID, TIMESTAMPTZOID};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
@@ -453,15 +439,18 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 	}
 	SPI_connect();
 	n = idem_run_as_owner(plan, sql, 4 + nextra, argtypes, values, nulls, expect);
+	ids = palloc(Max(n, 1) * sizeof(int64));
+	attempts = palloc(Max(n, 1) * sizeof(int32));
+	durable = palloc(Max(n, 1) * sizeof(bool));
 	for (k = 0; k < n; k++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[k];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
-		int64		id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		int32		attempts = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-		bool		durable = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 
+		ids[k] = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		attempts[k] = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+		durable[k] = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 		if (k == 0)
 		{
 			/*
@@ -473,36 +462,24 @@ claimed_update(SPIPlanPtr *plan, const char *sql, int expect,
 			topic_notify = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
 			topic_owner = DatumGetObjectId(SPI_getbinval(tup, desc, 7, &isnull));
 		}
-		if (ends == ENDS_ACK && !durable)
-		{
-			IdemOutboxClaim c;	/* the attempt is the entry's */
-
-			if (idem_outbox_claim_read(id, &c) &&
-				memcmp(&c.token, token, sizeof(pg_uuid_t)) == 0)
-				attempts = c.attempt;
-		}
-		if (ends == ENDS_ACK)
-			retried += Max(attempts - 1, 0);
-		if (ends != ENDS_NOTHING && !(ends == ENDS_ACK && durable))
-			idem_outbox_claim_end(id, token);
 	}
+	/* the claims in shared memory end at commit; an ack's retries */
+	if (ends != ENDS_NOTHING && n > 0)
+		retried = idem_outbox_claims_end(token, (int) n, ids, attempts, durable,
+										 ends == ENDS_ACK, &gen);
 
 	/*
 	 * ack: the messages delivered, as the snapshots that see the delete see
 	 * them
 	 */
 	if (ends == ENDS_ACK && n > 0)
-		idem_outbox_count_acked(topic_id, topic_owner, (int64) n, retried);
+		idem_outbox_count_acked(gen, topic_id, topic_owner, (int64) n, retried);
 	SPI_finish();
 	if (ends == ENDS_ACK)
 		idem_outbox_vacuum_count((int64) n);	/* outbox_vacuum.c: n dead
 												 * rows */
 	if (notify && topic != NULL)
-	{
-		idem_wake_at_commit(topic_id);	/* wakeup.c: wait_for() */
-		if (topic_notify)
-			idem_outbox_notify(topic);
-	}
+		idem_wake_at_commit(topic_id, topic, topic_notify);
 	return (int32) n;
 }
 
@@ -539,7 +516,7 @@ PG_FUNCTION_INFO_V1(idempotency_ack);
 Datum
 idempotency_ack(PG_FUNCTION_ARGS)
 {
-	if (claims_shared())
+	if (idem_outbox_claims_shared())
 		PG_RETURN_INT32(claimed_update(&plan_ack_delete,
 									   "DELETE FROM idempotency.outbox_message AS m"
 									   " USING idempotency.outbox_topic AS t"
@@ -607,7 +584,7 @@ idempotency_nack(PG_FUNCTION_ARGS)
 	nulls[0] = PG_ARGISNULL(2) ? 'n' : ' ';
 	extra[1] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	nulls[1] = PG_ARGISNULL(3) ? 'n' : ' ';
-	if (claims_shared())
+	if (idem_outbox_claims_shared())
 		PG_RETURN_INT32(claimed_update(&plan_nack_shared,
 									   NACK_SQL(CLAIM_ATTEMPT, HELD_BY_CLAIM),
 									   SPI_OK_UPDATE_RETURNING,
@@ -641,7 +618,7 @@ idempotency_release(PG_FUNCTION_ARGS)
 								   SPI_OK_UPDATE_RETURNING,
 								   fcinfo, 0, NULL, NULL, NULL, ENDS_NOTHING, true);
 
-	if (claims_shared())
+	if (idem_outbox_claims_shared())
 		n += claimed_update(&plan_release_shared,
 							"SELECT m.id, t.id, t.name, t.notify, m.attempts, false"
 							"  FROM idempotency.outbox_message AS m, idempotency.outbox_topic AS t"
@@ -680,7 +657,6 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 	Datum		uvalues[3];
 	Datum	   *old_ids;
 	Datum	   *new_ids;
-	Oid			seq;
 	Topic		t;
 	uint64		n;
 	uint64		i;
@@ -712,7 +688,6 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 	/* in id order: the key's lock, then the new id (see publish()) */
 	old_ids = palloc(n * sizeof(Datum));
 	new_ids = palloc(n * sizeof(Datum));
-	seq = idem_outbox_message_seq();
 	for (i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -721,9 +696,8 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 
 		old_ids[i] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull);
 		key = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
-		if (!isnull)
-			idem_outbox_key_lock(PG_GETARG_TEXT_PP(0), DatumGetTextPP(key));
-		new_ids[i] = Int64GetDatum(nextval_internal(seq, false));
+		new_ids[i] = Int64GetDatum(idem_outbox_next_id(PG_GETARG_TEXT_PP(0),
+													   isnull ? NULL : DatumGetTextPP(key)));
 	}
 	uvalues[0] = PointerGetDatum(construct_array(old_ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	uvalues[1] = PointerGetDatum(construct_array(new_ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
@@ -738,10 +712,6 @@ idempotency_redrive(PG_FUNCTION_ARGS)
 						  3, utypes, uvalues, NULL, SPI_OK_UPDATE);
 	SPI_finish();
 	if (n > 0)
-	{
-		idem_wake_at_commit(t.id);	/* wakeup.c: wait_for() */
-		if (t.notify)
-			idem_outbox_notify(topic);
-	}
+		idem_wake_at_commit(t.id, topic, t.notify);
 	PG_RETURN_INT32((int32) n);
 }

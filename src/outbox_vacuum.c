@@ -60,6 +60,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "outbox_vacuum.h"
 
 #define VACUUM_DATABASES 256	/* databases counted at once */
 #define VACUUM_BACKOFF_S 10		/* after a failed vacuum, doubled per */

@@ -44,6 +44,9 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "outbox_claims.h"
+#include "outbox_counts.h"
+#include "outbox_vacuum.h"
 
 #define OWNERS_SWEEP_MAX 1024	/* databases looked at per table and sweep */
 
@@ -201,7 +204,7 @@ idem_owners_topic_gone(int32 topic_id)
 {
 	Oid			gen;
 
-	if (!idem_outbox_claims_on())
+	if (!idem_outbox_claims_on)
 		return;
 	gen = idem_outbox_install();
 	if (OidIsValid(gen))

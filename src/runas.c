@@ -17,7 +17,9 @@
  * per backend (generic plan, SPI_keepplan) into a caller-owned SPIPlanPtr,
  * every name schema-qualified and every value a parameter;
  * idem_run_as_owner_once() plans afresh, for Citus statements that have no
- * generic plan.  On Citus the reads through Citus's route run as the
+ * generic plan.  idem_insert_as_owner() inserts a row as the owner through
+ * the executor's simple-relation insert, for a table of the shipped shape
+ * (publish()'s fast path).  On Citus the reads through Citus's route run as the
  * caller (idem_run_as): see src/README.md, "Citus in detail".
  *
  * Callers are inside SPI_connect().  No locks of its own.
@@ -33,7 +35,9 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -42,6 +46,7 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "idempotency.h"
 
 /* ---------------------------------------------------------------------
@@ -260,4 +265,38 @@ idem_runas_init(void)
 {
 	CacheRegisterSyscacheCallback(NAMESPACEOID, owner_syscache_callback, (Datum) 0);
 	idem_relcache_add(runas_relcache);
+}
+
+/*
+ * Insert one row (values/nulls in rel's column order) into rel as the
+ * extension's owner, through the executor's simple-relation insert, as
+ * logical replication's apply does: NOT NULL and CHECK constraints, every
+ * index that is ready for inserts; index expressions and predicates run as
+ * the owner, as the INSERT run as the owner ran them.  The caller holds rel
+ * open and locked (RowExclusiveLock), and checked that it has no triggers,
+ * rules or forced row security.
+ */
+void
+idem_insert_as_owner(Relation rel, const Datum *values, const bool *nulls)
+{
+	EState	   *estate = CreateExecutorState();
+	int			natts = RelationGetDescr(rel)->natts;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	SavedUser	saved;
+
+	idem_as_owner(&saved);
+	rri = IDEM_NEW_RESULT_REL(estate, rel);
+	estate->es_output_cid = GetCurrentCommandId(true);
+	ExecOpenIndices(rri, false);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, sizeof(Datum) * natts);
+	memcpy(slot->tts_isnull, nulls, sizeof(bool) * natts);
+	ExecStoreVirtualTuple(slot);
+	IDEM_SIMPLE_INSERT(rri, estate, slot);
+	idem_free_result_rel(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+	idem_as_caller(&saved);
 }

@@ -67,7 +67,6 @@
  * ---------------------------------------------------------------------
  */
 int			idem_stats_max = 1000;
-int			idem_log_waits_ms = -1;
 
 #define STATS_SCOPE_BYTES 64	/* scope kept in an entry, clipped */
 #define STATS_DEALLOC_PCT 5		/* entries evicted when the table is full */
@@ -383,32 +382,12 @@ idem_stats_add(Oid owner, const char *scope, int scope_len, IdemStat what,
 		stats_count(owner, scope, scope_len, what, n, 0.0);
 }
 
-/*
- * A wait for the lock of key id that began at start has ended: acquired,
- * or given up (IK002).  Counts it (when preloaded) and logs it when it
- * took at least idempotency.log_waits.
- */
+/* A wait of ms milliseconds for the lock of key id has ended (counted). */
 void
-idem_stats_wait(const KeyId *id, TimestampTz start, bool acquired,
-				int lock_wait_ms)
+idem_stats_wait(const KeyId *id, double ms)
 {
-	double		ms = (double) (GetCurrentTimestamp() - start) / 1000.0;
-
 	if (idem_stats_on)
 		stats_count(id->owner, id->scope, id->scope_len, IDEM_STAT_WAITS, 1, ms);
-
-	if (idem_log_waits_ms >= 0 && ms >= idem_log_waits_ms)
-	{
-		const char *role = GetUserNameFromId(id->owner, true);
-
-		ereport(LOG,
-				(errmsg("process %d waited %.3f ms for %s of role \"%s\"",
-						MyProcPid, ms, idem_describe_key(id), role ? role : "?"),
-				 acquired ?
-				 errdetail("It then took the key.") :
-				 errdetail("It gave up after idempotency.lock_wait (%d ms) and raised IK002.",
-						   lock_wait_ms)));
-	}
 }
 
 /* from _PG_init: our GUCs; preloaded, the shared memory */
@@ -424,14 +403,6 @@ idem_stats_init(void)
 								1000, 10, INT_MAX / 2,
 								PGC_POSTMASTER, 0,
 								NULL, NULL, NULL);
-
-	DefineCustomIntVariable("idempotency.log_waits",
-							"Logs a wait for a key lock that took at least this long.",
-							"-1 (the default) logs none; 0 logs every wait.",
-							&idem_log_waits_ms,
-							-1, -1, INT_MAX,
-							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

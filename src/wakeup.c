@@ -1,28 +1,45 @@
 /*-------------------------------------------------------------------------
  *
  * wakeup.c
- *	  Wake-ups of outbox relays in shared memory, without NOTIFY:
- *	  idempotency.wait_for() sleeps until a transaction that published to
- *	  one of its topics has committed, or until its timeout.
+ *	  The outbox's wake-ups, both ways in one room: a publisher's
+ *	  idem_wake_at_commit() (publish() in outbox_publish.c; nack(),
+ *	  release(), redrive() in outbox_relay.c) wakes the topic's relays when
+ *	  its transaction commits, through shared memory for wait_for(), and by
+ *	  NOTIFY for a topic created or altered with notify => true.
  *
- * Preloaded, shared memory holds WAKE_ENTRIES entries, one per (database,
- * topic id) someone has waited on, plus one overflow entry: a count, a
- * number of waiters and pins, and a ConditionVariable.  A publisher
- * (publish() in outbox_publish.c; nack(), release(), redrive() in
- * outbox_relay.c) calls idem_wake_at_commit(topic id), which lists the
- * topic for its transaction; at XACT_EVENT_COMMIT, once the commit is
+ * Two ways, because two kinds of users need them.  Shared memory (the
+ * library preloaded): relays (the Node and Python clients' among them)
+ * sleep in idempotency.wait_for() until a transaction that published to one
+ * of its topics has committed, or until its timeout; no lock on the
+ * publisher's path.  Without preloading wait_for() raises 55000 (poll
+ * claim()).  NOTIFY (off by default): plain SQL clients that LISTEN
+ * "idempotency.outbox.<topic>", among them relays written for the portable
+ * edition, whose only wake-up is LISTEN/NOTIFY (or polling): the same LISTEN
+ * works against either edition.  Its price is that PostgreSQL serialises
+ * the commits of all notifying transactions (async.c takes a cluster-wide
+ * lock before the commit record and holds it past the WAL flush), which is
+ * why a topic asks for it.
+ *
+ * Shared memory holds WAKE_ENTRIES entries, one per (database, topic id)
+ * someone has waited on, plus one overflow entry: a count, a number of
+ * waiters and pins, and a ConditionVariable.  The publisher's topic is
+ * listed for its transaction; at XACT_EVENT_COMMIT, once the commit is
  * visible, each listed topic's count goes up and its sleepers are woken.
  * wait_for() compares the counts with the cursor it is given and sleeps
- * until one differs.  Without preloading it raises 55000 (poll claim()).
- * The entries, the cursor, why no wake-up is lost and what a role can
- * learn: src/README.md, "Wake-ups without NOTIFY".
+ * until one differs.  The entries, the cursor, why no wake-up is lost and
+ * what a role can learn: src/README.md, "Wake-ups".  NOTIFY channels are
+ * queued once per transaction and topic, and a PRE_COMMIT callback NOTIFYs
+ * each with an empty payload (before PostgreSQL's PreCommit_Notify()): not
+ * earlier, since PostgreSQL refuses to PREPARE a transaction that issued a
+ * NOTIFY.  A prepared transaction wakes nobody either way; a rolled-back
+ * subtransaction takes its wake-ups with it.
  *
  * Locking: none on the publisher's path (an atomic add; a broadcast only
- * while a relay sleeps); a waiter takes wake->lock, a spinlock, to find,
- * make and pin its entries, and the cv's spinlock inside the
- * ConditionVariable calls.  The sleep ends on a cancel, statement_timeout,
- * a shutdown or the postmaster's death.  wait_for(), like pg_sleep(), holds
- * back vacuum's horizon while it waits.
+ * while a relay sleeps; NOTIFY's own lock at commit); a waiter takes
+ * wake->lock, a spinlock, to find, make and pin its entries, and the cv's
+ * spinlock inside the ConditionVariable calls.  The sleep ends on a cancel,
+ * statement_timeout, a shutdown or the postmaster's death.  wait_for(),
+ * like pg_sleep(), holds back vacuum's horizon while it waits.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,6 +48,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -43,11 +61,14 @@
 #include "storage/spin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
 #include "idempotency.h"
+#include "outbox_topics.h"
+#include "wakeup.h"
 
 #define WAKE_ENTRIES 4096		/* a power of two */
 #define WAKE_PROBES 64			/* places an entry may take from its hash */
@@ -338,18 +359,13 @@ wake_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_
 	ntouched = kept;
 }
 
-/*
- * Wake the relays of topic_id when this transaction commits (see the file
- * comment).  Nothing without preloading.
- */
-void
-idem_wake_at_commit(int32 topic_id)
+/* list topic_id for this transaction's commit (preloaded) */
+static void
+wake_list(int32 topic_id)
 {
 	int			level;
 	int			i;
 
-	if (wake == NULL)
-		return;
 	level = GetCurrentTransactionNestLevel();
 	for (i = 0; i < ntouched; i++)
 		if (touched[i].topic_id == topic_id)
@@ -381,20 +397,134 @@ idem_wake_at_commit(int32 topic_id)
 }
 
 /* ---------------------------------------------------------------------
+ * NOTIFY, for the topics that ask for it
+ * ---------------------------------------------------------------------
+ */
+#define CHANNEL_PREFIX "idempotency.outbox."
+
+/*
+ * NOTIFYs wait here until commit (see the file comment):
+ * one entry per channel, with the lowest (sub)transaction level that
+ * queued it; in TopTransactionContext, forgotten at the end of the
+ * transaction.
+ */
+typedef struct PendingWake
+{
+	char		channel[NAMEDATALEN];
+	int			level;
+} PendingWake;
+
+static HTAB *pending_wakes = NULL;
+static bool notify_callbacks = false;
+
+/* at commit, NOTIFY each queued channel; at PREPARE, nobody */
+static void
+notify_xact_callback(XactEvent event, void *arg pg_attribute_unused())
+{
+	HASH_SEQ_STATUS seq;
+	PendingWake *w;
+	HTAB	   *wakes = pending_wakes;
+
+	if (wakes == NULL)
+		return;
+	pending_wakes = NULL;
+	/* PRE_COMMIT runs before PreCommit_Notify(), which sends them */
+	if (event == XACT_EVENT_PRE_COMMIT)
+	{
+		hash_seq_init(&seq, wakes);
+		while ((w = hash_seq_search(&seq)) != NULL)
+			Async_Notify(w->channel, "");
+	}
+	/* any other event ends the transaction or prepares it: drop them */
+}
+
+/* a subtransaction's wake-ups go with its abort, to its parent on commit */
+static void
+notify_subxact_callback(SubXactEvent event, SubTransactionId mySubid pg_attribute_unused(),
+						SubTransactionId parentSubid pg_attribute_unused(),
+						void *arg pg_attribute_unused())
+{
+	HASH_SEQ_STATUS seq;
+	PendingWake *w;
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (pending_wakes == NULL ||
+		(event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB))
+		return;
+	hash_seq_init(&seq, pending_wakes);
+	while ((w = hash_seq_search(&seq)) != NULL)
+	{
+		if (w->level < level)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			w->level = level - 1;
+		else
+			(void) hash_search(pending_wakes, w->channel, HASH_REMOVE, NULL);
+	}
+}
+
+/*
+ * Queue NOTIFY "idempotency.outbox.<topic>" (an empty payload) for this
+ * transaction's commit, once per transaction and topic.
+ */
+static void
+notify_at_commit(const char *topic)
+{
+	char		channel[NAMEDATALEN];
+	PendingWake *w;
+	bool		found;
+	int			level = GetCurrentTransactionNestLevel();
+
+	StaticAssertStmt(sizeof(CHANNEL_PREFIX) + TOPIC_MAX_LEN <= NAMEDATALEN,
+					 "a topic's channel fits a NOTIFY channel name");
+	if (!notify_callbacks)
+	{
+		RegisterXactCallback(notify_xact_callback, NULL);
+		RegisterSubXactCallback(notify_subxact_callback, NULL);
+		notify_callbacks = true;
+	}
+	if (pending_wakes == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = NAMEDATALEN;
+		ctl.entrysize = sizeof(PendingWake);
+		ctl.hcxt = TopTransactionContext;
+		pending_wakes = hash_create("idempotency outbox wake-ups", 8, &ctl,
+									HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	memset(channel, 0, sizeof(channel));
+	snprintf(channel, sizeof(channel), "%s%s", CHANNEL_PREFIX, topic);
+	w = hash_search(pending_wakes, channel, HASH_ENTER, &found);
+	if (!found || w->level > level)
+		w->level = level;
+}
+
+/* ---------------------------------------------------------------------
+ * For the publishers
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Wake the relays of topic topic_id (named topic) when this transaction
+ * commits: through shared memory (preloaded), and by NOTIFY when the topic
+ * asks for it (notify).
+ */
+void
+idem_wake_at_commit(int32 topic_id, const char *topic, bool notify)
+{
+	if (wake != NULL)
+		wake_list(topic_id);
+	if (notify)
+		notify_at_commit(topic);
+}
+
+/* ---------------------------------------------------------------------
  * SQL-callable functions
  * ---------------------------------------------------------------------
  */
 static SPIPlanPtr plan_topics = NULL;
-
-/* 22004 for a NULL argument that must not be NULL */
-static void
-not_null(FunctionCallInfo fcinfo, int arg, const char *name)
-{
-	if (PG_ARGISNULL(arg))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name)));
-}
 
 /*
  * The ids of the topics named, each of which the caller must be allowed to
@@ -507,7 +637,7 @@ wake_read(WakeEntry **e, int n, const int64 *since, int64 *now)
  * wait_for(topics text[], timeout interval, since int8[])
  *   -> (woken text[], cursor int8[])
  *
- * See src/README.md, "Wake-ups without NOTIFY".  The topics are checked
+ * See src/README.md, "Wake-ups".  The topics are checked
  * (22004, 22023, 42704, 42501) and their entries found or made; then,
  * unless a count already differs from since, the call sleeps until one
  * does or timeout passes.
@@ -540,8 +670,8 @@ idempotency_wait_for(PG_FUNCTION_ARGS)
 	bool		result_nulls[2] = {false, false};
 	int			i;
 
-	not_null(fcinfo, 0, "topics");
-	not_null(fcinfo, 1, "timeout");
+	idem_outbox_not_null(fcinfo, 0, "topics");
+	idem_outbox_not_null(fcinfo, 1, "timeout");
 	topics_arr = PG_GETARG_ARRAYTYPE_P(0);
 	deconstruct_array(topics_arr, TEXTOID, -1, false, TYPALIGN_INT,
 					  &names, &name_nulls, &n);

@@ -54,6 +54,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "outbox_vacuum.h"
 
 /* ---------------------------------------------------------------------
  * GUCs

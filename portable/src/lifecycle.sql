@@ -109,19 +109,6 @@ BEGIN
         v_total := v_total + v_n;
     END LOOP;
 
-    -- the outbox's key rows (outbox_key_lock) of keys with no undelivered
-    -- message: one that a publisher or redrive() holds is skipped, and a
-    -- key whose row is gone gets a new one at its next publish() (not
-    -- counted: they are the edition's own rows)
-    DELETE FROM idempotency.outbox_key_lock AS k
-     WHERE k.ctid = ANY (ARRAY(
-           SELECT l.ctid FROM idempotency.outbox_key_lock AS l
-             JOIN idempotency.outbox_topic AS p ON p.id = l.topic_id
-            WHERE (v_all OR p.owner = v_owner)
-              AND NOT EXISTS (SELECT 1 FROM idempotency.outbox_message AS m
-                               WHERE m.topic_id = l.topic_id AND m.message_key = l.message_key
-                                 AND m.state IN ('pending', 'dead'))
-            LIMIT p_batch FOR UPDATE OF l SKIP LOCKED));
     RETURN v_total;
 END
 $fn$

@@ -12,19 +12,18 @@
 -- installing role inside SECURITY DEFINER functions, for the caller's role
 -- (idempotency._caller()).
 --
--- Order per message key.  A keyed publish() locks its key's row in
--- idempotency.outbox_key_lock (made on first use) FOR UPDATE, held to the
--- end of the transaction, and only then draws the message id: a second
--- publisher of the key waits for the first to commit or roll back, so per
--- key, id order is commit order.  A row lock, not an advisory lock:
--- advisory lock tags show in pg_locks to every role and any role can take
--- one, so another role could see or block a key; the key rows are readable
--- and lockable by the installing role only (no grant, row security on).
--- purge() deletes the rows of keys with nothing undelivered.  Under
--- REPEATABLE READ a key row made after the transaction's snapshot cannot
--- be locked (its insert fails with 40001): see portable/README.md,
--- "Differences found so far".
---
+-- Order per message key.  A keyed publish() takes its key's lock, an
+-- entry in idempotency.outbox_key_lock's primary key whose row it inserts
+-- and deletes at once (see _outbox_key_lock()), held to the end of the
+-- transaction, and only then draws the message id: a second publisher of
+-- the key waits for the first to commit or roll back, so per key, id order
+-- is commit order.  Not an advisory lock: advisory lock tags show in
+-- pg_locks to every role and any role can take one, so another role could
+-- see or block a key; only the installing role may write the table (no
+-- grant, row security on).  No row commits, so no snapshot decides the
+-- lock: under REPEATABLE READ a keyed publish waits for the key as under
+-- READ COMMITTED.
+
 -- A topic is held by its publishers: publish() takes the topic's row FOR
 -- KEY SHARE to the end of the transaction, and drop_topic() (and
 -- create_topic() taking over a dropped owner's topic) deletes the row, so
@@ -36,21 +35,20 @@
 
 -- @tail
 -- ---------------------------------------------------------------------
--- The outbox's own table: one row per (topic, message key) that was ever
--- published with a key, locked by publish() and redrive() before they draw
--- a message id.  No role but the installing one reads or locks it.
+-- The outbox's own table: its primary key holds the per-key locks of
+-- publish() and redrive(), taken before they draw a message id; its rows
+-- never commit (each is deleted by the transaction that inserts it).  No
+-- role but the installing one writes it.
 -- ---------------------------------------------------------------------
 CREATE TABLE idempotency.outbox_key_lock (
     topic_id    pg_catalog.int4 NOT NULL,
     message_key pg_catalog.text COLLATE "C" NOT NULL,
-    CONSTRAINT outbox_key_lock_pkey PRIMARY KEY (topic_id, message_key),
-    CONSTRAINT outbox_key_lock_topic_fkey FOREIGN KEY (topic_id)
-        REFERENCES idempotency.outbox_topic (id) ON DELETE CASCADE
+    CONSTRAINT outbox_key_lock_pkey PRIMARY KEY (topic_id, message_key)
 );
 ALTER TABLE idempotency.outbox_key_lock ENABLE ROW LEVEL SECURITY;
 REVOKE ALL ON idempotency.outbox_key_lock FROM PUBLIC;
 COMMENT ON TABLE idempotency.outbox_key_lock IS
-'Portable edition, internal: one row per (topic, message key), locked by publish() before it draws the message id (per key, id order is commit order); no role but the installing one may read it';
+'Portable edition, internal: the per-key locks of publish() (per key, id order is commit order), entries of its primary key whose rows never commit; no role but the installing one may read it';
 
 -- A message belongs to an existing topic.  What it buys: drop_topic() in a
 -- REPEATABLE READ or SERIALIZABLE transaction deletes the messages its
@@ -224,33 +222,35 @@ $fn$;
 COMMENT ON FUNCTION idempotency._outbox_topic(pg_catalog.text, pg_catalog.text, pg_catalog.bool, pg_catalog.text) IS
 'Portable edition, internal: a topic and the caller''s right on it (42704, 42501), optionally locked';
 
--- The lock of (topic, message key) for this transaction: the key's row
--- FOR UPDATE, made first if there is none (a concurrent maker's insert
--- waits on the primary key until the first commits or rolls back).
+-- The lock of (topic, message key) for this transaction: an entry in the
+-- primary key of outbox_key_lock that no other transaction may pass until
+-- this one ends.  The row is inserted and deleted at once, so it never
+-- commits; its index entry stays, and a unique check reads a row version
+-- whose inserter is still in progress as a conflict whatever its xmax
+-- (PostgreSQL's HeapTupleSatisfiesDirty: "in insertion by other"), so a
+-- second publisher's insert of the key waits for this transaction to end,
+-- then finds the version dead and inserts its own.  Nothing depends on
+-- the caller's snapshot: under REPEATABLE READ or SERIALIZABLE a key
+-- another transaction published (or holds) since the snapshot is waited
+-- for or free, never a 40001 (a lock on a committed row would be
+-- invisible to that snapshot, or changed since it).  This transaction's
+-- own earlier entry of the key (inserted and deleted by it) is no
+-- conflict.  A rolled-back savepoint gives the key up with its message.
 CREATE FUNCTION idempotency._outbox_key_lock(topic_id pg_catalog.int4, message_key pg_catalog.text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $fn$
+DECLARE
+    v_tid pg_catalog.tid;
 BEGIN
-    LOOP
-        PERFORM FROM idempotency.outbox_key_lock AS k
-          WHERE k.topic_id OPERATOR(pg_catalog.=) _outbox_key_lock.topic_id
-            AND k.message_key OPERATOR(pg_catalog.=) _outbox_key_lock.message_key
-            FOR UPDATE;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-        INSERT INTO idempotency.outbox_key_lock AS k (topic_id, message_key)
-        VALUES (_outbox_key_lock.topic_id, _outbox_key_lock.message_key)
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            RETURN;         -- our own new row: held until this transaction ends
-        END IF;
-    END LOOP;
+    INSERT INTO idempotency.outbox_key_lock AS k (topic_id, message_key)
+    VALUES (_outbox_key_lock.topic_id, _outbox_key_lock.message_key)
+    RETURNING k.ctid INTO v_tid;
+    DELETE FROM idempotency.outbox_key_lock AS k WHERE k.ctid OPERATOR(pg_catalog.=) v_tid;
 END
 $fn$;
 COMMENT ON FUNCTION idempotency._outbox_key_lock(pg_catalog.int4, pg_catalog.text) IS
-'Portable edition, internal: lock (topic, message key) to the end of the transaction, by a row lock on its outbox_key_lock row';
+'Portable edition, internal: lock (topic, message key) to the end of the transaction, by an entry in outbox_key_lock''s primary key whose row never commits';
 
 -- Delete a topic's row after its messages.  With READ COMMITTED the
 -- statement before (a new snapshot, after the row lock waited for the
@@ -310,6 +310,84 @@ $fn$;
 COMMENT ON FUNCTION idempotency._outbox_full_xid(pg_catalog.xid, pg_catalog.int8) IS
 'Portable edition, internal: the 64-bit transaction id of a 32-bit one, from a 64-bit one near it';
 
+-- ack() ('a'), nack() ('n') and release() ('r') of the messages ids of a
+-- claim, for the caller's role: one statement for the three, the right to
+-- consume checked on each message's topic (its owner, or a grantee while
+-- the owner exists).  Under REPEATABLE READ or SERIALIZABLE a message that
+-- another transaction changed after the snapshot (its claim lapsed and
+-- was taken over, or acked, or dropped) cannot be updated (40001); it is
+-- no longer this claim's, so it counts 0, as in READ COMMITTED and in the
+-- C edition: after such a failure the ids are settled one at a time, each
+-- in a subtransaction of its own.  READ COMMITTED takes no subtransaction.
+CREATE FUNCTION idempotency._outbox_settle(kind pg_catalog."char", claim pg_catalog.uuid, ids pg_catalog.int8[],
+                                           error pg_catalog.jsonb, retry_in pg_catalog.interval,
+                                           one pg_catalog.bool DEFAULT false)
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    p_kind  ALIAS FOR $1;
+    p_claim ALIAS FOR $2;
+    p_ids   ALIAS FOR $3;
+    p_error ALIAS FOR $4;
+    p_retry ALIAS FOR $5;
+    me      pg_catalog.regrole := idempotency._caller();
+    v_now   pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    v_id    pg_catalog.int8;
+    n       pg_catalog.int4;
+BEGIN
+    IF NOT $6 AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        BEGIN
+            RETURN idempotency._outbox_settle(p_kind, p_claim, p_ids, p_error, p_retry, true);
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;
+        END;
+        n := 0;
+        FOREACH v_id IN ARRAY p_ids LOOP
+            BEGIN
+                n := n OPERATOR(pg_catalog.+)
+                     idempotency._outbox_settle(p_kind, p_claim, ARRAY[v_id], p_error, p_retry, true);
+            EXCEPTION WHEN serialization_failure THEN
+                NULL;       -- changed since the snapshot: no longer this claim's
+            END;
+        END LOOP;
+        RETURN n;
+    END IF;
+    UPDATE idempotency.outbox_message AS m
+       SET claim = NULL,
+           state = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN 'delivered'
+                        WHEN p_kind OPERATOR(pg_catalog.=) 'n' AND m.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'dead'
+                        ELSE 'pending' END,
+           delivered_at = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN v_now ELSE m.delivered_at END,
+           expires_at = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN v_now OPERATOR(pg_catalog.+) t.retention ELSE m.expires_at END,
+           last_error = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'n' THEN p_error ELSE m.last_error END,
+           attempts = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'r' THEN GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0) ELSE m.attempts END,
+           available_at = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN m.available_at
+                               WHEN p_kind OPERATOR(pg_catalog.=) 'r' THEN v_now
+               ELSE v_now OPERATOR(pg_catalog.+) coalesce(p_retry,
+                   CASE WHEN t.backoff_max OPERATOR(pg_catalog./) pg_catalog.power(2::pg_catalog.float8,
+                                                              LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)
+                             OPERATOR(pg_catalog.<=) t.backoff_base
+                   THEN t.backoff_max
+                   ELSE LEAST(t.backoff_max, t.backoff_base OPERATOR(pg_catalog.*) pg_catalog.power(2::pg_catalog.float8,
+                                                              LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)) END) END
+      FROM idempotency.outbox_topic AS t
+     WHERE m.id OPERATOR(pg_catalog.=) ANY (p_ids)
+       AND m.claim OPERATOR(pg_catalog.=) p_claim
+       AND m.state OPERATOR(pg_catalog.=) 'pending'
+       AND t.id OPERATOR(pg_catalog.=) m.topic_id
+       AND (t.owner OPERATOR(pg_catalog.=) me
+            OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                         WHERE g.topic_id OPERATOR(pg_catalog.=) t.id AND g.grantee OPERATOR(pg_catalog.=) me AND g.can_consume)
+                AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid)));
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._outbox_settle(pg_catalog."char", pg_catalog.uuid, pg_catalog.int8[], pg_catalog.jsonb, pg_catalog.interval, pg_catalog.bool) IS
+'Portable edition, internal: ack(), nack() and release() of a claim''s messages (a message changed since a transaction snapshot counts 0)';
+
 REVOKE ALL ON FUNCTION idempotency._outbox_topic_arg(pg_catalog.text),
     idempotency._outbox_interval(pg_catalog.interval, pg_catalog.text, pg_catalog.bool),
     idempotency._outbox_topic_locked(pg_catalog.text, pg_catalog.text),
@@ -318,7 +396,8 @@ REVOKE ALL ON FUNCTION idempotency._outbox_topic_arg(pg_catalog.text),
     idempotency._outbox_ids_arg(pg_catalog.int8[]),
     idempotency._outbox_full_xid(pg_catalog.xid, pg_catalog.int8),
     idempotency._outbox_notify(),
-    idempotency._outbox_drop_row(pg_catalog.int4, pg_catalog.text) FROM PUBLIC;
+    idempotency._outbox_drop_row(pg_catalog.int4, pg_catalog.text),
+    idempotency._outbox_settle(pg_catalog."char", pg_catalog.uuid, pg_catalog.int8[], pg_catalog.jsonb, pg_catalog.interval, pg_catalog.bool) FROM PUBLIC;
 -- @end
 
 -- ---------------------------------------------------------------------
@@ -565,12 +644,12 @@ $fn$
 -- @body idempotency_claim
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 DECLARE
     p_topic  ALIAS FOR $1;
     p_batch  ALIAS FOR $2;
-    o        idempotency.outbox_claim;
     p_vis    ALIAS FOR $3;
     t        idempotency.outbox_topic;
     v_now    pg_catalog.timestamptz;
@@ -581,9 +660,13 @@ DECLARE
     v_dead   pg_catalog.int4;
     v_full   pg_catalog.bool;
     v_pass   pg_catalog.int4;
-    r        record;
+    v_ids    pg_catalog.int8[];
+    v_n      pg_catalog.int4;
 BEGIN
-    PERFORM idempotency._outbox_topic_arg(p_topic);
+    -- each check's function raises its error; called only when it will
+    IF p_topic IS NULL OR p_topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,40}$' THEN
+        PERFORM idempotency._outbox_topic_arg(p_topic);
+    END IF;
     IF p_batch IS NULL THEN
         RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
@@ -593,7 +676,9 @@ BEGIN
     IF p_batch < 1 OR p_batch > 10000 THEN
         RAISE EXCEPTION 'batch_size must be between 1 and 10000' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM idempotency._outbox_interval(p_vis, 'visibility', true);
+    IF p_vis OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval THEN
+        PERFORM idempotency._outbox_interval(p_vis, 'visibility', true);
+    END IF;
     v_window := GREATEST(64, p_batch * 4);
     v_now := pg_catalog.clock_timestamp();
     v_until := v_now + p_vis;
@@ -611,40 +696,65 @@ BEGIN
         END IF;
         LOOP
             v_dead := 0;
-            FOR r IN
-                WITH RECURSIVE
-                k(key) AS (
-                    (SELECT s.message_key FROM idempotency.outbox_message AS s
-                      WHERE v_pass = 2 AND s.topic_id = t.id AND s.state = 'pending'
-                        AND s.message_key IS NOT NULL
-                      ORDER BY s.message_key LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT s.message_key FROM idempotency.outbox_message AS s
-                             WHERE s.topic_id = t.id AND s.state = 'pending'
-                               AND s.message_key > k.key
-                             ORDER BY s.message_key LIMIT 1)
-                      FROM k WHERE k.key IS NOT NULL),
-                cand AS (
-                    SELECT w.id FROM (SELECT w0.id, w0.message_key FROM idempotency.outbox_message AS w0
-                                       WHERE v_pass = 1 AND w0.topic_id = t.id AND w0.state = 'pending'
-                                         AND w0.available_at <= v_now
-                                       ORDER BY w0.available_at, w0.id LIMIT v_window) AS w
-                     WHERE w.message_key IS NULL OR NOT EXISTS (
-                           SELECT 1 FROM idempotency.outbox_message AS p
-                            WHERE p.topic_id = t.id AND p.message_key = w.message_key
-                              AND p.state = 'pending' AND p.id < w.id)
-                    UNION ALL
-                    SELECT (SELECT h.id FROM idempotency.outbox_message AS h
-                             WHERE h.topic_id = t.id AND h.state = 'pending'
-                               AND h.message_key = k.key
-                             ORDER BY h.id LIMIT 1)
-                      FROM k WHERE k.key IS NOT NULL
-                    UNION ALL
-                    (SELECT u.id FROM idempotency.outbox_message AS u
-                      WHERE v_pass = 2 AND u.topic_id = t.id AND u.state = 'pending'
-                        AND u.message_key IS NULL AND u.available_at <= v_now
-                      ORDER BY u.available_at, u.id LIMIT p_batch - v_got)),
-                c AS (
+            -- the candidates, locked FOR UPDATE SKIP LOCKED in availability
+            -- order and re-checked on the locked row
+            IF v_pass = 1 THEN
+                -- the window, read in its order only as far as the locks
+                -- need: unkeyed messages and the earliest pending one of
+                -- their key
+                SELECT ARRAY(
+                    SELECT q.id
+                      FROM (SELECT w0.id, w0.message_key, w0.available_at
+                              FROM idempotency.outbox_message AS w0
+                             WHERE w0.topic_id = t.id AND w0.state = 'pending'
+                               AND w0.available_at <= v_now
+                             ORDER BY w0.available_at, w0.id LIMIT v_window) AS w
+                      JOIN idempotency.outbox_message AS q ON q.id = w.id
+                     WHERE (w.message_key IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM idempotency.outbox_message AS p
+                             WHERE p.topic_id = t.id AND p.message_key = w.message_key
+                               AND p.state = 'pending' AND p.id < w.id))
+                       AND q.state = 'pending' AND q.available_at <= v_now
+                     ORDER BY w.available_at, w.id
+                     LIMIT p_batch - v_got FOR UPDATE OF q SKIP LOCKED) INTO v_ids;
+            ELSE
+                -- beyond the window: every key's earliest pending message,
+                -- by a skip through the key index, and the ready unkeyed ones
+                SELECT ARRAY(
+                    WITH RECURSIVE
+                    k(key) AS (
+                        (SELECT s.message_key FROM idempotency.outbox_message AS s
+                          WHERE s.topic_id = t.id AND s.state = 'pending'
+                            AND s.message_key IS NOT NULL
+                          ORDER BY s.message_key LIMIT 1)
+                        UNION ALL
+                        SELECT (SELECT s.message_key FROM idempotency.outbox_message AS s
+                                 WHERE s.topic_id = t.id AND s.state = 'pending'
+                                   AND s.message_key > k.key
+                                 ORDER BY s.message_key LIMIT 1)
+                          FROM k WHERE k.key IS NOT NULL),
+                    cand AS (
+                        SELECT (SELECT h.id FROM idempotency.outbox_message AS h
+                                 WHERE h.topic_id = t.id AND h.state = 'pending'
+                                   AND h.message_key = k.key
+                                 ORDER BY h.id LIMIT 1)
+                          FROM k WHERE k.key IS NOT NULL
+                        UNION ALL
+                        (SELECT u.id FROM idempotency.outbox_message AS u
+                          WHERE u.topic_id = t.id AND u.state = 'pending'
+                            AND u.message_key IS NULL AND u.available_at <= v_now
+                          ORDER BY u.available_at, u.id LIMIT p_batch - v_got))
+                    SELECT q.id FROM idempotency.outbox_message AS q
+                     WHERE q.id = ANY (ARRAY(SELECT cand.id FROM cand))
+                       AND q.state = 'pending' AND q.available_at <= v_now
+                     ORDER BY q.available_at, q.id
+                     LIMIT p_batch - v_got FOR UPDATE SKIP LOCKED) INTO v_ids;
+            END IF;
+            EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
+            -- every locked id is updated (its row was re-checked under the
+            -- lock); those claimed go out, those at max_attempts went dead
+            RETURN QUERY
+                WITH c AS (
                     UPDATE idempotency.outbox_message AS m
                        SET attempts = CASE WHEN m.attempts >= t.max_attempts THEN m.attempts
                                       ELSE m.attempts + 1 END,
@@ -653,28 +763,16 @@ BEGIN
                            state = CASE WHEN m.attempts >= t.max_attempts THEN 'dead' ELSE 'pending' END,
                            last_error = CASE WHEN m.claim IS NULL THEN m.last_error
                                         ELSE '{"error": "visibility timeout: the claim lapsed without ack or nack"}'::pg_catalog.jsonb END
-                     WHERE m.id = ANY (ARRAY(
-                           SELECT q.id FROM idempotency.outbox_message AS q
-                            WHERE q.id = ANY (ARRAY(SELECT cand.id FROM cand))
-                              AND q.state = 'pending' AND q.available_at <= v_now
-                            ORDER BY q.available_at, q.id
-                            LIMIT p_batch - v_got FOR UPDATE SKIP LOCKED))
+                     WHERE m.id = ANY (v_ids)
                        AND m.state = 'pending' AND m.available_at <= v_now
                     RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers,
                               m.attempts, m.published_at, m.state)
-                SELECT c.id, c.message_id, c.message_key, c.payload, c.headers,
-                       c.attempts, c.published_at, c.state = 'pending' AS claimed
-                  FROM c ORDER BY c.id
-            LOOP
-                IF NOT r.claimed THEN
-                    v_dead := v_dead + 1;
-                    CONTINUE;
-                END IF;
-                o := ROW(r.id, r.message_id, p_topic, r.message_key, r.payload, r.headers,
-                         r.attempts, r.published_at, v_claim, v_until);
-                RETURN NEXT o;
-                v_got := v_got + 1;
-            END LOOP;
+                SELECT c.id, c.message_id, p_topic, c.message_key, c.payload, c.headers,
+                       c.attempts, c.published_at, v_claim, v_until
+                  FROM c WHERE c.state = 'pending' ORDER BY c.id;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_got := v_got + v_n;
+            v_dead := pg_catalog.cardinality(v_ids) - v_n;
             EXIT WHEN v_dead = 0 OR v_got >= p_batch;
         END LOOP;
     END LOOP;
@@ -686,29 +784,13 @@ $fn$
 -- @body idempotency_ack
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
-#variable_conflict use_column
-DECLARE
-    me  pg_catalog.regrole;
-    v_now pg_catalog.timestamptz := pg_catalog.clock_timestamp();
-    n   pg_catalog.int4;
 BEGIN
-    PERFORM idempotency._outbox_ids_arg($2);
-    me := idempotency._caller();
-    UPDATE idempotency.outbox_message AS m
-       SET state = 'delivered', claim = NULL, delivered_at = v_now,
-           expires_at = v_now + t.retention
-      FROM idempotency.outbox_topic AS t
-     WHERE m.id = ANY ($2)
-       AND m.claim = $1
-       AND m.state = 'pending'
-       AND t.id = m.topic_id
-       AND (t.owner = me
-            OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
-                         WHERE g.topic_id = t.id AND g.grantee = me AND g.can_consume)
-                AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid = t.owner::pg_catalog.oid)));
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
+    IF $2 IS NULL OR pg_catalog.array_position($2, NULL) IS NOT NULL THEN
+        PERFORM idempotency._outbox_ids_arg($2);
+    END IF;
+    RETURN idempotency._outbox_settle('a', $1, $2, NULL, NULL);
 END
 $fn$
 -- @end
@@ -719,12 +801,8 @@ $fn$
 -- @body idempotency_nack
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
-#variable_conflict use_column
-DECLARE
-    me  pg_catalog.regrole;
-    v_now pg_catalog.timestamptz := pg_catalog.clock_timestamp();
-    n   pg_catalog.int4;
 BEGIN
     IF $4 IS NOT NULL THEN
         PERFORM idempotency._outbox_interval($4, 'retry_in', false);
@@ -732,29 +810,10 @@ BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'claim must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM idempotency._outbox_ids_arg($2);
-    me := idempotency._caller();
-    UPDATE idempotency.outbox_message AS m
-       SET claim = NULL, last_error = $3, attempts = m.attempts,
-           state = CASE WHEN m.attempts >= t.max_attempts THEN 'dead' ELSE 'pending' END,
-           available_at = v_now + coalesce($4,
-               CASE WHEN t.backoff_max / pg_catalog.power(2::pg_catalog.float8,
-                                                          LEAST(GREATEST(m.attempts - 1, 0), 30)::pg_catalog.float8)
-                         <= t.backoff_base
-               THEN t.backoff_max
-               ELSE LEAST(t.backoff_max, t.backoff_base * pg_catalog.power(2::pg_catalog.float8,
-                                                          LEAST(GREATEST(m.attempts - 1, 0), 30)::pg_catalog.float8)) END)
-      FROM idempotency.outbox_topic AS t
-     WHERE m.id = ANY ($2)
-       AND m.claim = $1
-       AND m.state = 'pending'
-       AND t.id = m.topic_id
-       AND (t.owner = me
-            OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
-                         WHERE g.topic_id = t.id AND g.grantee = me AND g.can_consume)
-                AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid = t.owner::pg_catalog.oid)));
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
+    IF $2 IS NULL OR pg_catalog.array_position($2, NULL) IS NOT NULL THEN
+        PERFORM idempotency._outbox_ids_arg($2);
+    END IF;
+    RETURN idempotency._outbox_settle('n', $1, $2, $3, $4);
 END
 $fn$
 -- @end
@@ -762,29 +821,13 @@ $fn$
 -- @body idempotency_release
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
-#variable_conflict use_column
-DECLARE
-    me  pg_catalog.regrole;
-    v_now pg_catalog.timestamptz := pg_catalog.clock_timestamp();
-    n   pg_catalog.int4;
 BEGIN
-    PERFORM idempotency._outbox_ids_arg($2);
-    me := idempotency._caller();
-    UPDATE idempotency.outbox_message AS m
-       SET claim = NULL, available_at = v_now,
-           attempts = GREATEST(m.attempts - 1, 0)
-      FROM idempotency.outbox_topic AS t
-     WHERE m.id = ANY ($2)
-       AND m.claim = $1
-       AND m.state = 'pending'
-       AND t.id = m.topic_id
-       AND (t.owner = me
-            OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
-                         WHERE g.topic_id = t.id AND g.grantee = me AND g.can_consume)
-                AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid = t.owner::pg_catalog.oid)));
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
+    IF $2 IS NULL OR pg_catalog.array_position($2, NULL) IS NOT NULL THEN
+        PERFORM idempotency._outbox_ids_arg($2);
+    END IF;
+    RETURN idempotency._outbox_settle('r', $1, $2, NULL, NULL);
 END
 $fn$
 -- @end

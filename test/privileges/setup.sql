@@ -261,9 +261,9 @@ DROP ROLE priv_gone;
 INSERT INTO matrix.fixture VALUES ('app_claim', :'app_claim'), ('app_claimed_id', :'app_claimed_id'),
     ('app_topic_id', (SELECT id::text FROM idempotency.outbox_topic WHERE name = 'app_topic'));
 \if :{?portable}
--- the portable edition's key row of app_topic's key app-key, as a keyed
--- publish() leaves it once the key's messages are delivered (the lines of
--- table outbox_key_lock: who may read or lock it)
+-- a row in the portable edition's outbox_key_lock (publish() commits none:
+-- its key locks are rows it deletes at once), for the lines of that
+-- table: who may read or lock a row
 INSERT INTO idempotency.outbox_key_lock (topic_id, message_key)
 SELECT id, 'app-key' FROM idempotency.outbox_topic WHERE name = 'app_topic';
 \endif

@@ -141,7 +141,8 @@ for d in drivers:
 
     # 409: another connection holds the key (begun, not finished)
     k = P + "busy"
-    holder = psycopg.connect(make_conninfo(dbname=os.environ["DATABASE_NAME"]))
+    # (as the requests' role: keys are per role)
+    holder = psycopg.connect(make_conninfo(dbname=os.environ["DATABASE_NAME"], user=os.environ["DATABASE_USER"]))
     holder.execute("SELECT idempotency.begin(%s, %s::jsonb, 'core')", (k, json.dumps(req(1))))
     a = run(tr, k, "core", req(1), lambda tx: insert(tx, k), o)
     holder.rollback()
