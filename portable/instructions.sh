@@ -7,15 +7,28 @@
 #   C_PG_CONFIG=... PORTABLE_PG_CONFIG=... bash portable/instructions.sh [requests=300]
 #
 # C_PG_CONFIG: a PostgreSQL with the C library installed; PORTABLE_PG_CONFIG:
-# one without it.  Kinds, one transaction or statement each, prepared once:
+# one without it.  PORTABLE_SRC: the portable sources (portable/src), e.g.
+# another branch's, to compare; INSTR_ROLE: a role the sessions act as (SET
+# SESSION AUTHORIZATION, as if logged in as it: NOLOGIN, no superuser,
+# INSERT on the payment table), so that row security and the caller's
+# checks are counted as an application meets them (default: none, the
+# superuser).  KINDS: the kinds to count (all).  INSTR_KEEP=DIR keeps the
+# callgrind files (callgrind_annotate them).
+# Kinds, one transaction or statement each, prepared once:
 #   bare     BEGIN; INSERT a payment; COMMIT
 #   guarded  BEGIN; begin() of a new key; the INSERT; complete(); COMMIT
 #   select   SELECT of a finished key's row from the key table
 #   replay   begin() of a finished key (autocommit)
+#   once     once() of a new key: INSERT ... RETURNING id, arguments as text
+#   oncerep  once() of a finished key (the work does not run)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 N=${1:-300}
+PSRC=${PORTABLE_SRC:-$here/src}
+ROLE=${INSTR_ROLE:-}
+KINDS=${KINDS:-bare guarded select replay once oncerep}
+OWNER=${ROLE:-postgres}
 version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$top/idempotency.control")
 . "$top/test/cluster.sh"
 WORK=$(mktemp -d /tmp/portable-instr.XXXXXX)
@@ -25,10 +38,12 @@ trap 'cluster_stop; rm -rf "$WORK"' EXIT
 PREPARES="PREPARE ins(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10);
 PREPARE beg(text) AS SELECT outcome FROM idempotency.begin(\$1);
 PREPARE fin(text) AS SELECT idempotency.complete(\$1, '{\"ok\": true}');
-PREPARE sel(text) AS SELECT status, response FROM idempotency.idempotency_key WHERE owner = 'postgres'::regrole AND scope = '' AND key = \$1;
-PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);"
+PREPARE sel(text) AS SELECT status, response FROM idempotency.idempotency_key WHERE owner = '$OWNER'::regrole AND scope = '' AND key = \$1;
+PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);
+PREPARE once1(text) AS SELECT outcome, response FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, '10'::text);"
 
 gen() {	# kind
+	[ -n "$ROLE" ] && echo "SET SESSION AUTHORIZATION $ROLE;"
 	echo "$PREPARES"
 	[ "$1" = empty ] && return
 	for i in $(seq 1 "$N"); do
@@ -37,6 +52,8 @@ gen() {	# kind
 		guarded) echo "BEGIN; EXECUTE beg('g$i'); EXECUTE ins('g$i'); EXECUTE fin('g$i'); COMMIT;" ;;
 		select) echo "EXECUTE sel('replay-$((i % 1000 + 1))');" ;;
 		replay) echo "EXECUTE rep('replay-$((i % 1000 + 1))');" ;;
+		once) echo "EXECUTE once1('o$i');" ;;
+		oncerep) echo "EXECUTE once1('replay-$((i % 1000 + 1))');" ;;
 		esac
 	done
 }
@@ -46,6 +63,7 @@ count() {	# edition kind -> instructions of the whole session
 	chmod 644 "$f"
 	as_pg valgrind --tool=callgrind --callgrind-out-file="$out" \
 		"$PG_BINDIR/postgres" --single -D "$CLUSTER_DIR/data" postgres <"$f" >/dev/null 2>&1
+	[ -n "${INSTR_KEEP:-}" ] && cp "$out" "$INSTR_KEEP/"
 	awk '/^summary:|^totals:/ { print $2; exit }' "$out"
 }
 
@@ -59,22 +77,25 @@ for edition in C portable; do
 	if [ "$edition" = C ]; then
 		psql -qX -c 'CREATE EXTENSION idempotency' || exit 2
 	else
-		perl "$here/build.pl" "$top/idempotency--$version.sql" "$here/src" >"$WORK/portable.sql" 2>/dev/null &&
+		perl "$here/build.pl" "$top/idempotency--$version.sql" "$PSRC" >"$WORK/portable.sql" 2>/dev/null &&
 			psql -qX -v ON_ERROR_STOP=1 -1 -f "$WORK/portable.sql" >/dev/null || exit 2
 	fi
-	psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || exit 2
-CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);
+	{
+		echo "CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);"
+		[ -n "$ROLE" ] && echo "CREATE ROLE $ROLE NOLOGIN; GRANT INSERT, SELECT ON payment TO $ROLE;
+GRANT USAGE ON SEQUENCE payment_id_seq TO $ROLE; SET SESSION AUTHORIZATION $ROLE;"
+		cat <<'SQL'
 DO $$
 BEGIN
   FOR i IN 1..1000 LOOP
-    PERFORM idempotency.begin('replay-' || i);
-    PERFORM idempotency.complete('replay-' || i, '{"ok": true}');
+    PERFORM idempotency.once('replay-' || i, NULL, 'INSERT INTO payment (key, amount) VALUES ($1, $2) RETURNING id', 'replay-' || i, '10');
   END LOOP;
 END $$;
 SQL
+	} | psql -qX -v ON_ERROR_STOP=1 >/dev/null || exit 2
 	as_pg "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -w stop >/dev/null
 	empty=$(count "$edition" empty)
-	for k in bare guarded select replay; do
+	for k in $KINDS; do
 		echo "$edition $k $(( ( $(count "$edition" "$k") - empty ) / N ))"
 	done
 	cluster_stop

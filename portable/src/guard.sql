@@ -144,13 +144,18 @@ BEGIN
         END IF;
 
         IF v_exp IS NULL THEN
-            v_exp := v_now + pg_catalog.make_interval(secs => idempotency._setting_ms('idempotency.default_ttl', 1000, 86400000) / 1000.0);
+            -- (unset, the default without a call: _setting_ms()'s default,
+            -- make_interval(secs => 86400.0), is 24 hours)
+            v_exp := v_now + CASE WHEN pg_catalog.current_setting('idempotency.default_ttl', true) IS NULL
+                                  THEN '86400 seconds'::pg_catalog.interval
+                                  ELSE pg_catalog.make_interval(secs => idempotency._setting_ms('idempotency.default_ttl', 1000, 86400000) / 1000.0) END;
         END IF;
 
         -- Take the key: lock the row that is there, or insert the row.  A
         -- transaction holding either makes this wait, at most lock_wait.
         IF NOT v_locked OR NOT v_found THEN
-            v_wait := idempotency._setting_ms('idempotency.lock_wait', 1, 5000);
+            v_wait := CASE WHEN pg_catalog.current_setting('idempotency.lock_wait', true) IS NULL THEN 5000
+                           ELSE idempotency._setting_ms('idempotency.lock_wait', 1, 5000) END;
             v_lt := pg_catalog.current_setting('lock_timeout');
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout',
@@ -407,7 +412,6 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     v_owner pg_catalog.regrole;
-    v_fn pg_catalog.text := CASE WHEN p_status OPERATOR(pg_catalog.=) 'completed' THEN 'complete' ELSE 'fail' END;
     v_msg pg_catalog.text;
     r record;
 BEGIN
@@ -417,6 +421,28 @@ BEGIN
         PERFORM idempotency._check_key(p_key, p_scope);
     END IF;
     v_owner := idempotency._caller();
+    -- The common case in one statement: a key begun in this transaction
+    -- (the row in progress, without a lease -- such a row is never
+    -- committed in progress, so it is this transaction's -- or with one
+    -- this transaction wrote), at the attempt given if one is: what the
+    -- look below lets through to the same UPDATE.  Anything else updates
+    -- nothing and goes the long way (its errors, a lease begun earlier).
+    -- Not in a read-only transaction, where the checks come before the
+    -- refusal of the write (25006).
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'off' THEN
+        UPDATE idempotency.idempotency_key AS k
+           SET status = p_status, response = p_payload, retryable = p_retryable,
+               locked_until = NULL, updated_at = pg_catalog.now(),
+               derive_seed = coalesce(k.derive_seed, idempotency._frozen_seed(k.owner, k.created_at))
+         WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
+           AND k.owner OPERATOR(pg_catalog.=) v_owner
+           AND k.status OPERATOR(pg_catalog.=) 'in_progress'
+           AND (k.locked_until IS NULL OR idempotency._mine(k.xmin))
+           AND (p_attempt IS NULL OR k.attempts OPERATOR(pg_catalog.=) p_attempt);
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
     SELECT k.status, k.attempts, k.expires_at, k.locked_until, k.xmin AS x INTO r
       FROM idempotency.idempotency_key AS k
      WHERE k.key OPERATOR(pg_catalog.=) p_key AND k.scope OPERATOR(pg_catalog.=) p_scope
@@ -440,7 +466,8 @@ BEGIN
     ELSE
         RAISE EXCEPTION '% is not held by this transaction', idempotency._describe(p_key, p_scope)
             USING ERRCODE = 'IK004',
-                  DETAIL = pg_catalog.format('%s() needs a begin() in the same transaction, by the same role, that returned new or retry.', v_fn),
+                  DETAIL = pg_catalog.format('%s() needs a begin() in the same transaction, by the same role, that returned new or retry.',
+                                             CASE WHEN p_status OPERATOR(pg_catalog.=) 'completed' THEN 'complete' ELSE 'fail' END),
                   HINT = 'A begin() in a savepoint that was rolled back no longer holds its key. For a key begun with a lease in another transaction, pass attempt => the attempts value that begin() returned.';
     END IF;
 
