@@ -21,13 +21,26 @@
 #   replay   begin() of a finished key (autocommit)
 #   once     once() of a new key: INSERT ... RETURNING id, arguments as text
 #   oncerep  once() of a finished key (the work does not run)
+#   hand     bench/portable.sh's hand-written PL/pgSQL pattern for one round
+#            trip (its own key table: INSERT ... ON CONFLICT DO NOTHING,
+#            SELECT ... FOR UPDATE, compare, the INSERT, UPDATE), a new key
+#   floor    the least any PL/pgSQL once() of a new key does: an invoker
+#            function that makes the key row through a SECURITY DEFINER
+#            function (INSERT ... ON CONFLICT DO NOTHING RETURNING; an
+#            application role may not write the key table), runs the
+#            caller's statement as the caller (EXECUTE of a statement
+#            prepared once per session, its arguments as literals, as the
+#            portable once() does) and stores the result through another
+#            (UPDATE); no fingerprint, no caller checks, no commit check,
+#            no settings: a lower bound for the portable once(), not a
+#            product
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 N=${1:-300}
 PSRC=${PORTABLE_SRC:-$here/src}
 ROLE=${INSTR_ROLE:-}
-KINDS=${KINDS:-bare guarded select replay once oncerep}
+KINDS=${KINDS:-bare guarded select replay once oncerep hand floor}
 OWNER=${ROLE:-postgres}
 version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$top/idempotency.control")
 . "$top/test/cluster.sh"
@@ -40,7 +53,10 @@ PREPARE beg(text) AS SELECT outcome FROM idempotency.begin(\$1);
 PREPARE fin(text) AS SELECT idempotency.complete(\$1, '{\"ok\": true}');
 PREPARE sel(text) AS SELECT status, response FROM idempotency.idempotency_key WHERE owner = '$OWNER'::regrole AND scope = '' AND key = \$1;
 PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);
-PREPARE once1(text) AS SELECT outcome, response FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, '10'::text);"
+PREPARE once1(text) AS SELECT outcome, response FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, '10'::text);
+PREPARE hand1(text) AS SELECT pl_once(\$1, NULL, 10);
+PREPARE work(text, text) AS INSERT INTO payment (key, amount) VALUES (\$1, \$2::int) RETURNING id;
+PREPARE floor1(text) AS SELECT floor_once(\$1, 'work', \$1, '10');"
 
 gen() {	# kind
 	[ -n "$ROLE" ] && echo "SET SESSION AUTHORIZATION $ROLE;"
@@ -54,6 +70,8 @@ gen() {	# kind
 		replay) echo "EXECUTE rep('replay-$((i % 1000 + 1))');" ;;
 		once) echo "EXECUTE once1('o$i');" ;;
 		oncerep) echo "EXECUTE once1('replay-$((i % 1000 + 1))');" ;;
+		hand) echo "EXECUTE hand1('h$i');" ;;
+		floor) echo "EXECUTE floor1('f$i');" ;;
 		esac
 	done
 }
@@ -82,6 +100,50 @@ for edition in C portable; do
 	fi
 	{
 		echo "CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);"
+		cat <<'SQL'
+CREATE TABLE pl_key (key text PRIMARY KEY, status text NOT NULL, request jsonb, response jsonb,
+                     created_at timestamptz NOT NULL DEFAULT now());
+CREATE FUNCTION pl_once(k text, req jsonb, amount int) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE s text; q jsonb; r jsonb; pid bigint;
+BEGIN
+  INSERT INTO pl_key (key, status, request) VALUES (k, 'in_progress', req) ON CONFLICT DO NOTHING;
+  SELECT status, request, response INTO s, q, r FROM pl_key WHERE key = k FOR UPDATE;
+  IF q IS DISTINCT FROM req THEN
+    RAISE EXCEPTION 'key % was used with a different request', k USING ERRCODE = 'P0001';
+  END IF;
+  IF s = 'completed' THEN
+    RETURN r;
+  END IF;
+  INSERT INTO payment (key, amount) VALUES (k, amount) RETURNING id INTO pid;
+  r := jsonb_build_object('id', pid);
+  UPDATE pl_key SET status = 'completed', response = r WHERE key = k;
+  RETURN r;
+END $$;
+CREATE TABLE fl_key (key text PRIMARY KEY, status text NOT NULL, response jsonb);
+CREATE FUNCTION fl_begin(k text) RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE x text;
+BEGIN
+  INSERT INTO public.fl_key (key, status) VALUES (k, 'in_progress') ON CONFLICT DO NOTHING RETURNING key INTO x;
+  RETURN x IS NOT NULL;
+END $$;
+CREATE FUNCTION fl_complete(k text, r jsonb) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  UPDATE public.fl_key SET status = 'completed', response = r WHERE key = k;
+END $$;
+CREATE FUNCTION floor_once(k text, stmt text, VARIADIC args text[]) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE r jsonb;
+BEGIN
+  IF NOT fl_begin(k) THEN
+    RETURN NULL;
+  END IF;
+  EXECUTE format('EXECUTE %I(%L, %L)', stmt, args[1], args[2]) INTO r;
+  PERFORM fl_complete(k, r);
+  RETURN r;
+END $$;
+SQL
+		[ -n "$ROLE" ] && echo "GRANT EXECUTE ON FUNCTION pl_once(text, jsonb, int) TO $ROLE; GRANT ALL ON pl_key TO $ROLE;"
 		[ -n "$ROLE" ] && echo "CREATE ROLE $ROLE NOLOGIN; GRANT INSERT, SELECT ON payment TO $ROLE;
 GRANT USAGE ON SEQUENCE payment_id_seq TO $ROLE; SET SESSION AUTHORIZATION $ROLE;"
 		cat <<'SQL'
