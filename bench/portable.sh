@@ -102,6 +102,7 @@ done
 psql -qX -v ON_ERROR_STOP=1 -d c -c 'CREATE EXTENSION idempotency' >/dev/null || exit 2
 psql -qX -v ON_ERROR_STOP=1 -1 -d p -f "$WORK/portable.sql" >/dev/null || exit 2
 for db in c p; do
+	psql -qX -v ON_ERROR_STOP=1 -d "$db" -f bench/scripts/handwritten.sql >/dev/null || exit 2
 	psql -qX -v ON_ERROR_STOP=1 -d "$db" >/dev/null <<'SQL' || exit 2
 CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL,
                       created_at timestamptz NOT NULL DEFAULT now());
@@ -111,31 +112,9 @@ INSERT INTO idempotency.idempotency_key (owner, scope, key, status, response, at
 SELECT 'postgres', '', 'replay-' || i, 'completed', '{"id": 1}', 1,
        now(), now(), now() + interval '7 days'
   FROM generate_series(1, 100000) i;
--- the hand-written pattern a careful team writes for one round trip: its
--- own key table (key, status, request, response), as many finished keys;
--- insert the key row or find it, lock it, replay a finished key (a
--- different request under it is an error), else do the work and store
--- its result
-CREATE TABLE pl_key (key text PRIMARY KEY, status text NOT NULL, request jsonb, response jsonb,
-                     created_at timestamptz NOT NULL DEFAULT now());
+-- finished keys of the hand-written pattern (bench/scripts/handwritten.sql)
 INSERT INTO pl_key (key, status, response)
 SELECT 'replay-' || i, 'completed', '{"id": 1}' FROM generate_series(1, 100000) i;
-CREATE FUNCTION pl_once(k text, req jsonb, amount int) RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE s text; q jsonb; r jsonb; pid bigint;
-BEGIN
-  INSERT INTO pl_key (key, status, request) VALUES (k, 'in_progress', req) ON CONFLICT DO NOTHING;
-  SELECT status, request, response INTO s, q, r FROM pl_key WHERE key = k FOR UPDATE;
-  IF q IS DISTINCT FROM req THEN
-    RAISE EXCEPTION 'key % was used with a different request', k USING ERRCODE = 'P0001';
-  END IF;
-  IF s = 'completed' THEN
-    RETURN r;
-  END IF;
-  INSERT INTO payment (key, amount) VALUES (k, amount) RETURNING id INTO pid;
-  r := jsonb_build_object('id', pid);
-  UPDATE pl_key SET status = 'completed', response = r WHERE key = k;
-  RETURN r;
-END $$;
 VACUUM ANALYZE;
 SQL
 done

@@ -100,25 +100,8 @@ for edition in C portable; do
 	fi
 	{
 		echo "CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);"
+		cat "$top/bench/scripts/handwritten.sql"
 		cat <<'SQL'
-CREATE TABLE pl_key (key text PRIMARY KEY, status text NOT NULL, request jsonb, response jsonb,
-                     created_at timestamptz NOT NULL DEFAULT now());
-CREATE FUNCTION pl_once(k text, req jsonb, amount int) RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE s text; q jsonb; r jsonb; pid bigint;
-BEGIN
-  INSERT INTO pl_key (key, status, request) VALUES (k, 'in_progress', req) ON CONFLICT DO NOTHING;
-  SELECT status, request, response INTO s, q, r FROM pl_key WHERE key = k FOR UPDATE;
-  IF q IS DISTINCT FROM req THEN
-    RAISE EXCEPTION 'key % was used with a different request', k USING ERRCODE = 'P0001';
-  END IF;
-  IF s = 'completed' THEN
-    RETURN r;
-  END IF;
-  INSERT INTO payment (key, amount) VALUES (k, amount) RETURNING id INTO pid;
-  r := jsonb_build_object('id', pid);
-  UPDATE pl_key SET status = 'completed', response = r WHERE key = k;
-  RETURN r;
-END $$;
 CREATE TABLE fl_key (key text PRIMARY KEY, status text NOT NULL, response jsonb);
 CREATE FUNCTION fl_begin(k text) RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
