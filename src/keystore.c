@@ -515,8 +515,8 @@ idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg, const char *what)
 }
 
 /* now + ttl (NULL: idempotency.default_ttl); 22023 if not positive */
-TimestampTz
-idem_expiry_of(const Interval *ttl, TimestampTz now)
+static TimestampTz
+expiry_of(const Interval *ttl, TimestampTz now)
 {
 	TimestampTz expires_at;
 
@@ -547,11 +547,11 @@ idem_seconds_until(TimestampTz until, TimestampTz now)
 	return (int32) Min((us + USECS_PER_SEC - 1) / USECS_PER_SEC, PG_INT32_MAX);
 }
 
-/* idem_expiry_of() of SQL argument ttlarg */
+/* expiry_of() of SQL argument ttlarg */
 TimestampTz
 idem_expiry(FunctionCallInfo fcinfo, int ttlarg, TimestampTz now)
 {
-	return idem_expiry_of(PG_ARGISNULL(ttlarg) ? NULL : PG_GETARG_INTERVAL_P(ttlarg), now);
+	return expiry_of(PG_ARGISNULL(ttlarg) ? NULL : PG_GETARG_INTERVAL_P(ttlarg), now);
 }
 
 /*
@@ -1840,8 +1840,8 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 	error_context_stack = errcb.previous;
 }
 
-void
-idem_keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+static void
+keystore_lookup(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
 	keystore_read(id, out, outcxt, true, false);
 }
@@ -1857,7 +1857,7 @@ idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 }
 
 /*
- * The lookup of idem_keystore_lookup() locking the row where it lives
+ * The lookup of keystore_lookup() locking the row where it lives
  * (SELECT ... FOR UPDATE): on Citus, a transaction that holds the row
  * (a claim or a lock from any node) is waited for, and the row read is
  * the latest committed one.  Without Citus, the same as the lookup (the
@@ -2403,7 +2403,7 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 	KeyLockResult lock;
 
 	memset(out, 0, sizeof(KeyOpen));
-	out->expires_at = idem_expiry_of(ttl, now);
+	out->expires_at = expiry_of(ttl, now);
 	citus = idem_keystore_distributed(id);
 	if (citus && idem_route_key(id))
 	{
@@ -2420,7 +2420,7 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 	took_lock = (lock == KEYLOCK_TAKEN);
 	if (lock == KEYLOCK_BUSY)
 	{
-		idem_keystore_lookup(id, &out->stored, cxt);
+		keystore_lookup(id, &out->stored, cxt);
 		if (finished_row(&out->stored, now))
 		{
 			out->finished = true;
@@ -2433,7 +2433,7 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 		out->claimed = claim_on_shard(id, hash, out->expires_at, now,
 									  &out->stored, cxt);
 	else
-		idem_keystore_lookup(id, &out->stored, cxt);
+		keystore_lookup(id, &out->stored, cxt);
 	out->finished = finished_row(&out->stored, now);
 	/* a replay writes nothing, so it keeps nobody out */
 	if (took_lock && (out->finished || !may_write))

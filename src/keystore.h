@@ -25,7 +25,6 @@ extern uint64 idem_key_hash(const KeyId *id);
 extern char *idem_describe_key(const KeyId *id);
 extern char *idem_scope_arg(FunctionCallInfo fcinfo, int scopearg);
 extern void idem_unique128(uint8 *out);
-extern TimestampTz idem_expiry_of(const Interval *ttl, TimestampTz now);
 extern TimestampTz idem_expiry(FunctionCallInfo fcinfo, int ttlarg,
 							   TimestampTz now);
 extern int32 idem_seconds_until(TimestampTz until, TimestampTz now);
@@ -61,8 +60,6 @@ typedef struct StoredKey
 } StoredKey;
 
 /* read */
-extern void idem_keystore_lookup(const KeyId *id, StoredKey *out,
-								 MemoryContext outcxt);
 extern void idem_keystore_peek(const KeyId *id, StoredKey *out,
 							   MemoryContext outcxt);
 extern bool idem_keystore_seed(const KeyId *id, bytea **seed,
