@@ -335,13 +335,21 @@ DECLARE
     me      pg_catalog.regrole := idempotency._caller();
     v_now   pg_catalog.timestamptz := pg_catalog.clock_timestamp();
     v_id    pg_catalog.int8;
+    v_detail pg_catalog.text;
     n       pg_catalog.int4;
 BEGIN
     IF NOT $6 AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
         BEGIN
             RETURN idempotency._outbox_settle(p_kind, p_claim, p_ids, p_error, p_retry, true);
         EXCEPTION WHEN serialization_failure THEN
-            NULL;
+            -- a dependency among serializable transactions (the
+            -- predicate locks' failure, whose untranslated detail names
+            -- its reason) is the transaction's to retry, not a message
+            -- changed since the snapshot
+            GET STACKED DIAGNOSTICS v_detail = PG_EXCEPTION_DETAIL;
+            IF pg_catalog.starts_with(v_detail, 'Reason code: ') THEN
+                RAISE;
+            END IF;
         END;
         n := 0;
         FOREACH v_id IN ARRAY p_ids LOOP
@@ -349,7 +357,11 @@ BEGIN
                 n := n OPERATOR(pg_catalog.+)
                      idempotency._outbox_settle(p_kind, p_claim, ARRAY[v_id], p_error, p_retry, true);
             EXCEPTION WHEN serialization_failure THEN
-                NULL;       -- changed since the snapshot: no longer this claim's
+                -- changed since the snapshot: no longer this claim's
+                GET STACKED DIAGNOSTICS v_detail = PG_EXCEPTION_DETAIL;
+                IF pg_catalog.starts_with(v_detail, 'Reason code: ') THEN
+                    RAISE;
+                END IF;
             END;
         END LOOP;
         RETURN n;
