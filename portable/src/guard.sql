@@ -31,38 +31,38 @@ DECLARE
     p_ttl   ALIAS FOR $4;
     p_lease ALIAS FOR $5;
     v_owner pg_catalog.regrole;
-    v_now   pg_catalog.timestamptz := pg_catalog.now();
+    v_now   pg_catalog.timestamptz;
     v_exp   pg_catalog.timestamptz;
     v_clock pg_catalog.timestamptz;
     v_lend  pg_catalog.timestamptz;
     v_hash  pg_catalog.bytea;
     v_wait  pg_catalog.int8;
     v_lt    pg_catalog.text;
-    v_found pg_catalog.bool := false;
+    v_found pg_catalog.bool;
     v_live  pg_catalog.bool;
-    v_locked pg_catalog.bool := false;
+    v_locked pg_catalog.bool;
     v_ins   pg_catalog.bool;
     v_rows  pg_catalog.int8;
     v_con   pg_catalog.text;
-    v_loops pg_catalog.int4 := 0;
+    v_loops pg_catalog.int4;
     r       record;
     res     idempotency.begin_result;
 BEGIN
-    -- IK003 (the full check only when the quick one is not enough: a
-    -- key and scope no longer in bytes than max_key_length in characters,
-    -- whose range is 1 .. 1024)
+    -- IK003, then 22023 for a bad ttl or lease, before anything else as
+    -- in the C edition.  One quick test for the common call (a key and
+    -- scope no longer in bytes than max_key_length in characters, whose
+    -- range is 1 .. 1024; no ttl, no lease): each PL/pgSQL statement costs
+    -- its expression's set-up once per transaction, so the path of a
+    -- replay has as few as it can.  The default ttl is read only when a
+    -- row is written.
     IF p_key IS NULL OR p_scope IS NULL OR p_key = ''
        OR pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope)
-          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
+          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024)
+       OR p_ttl IS NOT NULL OR p_lease IS NOT NULL THEN
         PERFORM idempotency._check_key(p_key, p_scope);
-    END IF;
-    v_owner := idempotency._caller();
-    -- 22023 for a bad ttl or lease, before anything else as in the C
-    -- edition; the default ttl is read only when a row is written
-    IF p_ttl IS NOT NULL OR p_lease IS NOT NULL THEN
         IF p_ttl IS NOT NULL THEN
-            v_exp := v_now + p_ttl;
-            IF v_exp <= v_now THEN
+            v_exp := pg_catalog.now() + p_ttl;
+            IF v_exp <= pg_catalog.now() THEN
                 RAISE EXCEPTION 'ttl must be positive' USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END IF;
@@ -74,16 +74,25 @@ BEGIN
             END IF;
         END IF;
     END IF;
+    v_owner := idempotency._caller();
 
+    -- a replay: a live finished key, and the same request (or none given);
+    -- anything else is decided below, on the row read again
+    SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts, k.created_at,
+           k.expires_at, k.locked_until, k.recovery_point, k.recovery_state, k.xmin AS x,
+           k.expires_at > pg_catalog.now() AND (k.status = 'completed' OR (k.status = 'failed' AND NOT k.retryable)) AS fin
+      INTO r
+      FROM idempotency.idempotency_key AS k
+     WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
+    IF r.fin AND (p_req IS NULL OR r.request_hash IS NULL OR r.request_hash = idempotency.fingerprint(p_req)) THEN
+        RETURN ROW('replay', r.status, r.response, r.attempts, r.created_at,
+                   r.recovery_point, r.recovery_state)::idempotency.begin_result;
+    END IF;
+    v_found := FOUND;
+    v_now := pg_catalog.now();
+    v_locked := false;
+    v_loops := 0;
     LOOP
-        IF NOT v_locked THEN
-            SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts, k.created_at,
-                   k.expires_at, k.locked_until, k.recovery_point, k.recovery_state, k.xmin AS x
-              INTO r
-              FROM idempotency.idempotency_key AS k
-             WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
-            v_found := FOUND;
-        END IF;
         v_live := v_found AND r.expires_at > v_now;
 
         -- this transaction holds it already (a lease row: if this
@@ -163,7 +172,8 @@ BEGIN
                                               true);
                 IF v_found THEN
                     SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts, k.created_at,
-                           k.expires_at, k.locked_until, k.recovery_point, k.recovery_state, k.xmin AS x
+                           k.expires_at, k.locked_until, k.recovery_point, k.recovery_state, k.xmin AS x,
+                           NULL::pg_catalog.bool AS fin
                       INTO r
                       FROM idempotency.idempotency_key AS k
                      WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner
@@ -228,6 +238,15 @@ BEGIN
             IF v_loops > 1000 THEN
                 RAISE EXCEPTION 'could not take % after 1000 attempts', idempotency._describe(p_key, p_scope)
                     USING ERRCODE = 'lock_not_available';
+            END IF;
+            IF NOT v_locked THEN
+                SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts, k.created_at,
+                       k.expires_at, k.locked_until, k.recovery_point, k.recovery_state, k.xmin AS x,
+                       NULL::pg_catalog.bool AS fin
+                  INTO r
+                  FROM idempotency.idempotency_key AS k
+                 WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
+                v_found := FOUND;
             END IF;
             CONTINUE;
         END IF;

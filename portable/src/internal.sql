@@ -33,17 +33,32 @@ $fn$;
 COMMENT ON FUNCTION idempotency._stale_role() IS
 'Portable edition, internal: 42501 for a SET ROLE name that no longer names a role the session user belongs to';
 
+-- The role SET ROLE chose, checked; a function of its own (not inlined
+-- into _caller()) so that a session that never SETs ROLE, the common
+-- case, pays for one comparison only.
+CREATE FUNCTION idempotency._set_role()
+RETURNS pg_catalog.regrole
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+AS $fn$
+BEGIN
+    IF pg_catalog.pg_has_role(SESSION_USER,
+                              pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole::pg_catalog.oid,
+                              'MEMBER') THEN
+        RETURN pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole;
+    END IF;
+    RETURN idempotency._stale_role();
+END
+$fn$;
+COMMENT ON FUNCTION idempotency._set_role() IS
+'Portable edition, internal: the role SET ROLE chose, if the session user may still act as it (else 42501)';
+
 CREATE FUNCTION idempotency._caller()
 RETURNS pg_catalog.regrole
 LANGUAGE sql STABLE PARALLEL RESTRICTED
 AS $fn$
 SELECT CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
             THEN pg_catalog.quote_ident(SESSION_USER::pg_catalog.text)::pg_catalog.regrole
-            WHEN pg_catalog.pg_has_role(SESSION_USER,
-                                        pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole::pg_catalog.oid,
-                                        'MEMBER')
-            THEN pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole
-            ELSE idempotency._stale_role() END
+            ELSE idempotency._set_role() END
 $fn$;
 COMMENT ON FUNCTION idempotency._caller() IS
 'Portable edition, internal: the role the session acts as (SET ROLE, else the session user): the owner of the keys it makes';
@@ -405,7 +420,7 @@ CREATE CONSTRAINT TRIGGER idempotency_key_commit_check
     WHEN (NEW.status OPERATOR(pg_catalog.=) 'in_progress' AND NEW.locked_until IS NULL)
     EXECUTE FUNCTION idempotency._commit_check();
 
-REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._stale_role(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
+REVOKE ALL ON FUNCTION idempotency._caller(), idempotency._set_role(), idempotency._stale_role(), idempotency._setting_ms(pg_catalog.text, pg_catalog.int8, pg_catalog.int8),
     idempotency._describe(pg_catalog.text, pg_catalog.text), idempotency._check_key(pg_catalog.text, pg_catalog.text, pg_catalog.text),
     idempotency._check_name(pg_catalog.text, pg_catalog.text), idempotency._mine(pg_catalog.xid), idempotency._commit_check() FROM PUBLIC;
 -- @end

@@ -45,10 +45,12 @@ DECLARE
     v_state pg_catalog.text;
     v_rows pg_catalog.jsonb[] := '{}';
 BEGIN
-    IF p_sql IS NULL THEN
-        RAISE EXCEPTION 'the statement of once() must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF p_args IS NOT NULL AND pg_catalog.array_ndims(p_args) OPERATOR(pg_catalog.>) 1 THEN
+    -- (each PL/pgSQL statement costs its expression's set-up once per
+    -- transaction: the path of a replay has as few as it can)
+    IF p_sql IS NULL OR pg_catalog.array_ndims(p_args) OPERATOR(pg_catalog.>) 1 THEN
+        IF p_sql IS NULL THEN
+            RAISE EXCEPTION 'the statement of once() must not be null' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
         RAISE EXCEPTION 'the arguments of once() must be a one-dimensional array' USING ERRCODE = 'array_subscript_error';
     END IF;
     -- the statement, prepared once per session: as the query of a
@@ -59,8 +61,9 @@ BEGIN
     -- prepared statements outlive a transaction, so under a pooler in
     -- transaction mode the server session may come with statements another
     -- client prepared under these names.
-    v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) pg_catalog.md5(p_sql);
-    v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) pg_catalog.md5(p_sql);
+    v_nname := pg_catalog.md5(p_sql);
+    v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) v_nname;
+    v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) v_nname;
     SELECT s.name, coalesce(pg_catalog.cardinality(s.parameter_types), 0) INTO v_kept, v_nparams
       FROM pg_catalog.pg_prepared_statements AS s
      WHERE (s.name OPERATOR(pg_catalog.=) v_name
@@ -123,15 +126,6 @@ BEGIN
           FROM pg_catalog.pg_prepared_statements AS s
          WHERE s.name OPERATOR(pg_catalog.=) v_name;
     END IF;
-    -- is the result one json or jsonb column?  PostgreSQL 16 says
-    -- (pg_prepared_statements.result_types); 15 does not, and the rows
-    -- tell below
-    IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.>=) 160000 THEN
-        EXECUTE 'SELECT pg_catalog.cardinality(s.result_types) OPERATOR(pg_catalog.=) 1
-                        AND s.result_types[1] OPERATOR(pg_catalog.=) ANY (''{json,jsonb}''::pg_catalog.regtype[])
-                   FROM pg_catalog.pg_prepared_statements AS s WHERE s.name OPERATOR(pg_catalog.=) $1'
-           INTO v_single_json USING v_name;
-    END IF;
     IF coalesce(pg_catalog.cardinality(p_args), 0) OPERATOR(pg_catalog.<>) v_nparams THEN
         RAISE EXCEPTION 'the statement of once() takes % arguments, % given', v_nparams, coalesce(pg_catalog.cardinality(p_args), 0)
             USING ERRCODE = 'invalid_parameter_value';
@@ -140,6 +134,16 @@ BEGIN
     b := idempotency.begin(p_key, p_req);
     IF b.outcome OPERATOR(pg_catalog.=) 'replay' THEN
         RETURN ROW('replay', b.response)::idempotency.once_result;
+    END IF;
+
+    -- is the result one json or jsonb column?  PostgreSQL 16 says
+    -- (pg_prepared_statements.result_types); 15 does not, and the rows
+    -- tell below
+    IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.>=) 160000 THEN
+        EXECUTE 'SELECT pg_catalog.cardinality(s.result_types) OPERATOR(pg_catalog.=) 1
+                        AND s.result_types[1] OPERATOR(pg_catalog.=) ANY (''{json,jsonb}''::pg_catalog.regtype[])
+                   FROM pg_catalog.pg_prepared_statements AS s WHERE s.name OPERATOR(pg_catalog.=) $1'
+           INTO v_single_json USING v_name;
     END IF;
 
     -- the work, as the caller; its rows become the response: a single
