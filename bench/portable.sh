@@ -22,6 +22,12 @@
 #      p_replay1  the same, portable
 #      c_replay   begin() of a finished key
 #      p_replay   the same, portable
+#      p_rfloor   not in the default list: the least any PL/pgSQL replay does
+#                 (one SECURITY DEFINER function, pinned search_path, the
+#                 caller from the session user, one indexed SELECT of the
+#                 key row, the row returned; no check of key, request or
+#                 state: portable/instructions.sh's rfloor), not a product;
+#                 its ratio to c_replay bounds the replay targets
 #    Interleaved: every round runs every scenario once at every client
 #    count, in one order on odd rounds and the reverse on even ones, so a
 #    change of load on a shared machine hits all of them alike.  A ratio is
@@ -50,7 +56,7 @@
 # PBENCH_SYNCHRONOUS_COMMIT (on), PBENCH_CALLGRIND (1), PBENCH_N (500
 # requests per count), PBENCH_WARM (20), PBENCH_SCENARIOS (all),
 # PBENCH_RELAY (1), PBENCH_RELAY_BATCHES ("1 10 100"), PBENCH_RELAY_CLIENTS
-# ("1"), PBENCH_RELAY_ROUNDS (BENCH_ROUNDS), PBENCH_RELAY_MAX (100000
+# ("1"), PBENCH_RELAY_ROUNDS (BENCH_ROUNDS), PBENCH_RELAY_MAX (400000
 # messages per fill at most; a run that empties its queue is flagged),
 # PBENCH_PORTABLE_SRC (the portable sources, portable/src),
 # PBENCH_PGMQ_TAR (../shared/vendor/pgmq-1.5.1.tar.gz),
@@ -73,7 +79,7 @@ RELAY=${PBENCH_RELAY:-1}
 RELAY_BATCHES=${PBENCH_RELAY_BATCHES:-1 10 100}
 RELAY_CLIENTS=${PBENCH_RELAY_CLIENTS:-1}
 RELAY_ROUNDS=${PBENCH_RELAY_ROUNDS:-$ROUNDS}
-RELAY_MAX=${PBENCH_RELAY_MAX:-100000}
+RELAY_MAX=${PBENCH_RELAY_MAX:-400000}
 PSRC=${PBENCH_PORTABLE_SRC:-portable/src}
 PGMQ_TAR=${PBENCH_PGMQ_TAR:-$ROOT/../shared/vendor/pgmq-1.5.1.tar.gz}
 [ -f "$PGMQ_TAR" ] || PGMQ_TAR=/work/shared/vendor/pgmq-1.5.1.tar.gz
@@ -115,6 +121,15 @@ SELECT 'postgres', '', 'replay-' || i, 'completed', '{"id": 1}', 1,
 -- finished keys of the hand-written pattern (bench/scripts/handwritten.sql)
 INSERT INTO pl_key (key, status, response)
 SELECT 'replay-' || i, 'completed', '{"id": 1}' FROM generate_series(1, 100000) i;
+-- p_rfloor: the floor of a PL/pgSQL replay
+CREATE FUNCTION rfloor_begin(k text) RETURNS idempotency.begin_result LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE o regrole; r record;
+BEGIN
+  o := quote_ident(session_user::text)::regrole;
+  SELECT t.status, t.response INTO r FROM idempotency.idempotency_key AS t WHERE t.key = k AND t.scope = '' AND t.owner = o;
+  RETURN ROW('replay', r.status, r.response, NULL, NULL, NULL, NULL)::idempotency.begin_result;
+END $$;
 VACUUM ANALYZE;
 SQL
 done
@@ -155,6 +170,10 @@ S
 SELECT outcome, response FROM idempotency.begin('replay-' || :k);
 S
 done
+cat >"$W/p_rfloor.sql" <<'S'
+\set k random(1, 100000)
+SELECT outcome, response FROM rfloor_begin('replay-' || :k);
+S
 chmod 644 "$W"/*.sql
 db_of() { case $1 in p_*) echo p ;; *) echo c ;; esac; }
 
@@ -200,6 +219,7 @@ kind c_replay1 c "EXECUTE rep1(%s);"
 kind p_replay1 p "EXECUTE rep1(%s);"
 kind c_replay c "EXECUTE rep(%s);"
 kind p_replay p "EXECUTE rep(%s);"
+kind p_rfloor p "EXECUTE rfl(%s);"
 KINDS=${PBENCH_KINDS:-bare1 plpgsql1 select c_once p_once c_guarded p_guarded c_replay1 p_replay1 c_replay p_replay}
 PREPARES="PREPARE bare1(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10) RETURNING id;
 PREPARE pl1(text) AS SELECT pl_once(\$1, NULL, 10);
@@ -209,7 +229,8 @@ PREPARE beg(text) AS SELECT outcome FROM idempotency.begin(\$1);
 PREPARE ins(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10);
 PREPARE fin(text) AS SELECT idempotency.complete(\$1, '{\"ok\": true}');
 PREPARE rep1(int) AS SELECT outcome, response FROM idempotency.once('replay-' || \$1, NULL, $ONCE_SQL, 'replay-' || \$1, '10'::text);
-PREPARE rep(int) AS SELECT outcome, response FROM idempotency.begin('replay-' || \$1);"
+PREPARE rep(int) AS SELECT outcome, response FROM idempotency.begin('replay-' || \$1);
+PREPARE rfl(int) AS SELECT outcome, response FROM rfloor_begin('replay-' || \$1);"
 DATA=$CLUSTER_DIR/data
 gen() {	# kind tag count -> the session's input: the statements, WARM + count requests
 	local k=$1 tag=$2 n=$3 i a
@@ -218,7 +239,7 @@ gen() {	# kind tag count -> the session's input: the statements, WARM + count re
 		case $k in
 			# the same WARM finished keys over and over: their pages in
 			# shared buffers after the warm-up, as in a warm server
-			*replay* | select) a=$(( i % WARM + 1 )) ;;
+			*replay* | *rfloor | select) a=$(( i % WARM + 1 )) ;;
 			*) a="$k-$tag-$i" ;;
 		esac
 		echo "${KIND_REQ[$k]//%s/$a}"
@@ -387,6 +408,11 @@ SECTION=${PORTABLE_SECTION:-$WORK/section.md}
 			echo "| portable $what ≥ 0.8 × C | $c | $r | $(range "p_$rp" "c_$rp" "$c") | $(met "$r" 0.8) |"
 		done
 	done
+	if has p_rfloor && has c_replay; then
+		for c in $CLIENTS; do
+			echo "| (no target: the floor of any PL/pgSQL replay, p_rfloor ÷ C replay by begin()) | $c | $(med p_rfloor c_replay "$c") | $(range p_rfloor c_replay "$c") | |"
+		done
+	fi
 	if [ "$RELAY" = 1 ]; then
 		for b in $RELAY_BATCHES; do
 			for c in $RELAY_CLIENTS; do
@@ -461,6 +487,7 @@ SECTION=${PORTABLE_SECTION:-$WORK/section.md}
 		echo "| the bare INSERT (autocommit) | $(fmt "$(instr bare1)") | | |"
 		echo "| the hand-written PL/pgSQL (plpgsql1) | $(fmt "$(instr plpgsql1)") | | p_once ÷ plpgsql1: $(iratio p_once plpgsql1) |"
 		echo "| a primary-key SELECT of a finished key's row | $(fmt "$(instr select)") | | |"
+		[ -n "$(instr p_rfloor)" ] && echo "| the floor of a PL/pgSQL replay (p_rfloor, no product) | | $(fmt "$(instr p_rfloor)") | $(iratio p_rfloor c_replay) (÷ C replay) |"
 		echo
 		echo "Each count: the session's instructions less those of the same session with only the"
 		echo "${WARM} warm-up requests, divided by ${N}: a warm request, plans and caches made."

@@ -34,13 +34,18 @@
 #            (UPDATE); no fingerprint, no caller checks, no commit check,
 #            no settings: a lower bound for the portable once(), not a
 #            product
+#   rfloor   the least any PL/pgSQL replay does: one SECURITY DEFINER
+#            function with a pinned search_path (an application role may
+#            not read other roles' keys), the caller taken from the
+#            session user, one indexed SELECT of the finished key's row, the
+#            row returned; no checks of key, ttl, lease, request or state
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 N=${1:-300}
 PSRC=${PORTABLE_SRC:-$here/src}
 ROLE=${INSTR_ROLE:-}
-KINDS=${KINDS:-bare guarded select replay once oncerep hand floor}
+KINDS=${KINDS:-bare guarded select replay once oncerep hand floor rfloor}
 OWNER=${ROLE:-postgres}
 version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$top/idempotency.control")
 . "$top/test/cluster.sh"
@@ -56,7 +61,8 @@ PREPARE rep(text) AS SELECT outcome, response FROM idempotency.begin(\$1);
 PREPARE once1(text) AS SELECT outcome, response FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, '10'::text);
 PREPARE hand1(text) AS SELECT pl_once(\$1, NULL, 10);
 PREPARE work(text, text) AS INSERT INTO payment (key, amount) VALUES (\$1, \$2::int) RETURNING id;
-PREPARE floor1(text) AS SELECT floor_once(\$1, 'work', \$1, '10');"
+PREPARE floor1(text) AS SELECT floor_once(\$1, 'work', \$1, '10');
+PREPARE rfloor1(text) AS SELECT outcome, response FROM rfloor_begin(\$1);"
 
 gen() {	# kind
 	[ -n "$ROLE" ] && echo "SET SESSION AUTHORIZATION $ROLE;"
@@ -72,6 +78,7 @@ gen() {	# kind
 		oncerep) echo "EXECUTE once1('replay-$((i % 1000 + 1))');" ;;
 		hand) echo "EXECUTE hand1('h$i');" ;;
 		floor) echo "EXECUTE floor1('f$i');" ;;
+		rfloor) echo "EXECUTE rfloor1('replay-$((i % 1000 + 1))');" ;;
 		esac
 	done
 }
@@ -102,6 +109,14 @@ for edition in C portable; do
 		echo "CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);"
 		cat "$top/bench/scripts/handwritten.sql"
 		cat <<'SQL'
+CREATE FUNCTION rfloor_begin(k text) RETURNS idempotency.begin_result LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE o regrole; r record;
+BEGIN
+  o := quote_ident(session_user::text)::regrole;
+  SELECT t.status, t.response INTO r FROM idempotency.idempotency_key AS t WHERE t.key = k AND t.scope = '' AND t.owner = o;
+  RETURN ROW('replay', r.status, r.response, NULL, NULL, NULL, NULL)::idempotency.begin_result;
+END $$;
 CREATE TABLE fl_key (key text PRIMARY KEY, status text NOT NULL, response jsonb);
 CREATE FUNCTION fl_begin(k text) RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
@@ -126,9 +141,10 @@ BEGIN
   RETURN r;
 END $$;
 SQL
-		[ -n "$ROLE" ] && echo "GRANT EXECUTE ON FUNCTION pl_once(text, jsonb, int) TO $ROLE; GRANT ALL ON pl_key TO $ROLE;"
 		[ -n "$ROLE" ] && echo "CREATE ROLE $ROLE NOLOGIN; GRANT INSERT, SELECT ON payment TO $ROLE;
-GRANT USAGE ON SEQUENCE payment_id_seq TO $ROLE; SET SESSION AUTHORIZATION $ROLE;"
+GRANT USAGE ON SEQUENCE payment_id_seq TO $ROLE;
+GRANT EXECUTE ON FUNCTION pl_once(text, jsonb, int) TO $ROLE; GRANT ALL ON pl_key TO $ROLE;
+SET SESSION AUTHORIZATION $ROLE;"
 		cat <<'SQL'
 DO $$
 BEGIN
