@@ -38,10 +38,10 @@ type ExtensionVersionError struct {
 func (e *ExtensionVersionError) Error() string {
 	if e.Found == "" {
 		return fmt.Sprintf("idempotency-go %s needs the idempotency extension %s or newer; "+
-			"it is not installed in this database (CREATE EXTENSION idempotency)", Version, e.Needed)
+			"it is not installed in this database (CREATE EXTENSION idempotency, or psql -f of the portable edition)", Version, e.Needed)
 	}
 	return fmt.Sprintf("idempotency-go %s needs the idempotency extension %s or newer; "+
-		"this database has %s (ALTER EXTENSION idempotency UPDATE)", Version, e.Needed, e.Found)
+		"this database has %s (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)", Version, e.Needed, e.Found)
 }
 
 var (

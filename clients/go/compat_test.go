@@ -60,7 +60,7 @@ func TestExtensionVersion(t *testing.T) {
 	defer srv.Close()
 
 	want := "idempotency-go 0.6.0 needs the idempotency extension 0.6.0 or newer; " +
-		"this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE)"
+		"this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)"
 	r := post(t, srv.URL, "k1", `{}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -234,7 +234,7 @@ async function versions(admin) {
 		for (let i = 0; i < 100 && errs.length === 0; i++) await new Promise(res => setTimeout(res, 20));
 		await r.stop();
 		const want = 'pg-idempotency 0.6.0 needs the idempotency extension 0.6.0 or newer; this database has 0.5.0 ' +
-			'(ALTER EXTENSION idempotency UPDATE)';
+			'(ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)';
 		check(`an extension older than the client: the guard, runPhases and the relay refuse it: "${want}"`,
 			[e1, e2, errs[0]].every(e => e instanceof idem.ExtensionVersionError && e.message === want &&
 				e.found === '0.5.0' && e.needed === idem.EXTENSION_MIN) && idem.VERSION === '0.6.0',

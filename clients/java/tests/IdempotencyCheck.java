@@ -181,7 +181,7 @@ public class IdempotencyCheck {
 				st.execute("CREATE TABLE written (n int)");
 			}
 			String want = "idempotency-jdbc 0.6.0 needs the idempotency extension 0.6.0 or newer; "
-				+ "this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE)";
+				+ "this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)";
 			Idempotency.Work work = w -> {
 				try (Statement st = w.createStatement()) { st.execute("INSERT INTO written VALUES (1)"); }
 				return Response.of(201, "application/json", "{}");

@@ -30,9 +30,9 @@ class ExtensionVersionError extends Error {
 	constructor(found) {
 		super(found === null
 			? `pg-idempotency ${VERSION} needs the idempotency extension ${EXTENSION_MIN} or newer; ` +
-				'it is not installed in this database (CREATE EXTENSION idempotency)'
+				'it is not installed in this database (CREATE EXTENSION idempotency, or psql -f of the portable edition)'
 			: `pg-idempotency ${VERSION} needs the idempotency extension ${EXTENSION_MIN} or newer; ` +
-				`this database has ${found} (ALTER EXTENSION idempotency UPDATE)`);
+				`this database has ${found} (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)`);
 		this.name = 'ExtensionVersionError';
 		this.found = found;
 		this.needed = EXTENSION_MIN;

@@ -39,10 +39,10 @@ class ExtensionVersionError(RuntimeError):
         self.needed = EXTENSION_MIN
         if found is None:
             text = (f"pg_idempotency {VERSION} needs the idempotency extension {EXTENSION_MIN} or "
-                    "newer; it is not installed in this database (CREATE EXTENSION idempotency)")
+                    "newer; it is not installed in this database (CREATE EXTENSION idempotency, or psql -f of the portable edition)")
         else:
             text = (f"pg_idempotency {VERSION} needs the idempotency extension {EXTENSION_MIN} or "
-                    f"newer; this database has {found} (ALTER EXTENSION idempotency UPDATE)")
+                    f"newer; this database has {found} (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)")
         super().__init__(text)
 
 

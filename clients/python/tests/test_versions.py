@@ -59,7 +59,7 @@ def refused(f: Any) -> Any:
 
 
 WANT = ("pg_idempotency 0.6.0 needs the idempotency extension 0.6.0 or newer; "
-        "this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE)")
+        "this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)")
 try:
     with psycopg.connect(conninfo, autocommit=True) as c:
         c.execute("CREATE EXTENSION idempotency VERSION '0.5.0'")

@@ -10,7 +10,7 @@ require "rack/mock"
 
 class VersionsTest < Minitest::Test
   WANT = "pg_idempotency 0.6.0 needs the idempotency extension 0.6.0 or newer; " \
-         "this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE)"
+         "this database has 0.5.0 (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)"
 
   def setup
     @db = "compat_rb_#{Process.pid}"

@@ -27,10 +27,10 @@ module PgIdempotency
       @needed = EXTENSION_MIN
       super(if found.nil?
               "pg_idempotency #{VERSION} needs the idempotency extension #{EXTENSION_MIN} or newer; " \
-                "it is not installed in this database (CREATE EXTENSION idempotency)"
+                "it is not installed in this database (CREATE EXTENSION idempotency, or psql -f of the portable edition)"
             else
               "pg_idempotency #{VERSION} needs the idempotency extension #{EXTENSION_MIN} or newer; " \
-                "this database has #{found} (ALTER EXTENSION idempotency UPDATE)"
+                "this database has #{found} (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)"
             end)
     end
   end

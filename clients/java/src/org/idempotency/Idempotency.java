@@ -66,8 +66,8 @@ public final class Idempotency {
 
 		ExtensionVersionException(String found) {
 			super("idempotency-jdbc " + VERSION + " needs the idempotency extension " + EXTENSION_MIN + " or newer; "
-				+ (found == null ? "it is not installed in this database (CREATE EXTENSION idempotency)"
-					: "this database has " + found + " (ALTER EXTENSION idempotency UPDATE)"));
+				+ (found == null ? "it is not installed in this database (CREATE EXTENSION idempotency, or psql -f of the portable edition)"
+					: "this database has " + found + " (ALTER EXTENSION idempotency UPDATE; a plain install: the portable upgrade script)"));
 			this.found = found;
 		}
 	}
