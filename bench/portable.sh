@@ -108,7 +108,7 @@ done
 psql -qX -v ON_ERROR_STOP=1 -d c -c 'CREATE EXTENSION idempotency' >/dev/null || exit 2
 psql -qX -v ON_ERROR_STOP=1 -1 -d p -f "$WORK/portable.sql" >/dev/null || exit 2
 for db in c p; do
-	psql -qX -v ON_ERROR_STOP=1 -d "$db" -f bench/scripts/handwritten.sql >/dev/null || exit 2
+	psql -qX -v ON_ERROR_STOP=1 -d "$db" -f bench/scripts/handwritten.sql -f bench/scripts/rfloor.sql >/dev/null || exit 2
 	psql -qX -v ON_ERROR_STOP=1 -d "$db" >/dev/null <<'SQL' || exit 2
 CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL,
                       created_at timestamptz NOT NULL DEFAULT now());
@@ -121,15 +121,6 @@ SELECT 'postgres', '', 'replay-' || i, 'completed', '{"id": 1}', 1,
 -- finished keys of the hand-written pattern (bench/scripts/handwritten.sql)
 INSERT INTO pl_key (key, status, response)
 SELECT 'replay-' || i, 'completed', '{"id": 1}' FROM generate_series(1, 100000) i;
--- p_rfloor: the floor of a PL/pgSQL replay
-CREATE FUNCTION rfloor_begin(k text) RETURNS idempotency.begin_result LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
-DECLARE o regrole; r record;
-BEGIN
-  o := quote_ident(session_user::text)::regrole;
-  SELECT t.status, t.response INTO r FROM idempotency.idempotency_key AS t WHERE t.key = k AND t.scope = '' AND t.owner = o;
-  RETURN ROW('replay', r.status, r.response, NULL, NULL, NULL, NULL)::idempotency.begin_result;
-END $$;
 VACUUM ANALYZE;
 SQL
 done

@@ -107,16 +107,8 @@ for edition in C portable; do
 	fi
 	{
 		echo "CREATE TABLE payment (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL);"
-		cat "$top/bench/scripts/handwritten.sql"
+		cat "$top/bench/scripts/handwritten.sql" "$top/bench/scripts/rfloor.sql"
 		cat <<'SQL'
-CREATE FUNCTION rfloor_begin(k text) RETURNS idempotency.begin_result LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
-DECLARE o regrole; r record;
-BEGIN
-  o := quote_ident(session_user::text)::regrole;
-  SELECT t.status, t.response INTO r FROM idempotency.idempotency_key AS t WHERE t.key = k AND t.scope = '' AND t.owner = o;
-  RETURN ROW('replay', r.status, r.response, NULL, NULL, NULL, NULL)::idempotency.begin_result;
-END $$;
 CREATE TABLE fl_key (key text PRIMARY KEY, status text NOT NULL, response jsonb);
 CREATE FUNCTION fl_begin(k text) RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
