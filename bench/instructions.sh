@@ -44,7 +44,7 @@ PREPARE one AS SELECT 1;
 PREPARE onc(text) AS SELECT outcome, response FROM idempotency.once(\$1, NULL, 'INSERT INTO payment (key, amount) VALUES (\$1, \$2) RETURNING id', \$1, 10);
 PREPARE ins1(text) AS INSERT INTO payment (key, amount) VALUES (\$1, 10) RETURNING id;
 PREPARE kr1(text) AS WITH p AS (INSERT INTO payment (key, amount) VALUES (\$1, 10) RETURNING id) INSERT INTO keyrow (owner, scope, key, status, response, expires_at) SELECT current_user::regrole, '', \$1, 'completed', jsonb_build_object('id', p.id), now() + interval '1 day' FROM p;
-PREPARE pl1(text) AS SELECT pl_once(\$1, 10);"
+PREPARE pl1(text) AS SELECT pl_once(\$1, NULL, 10);"
 
 gen() {	# kind -> the prepares, then N requests (one transaction each)
 	echo "$PREPARES"
