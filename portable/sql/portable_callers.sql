@@ -74,6 +74,20 @@ RESET ROLE;
 DROP TABLE portable_callers_t;
 DELETE FROM idempotency.idempotency_key WHERE key IN ('c-once', 'c-once-2');
 
+-- once() under a search_path whose first schema has its own = on text:
+-- once() compares with pg_catalog's; the statement is checked, run and
+-- stored, the hostile operator never called
+CREATE SCHEMA portable_callers_evil;
+CREATE FUNCTION portable_callers_evil.texteq(text, text) RETURNS boolean LANGUAGE plpgsql
+AS $$ BEGIN RAISE EXCEPTION 'the hostile = was called'; END $$;
+CREATE OPERATOR portable_callers_evil.= (leftarg = text, rightarg = text, function = portable_callers_evil.texteq);
+SET search_path = portable_callers_evil, public, pg_catalog;
+SELECT outcome, response FROM idempotency.once('c-evil', NULL, 'SELECT 41 + 1 AS answer');
+SELECT outcome, response FROM idempotency.once('c-evil', NULL, 'SELECT 41 + 1 AS answer');
+RESET search_path;
+DROP SCHEMA portable_callers_evil CASCADE;
+DELETE FROM idempotency.idempotency_key WHERE key = 'c-evil';
+
 -- A session whose SET ROLE role is renamed, and whose old name a new role
 -- takes, does not act on the new role's keys: 42501, nothing replayed or
 -- written.  The session user must be no superuser (one may act as any
@@ -88,6 +102,10 @@ SET SESSION AUTHORIZATION regress_pool;
 SET ROLE regress_tenant;
 SELECT outcome FROM idempotency.begin('c-tenant', lease => '1 hour');
 SELECT dblink_exec('admin', 'ALTER ROLE regress_tenant RENAME TO regress_tenant_old');
+-- renamed, and no role has the name yet: 42501 as well (not "role does
+-- not exist"), nothing written
+SELECT outcome FROM idempotency.begin('c-secret');
+\echo :LAST_ERROR_SQLSTATE
 SELECT dblink_exec('admin', 'CREATE ROLE regress_tenant NOLOGIN');
 SELECT * FROM dblink('admin', $$SET ROLE regress_tenant;
                                 SELECT idempotency.begin('c-secret');
@@ -172,6 +190,13 @@ SELECT outcome FROM idempotency.begin(repeat('k', 1500));
 \echo :LAST_ERROR_SQLSTATE
 SELECT idempotency.derive_key('c-max', 'step');
 \echo :LAST_ERROR_SQLSTATE
+-- a key within 1024 bytes is not checked further, with a ttl or lease as
+-- without one (rolled back: nothing stored)
+BEGIN;
+SELECT outcome FROM idempotency.begin('c-max');
+SELECT outcome FROM idempotency.begin('c-max-ttl', ttl => '1 hour');
+SELECT outcome FROM idempotency.begin('c-max-lease', lease => '1 hour');
+ROLLBACK;
 SET idempotency.max_key_length = 0;
 SELECT outcome FROM idempotency.begin('c-max');
 \echo :LAST_ERROR_SQLSTATE

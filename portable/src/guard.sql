@@ -55,11 +55,17 @@ BEGIN
     -- its expression's set-up once per transaction, so the path of a
     -- replay has as few as it can.  The default ttl is read only when a
     -- row is written.
-    IF p_key IS NULL OR p_scope IS NULL OR p_key = ''
+    IF p_ttl IS NOT NULL OR p_lease IS NOT NULL
+       OR p_key IS NULL OR p_scope IS NULL OR p_key = ''
        OR pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope)
-          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024)
-       OR p_ttl IS NOT NULL OR p_lease IS NOT NULL THEN
-        PERFORM idempotency._check_key(p_key, p_scope);
+          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
+        -- (the same quick test: the full check only when it fails, with a
+        -- ttl or lease as without)
+        IF p_key IS NULL OR p_scope IS NULL OR p_key = ''
+           OR pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope)
+              > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
+            PERFORM idempotency._check_key(p_key, p_scope);
+        END IF;
         IF p_ttl IS NOT NULL THEN
             v_exp := pg_catalog.now() + p_ttl;
             IF v_exp <= pg_catalog.now() THEN

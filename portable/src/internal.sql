@@ -40,11 +40,12 @@ CREATE FUNCTION idempotency._set_role()
 RETURNS pg_catalog.regrole
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
 AS $fn$
+DECLARE
+    r pg_catalog.regrole := pg_catalog.to_regrole(pg_catalog.quote_ident(pg_catalog.current_setting('role')));
 BEGIN
-    IF pg_catalog.pg_has_role(SESSION_USER,
-                              pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole::pg_catalog.oid,
-                              'MEMBER') THEN
-        RETURN pg_catalog.quote_ident(pg_catalog.current_setting('role'))::pg_catalog.regrole;
+    -- (NULL: renamed or dropped, and no role took the name)
+    IF r IS NOT NULL AND pg_catalog.pg_has_role(SESSION_USER, r::pg_catalog.oid, 'MEMBER') THEN
+        RETURN r;
     END IF;
     RETURN idempotency._stale_role();
 END

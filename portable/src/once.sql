@@ -99,7 +99,7 @@ BEGIN
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
         END;
-        IF v_msg IS DISTINCT FROM v_one_msg THEN
+        IF (v_msg OPERATOR(pg_catalog.=) v_one_msg) IS NOT TRUE THEN
             IF v_state OPERATOR(pg_catalog.=) '42P11' THEN
                 RAISE EXCEPTION 'idempotency.once() runs exactly one SQL statement' USING ERRCODE = 'syntax_error',
                     HINT = 'Put several writes into one statement with a WITH clause, or call a function.';
