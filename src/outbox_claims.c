@@ -115,6 +115,7 @@
 #define CLAIM_LAPSED 1
 #define CLAIM_BUSY 2
 #define CLAIM_FULL 3
+#define CLAIM_SHARE 4			/* the topic's owner holds its share */
 
 /* a claim in shared memory, as claim_read() copies it */
 typedef struct IdemOutboxClaim
@@ -149,6 +150,7 @@ typedef struct ClaimEntry
 	TimestampTz until;
 	int32		attempt;
 	int32		topic_id;
+	Oid			owner;			/* the topic's owner (IdemClaimShare) */
 	TransactionId xid;			/* the claim's transaction until it commits
 								 * (InvalidTransactionId after): a prepared
 								 * one ends without this backend's callback */
@@ -506,6 +508,37 @@ claims_room(TimestampTz now, Oid gen)
 }
 
 /*
+ * May the role of share enter one more claim (exclusive lock held)?
+ * Nothing is counted while less than half the table is in use; from then
+ * on a role whose topics hold an eighth of it (lapsed claims included:
+ * they hold places until taken over or swept) enters no more, so that it
+ * takes at least five roles to fill the table (as outbox_counts.c gives a
+ * role at most an eighth of its table); a superuser's topics are not
+ * limited.  One scan of the table per claim() call, and only when it is
+ * half full: a scan walks every bucket.
+ */
+static bool
+share_room(IdemClaimShare *share)
+{
+	HASH_SEQ_STATUS seq;
+	ClaimEntry *e;
+
+	if (!share->limited)
+		return true;
+	if (share->held < 0)
+	{
+		if (hash_get_num_entries(claims.hash) < claims_max / 2)
+			return true;
+		share->held = 0;
+		hash_seq_init(&seq, claims.hash);
+		while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
+			if (e->owner == share->owner)
+				share->held++;
+	}
+	return share->held < claims_max / 8;
+}
+
+/*
  * Free the entries of database db and install gen (InvalidOid: of every
  * install): owners.c, when a database or an install is gone.
  */
@@ -539,14 +572,15 @@ idem_outbox_claims_forget_topic(Oid db, Oid gen, int32 topic_id)
  * Claim message id (its row locked by this transaction) for token until
  * until: CLAIM_NEW (*lapsed = -1), CLAIM_LAPSED (a lapsed claim taken over:
  * *lapsed its attempt, the new one is *lapsed + 1), CLAIM_BUSY (claimed by
- * another claim, not lapsed) or CLAIM_FULL.  row_attempts: the row's.
+ * another claim, not lapsed), CLAIM_FULL or CLAIM_SHARE (a new entry, and
+ * no room for it in the table or in share).  row_attempts: the row's.
  * With *lapsed >= max_attempts the entry is removed instead (the caller
  * makes the message dead).
  */
 static int
 claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 			TimestampTz until, TimestampTz now, int32 row_attempts,
-			int32 max_attempts, int32 *lapsed)
+			int32 max_attempts, IdemClaimShare *share, int32 *lapsed)
 {
 	ClaimKey	k = claim_key(id);
 	ClaimEntry *e;
@@ -560,12 +594,24 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	found = e != NULL;
 	if (e != NULL && claim_resolve(e))
 		found = false;			/* rolled back after PREPARE: as if never made */
-	if (e == NULL && claims_room(now, k.gen))
-		e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_ENTER_NULL, &found);
 	if (e == NULL)
 	{
-		LWLockRelease(claims.lock);
-		return CLAIM_FULL;
+		if (!claims_room(now, k.gen))
+			result = CLAIM_FULL;
+		else if (!share_room(share))
+			result = CLAIM_SHARE;
+		else
+		{
+			e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_ENTER_NULL, &found);
+			result = CLAIM_FULL;
+			if (e != NULL && share->held >= 0)
+				share->held++;
+		}
+		if (e == NULL)
+		{
+			LWLockRelease(claims.lock);
+			return result;
+		}
 	}
 	if (found && e->until > now)
 	{
@@ -598,6 +644,7 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	e->token = *token;
 	e->until = until;
 	e->topic_id = topic_id;
+	e->owner = share->owner;
 	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
 	LWLockRelease(claims.lock);
 	pending_add(PENDING_MADE, id, token, topic_id);
@@ -803,7 +850,7 @@ idempotency_outbox_claim(PG_FUNCTION_ARGS)
 #define TAKE_CLAIMED 0
 #define TAKE_DEAD 1				/* a lapsed claim at max_attempts */
 #define TAKE_BUSY 2				/* another claim holds it */
-#define TAKE_FULL 3				/* no room in shared memory */
+#define TAKE_FULL 3				/* no room in shared memory, or in the share */
 
 /* lapsed claims taken over: their attempts go into the rows */
 typedef struct Lapsed
@@ -828,11 +875,12 @@ lapsed_init(Lapsed *l, int size)
  * Message id (its row locked by this transaction; row_attempts its
  * attempts, durable: the row carries a claim of its own, which lapsed) for
  * the claim in values ($3 token, $4 until, $5 now, $6 max_attempts, $1
- * topic): enter it in shared memory.  *attempt: the claim's attempt.
+ * topic): enter it in shared memory, within share.  *attempt: the
+ * claim's attempt.
  */
 static int
 claim_take(int64 id, int32 row_attempts, bool durable, Datum *values,
-		   Lapsed *l, int32 *attempt)
+		   IdemClaimShare *share, Lapsed *l, int32 *attempt)
 {
 	int32		topic_id = DatumGetInt32(values[0]);
 	pg_uuid_t  *token = DatumGetUUIDP(values[2]);
@@ -851,7 +899,7 @@ claim_take(int64 id, int32 row_attempts, bool durable, Datum *values,
 	else
 	{
 		r = claim_enter(id, topic_id, token, until, now,
-						row_attempts, max_attempts, &lapsed);
+						row_attempts, max_attempts, share, &lapsed);
 		if (r == CLAIM_NEW && durable)
 		{
 			r = CLAIM_LAPSED;	/* its attempt is in the row already */
@@ -867,6 +915,18 @@ claim_take(int64 id, int32 row_attempts, bool durable, Datum *values,
 				 errmsg("idempotency.outbox_claims (%d) messages are claimed: claim() hands out fewer",
 						claims_max),
 				 errhint("Raise idempotency.outbox_claims (a restart is needed) or claim smaller batches.")));
+		return TAKE_FULL;
+	}
+	if (r == CLAIM_SHARE)
+	{
+		char	   *role = GetUserNameFromId(share->owner, true);
+
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("the topics of role \"%s\" hold an eighth of idempotency.outbox_claims (%d): claim() hands out fewer",
+						role ? role : "?", claims_max),
+				 errdetail("Once half the table is in use, no role's topics take more than an eighth of it, so that other roles can still claim."),
+				 errhint("Ack, nack or release claims, claim with a shorter visibility, or raise idempotency.outbox_claims (a restart is needed).")));
 		return TAKE_FULL;
 	}
 	if (r == CLAIM_LAPSED)
@@ -927,7 +987,8 @@ lapsed_write(Lapsed *l)
  */
 int32
 idem_outbox_claim_run_shared(SPIPlanPtr *plan, const char *sql, Oid *argtypes,
-							 Datum *values, int32 remaining, ReturnSetInfo *rsinfo)
+							 Datum *values, int32 remaining, ReturnSetInfo *rsinfo,
+							 IdemClaimShare *share)
 {
 	int32		claimed = 0;
 
@@ -951,7 +1012,7 @@ idem_outbox_claim_run_shared(SPIPlanPtr *plan, const char *sql, Oid *argtypes,
 
 			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, cols, nulls);
 			switch (claim_take(DatumGetInt64(cols[0]), DatumGetInt32(cols[6]),
-							   DatumGetBool(cols[10]), values, &l, &attempt))
+							   DatumGetBool(cols[10]), values, share, &l, &attempt))
 			{
 				case TAKE_CLAIMED:
 					cols[6] = Int32GetDatum(attempt);
@@ -1158,7 +1219,7 @@ got_cmp(const void *a, const void *b)
  */
 static bool
 window_pass(Window *w, Datum *values, int32 window, int32 want, Got *got,
-			int *ngot, Lapsed *l, bool *full)
+			int *ngot, Lapsed *l, bool *full, IdemClaimShare *share)
 {
 	int32		topic_id = DatumGetInt32(values[0]);
 	TimestampTz now = DatumGetTimestampTz(values[4]);
@@ -1267,7 +1328,7 @@ window_pass(Window *w, Datum *values, int32 window, int32 want, Got *got,
 			 (claim_read(id, &c) && c.until > now)))
 			continue;
 		switch (claim_take(id, DatumGetInt32(slot_getattr(lslot, w->att[M_ATTEMPTS], &isnull)),
-						   !slot_attisnull(lslot, w->att[M_CLAIM]), values, l, &attempt))
+						   !slot_attisnull(lslot, w->att[M_CLAIM]), values, share, l, &attempt))
 		{
 			case TAKE_CLAIMED:
 				got[*ngot].id = id;
@@ -1308,7 +1369,8 @@ window_pass(Window *w, Datum *values, int32 window, int32 want, Got *got,
  * Inside SPI_connect() (the lapsed claims' UPDATE).
  */
 int32
-idem_outbox_claim_scan(Datum *values, int32 want, ReturnSetInfo *rsinfo, bool *full)
+idem_outbox_claim_scan(Datum *values, int32 want, ReturnSetInfo *rsinfo, bool *full,
+					   IdemClaimShare *share)
 {
 	int32		window = DatumGetInt32(values[7]);
 	int32		claimed = 0;
@@ -1334,7 +1396,7 @@ idem_outbox_claim_scan(Datum *values, int32 want, ReturnSetInfo *rsinfo, bool *f
 		old = MemoryContextSwitchTo(cxt);
 		got = palloc((want - claimed) * sizeof(Got));
 		lapsed_init(&l, window);	/* only the window's rows are locked */
-		room = window_pass(&w, values, window, want - claimed, got, &ngot, &l, full);
+		room = window_pass(&w, values, window, want - claimed, got, &ngot, &l, full, share);
 		MemoryContextSwitchTo(old);
 		qsort(got, ngot, sizeof(Got), got_cmp);
 		for (int i = 0; i < ngot; i++)

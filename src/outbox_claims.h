@@ -25,12 +25,30 @@ extern bool idem_outbox_claims_on;
 
 extern void idem_outbox_claims_init(void);
 extern Oid	idem_outbox_install(void);
+
+/*
+ * One claim() call's share of the table: the topic's owner, and how many
+ * entries that role's topics hold, counted once half the table is in use
+ * (-1 until then).  Then a role that holds an eighth of the table enters
+ * no more claims, so that one role cannot fill it for every other.  A
+ * superuser's topics are not limited (limited false): a superuser is no
+ * tenant to keep from the others.
+ */
+typedef struct IdemClaimShare
+{
+	Oid			owner;
+	bool		limited;
+	int			held;
+} IdemClaimShare;
+
 extern int32 idem_outbox_claim_scan(Datum *values, int32 want,
-									ReturnSetInfo *rsinfo, bool *full);
+									ReturnSetInfo *rsinfo, bool *full,
+									IdemClaimShare *share);
 extern int32 idem_outbox_claim_run_shared(SPIPlanPtr *plan, const char *sql,
 										  Oid *argtypes, Datum *values,
 										  int32 remaining,
-										  ReturnSetInfo *rsinfo);
+										  ReturnSetInfo *rsinfo,
+										  IdemClaimShare *share);
 extern int64 idem_outbox_claims_end(const pg_uuid_t *token, int n,
 									const int64 *ids, const int32 *attempts,
 									const bool *durable, bool ack, Oid *gen);

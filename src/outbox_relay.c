@@ -318,6 +318,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	int32		batch;
 	int32		window;
 	Topic		t;
+	IdemClaimShare share;
 	int32		n;
 	bool		shared;
 	bool		full = false;
@@ -346,14 +347,17 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	values[6] = CStringGetTextDatum(topic);
 	values[7] = Int32GetDatum(window);
 	shared = idem_outbox_claims_shared();
+	share.owner = t.owner;
+	share.limited = shared && !superuser_arg(t.owner);
+	share.held = -1;
 	n = -1;
 	if (shared)
-		n = idem_outbox_claim_scan(values, batch, rsinfo, &full);
+		n = idem_outbox_claim_scan(values, batch, rsinfo, &full, &share);
 	if (n >= 0)
 		full_known = true;
 	else if (shared)
 		n = idem_outbox_claim_run_shared(&plan_claim_lock, claim_window_lock_sql, argtypes,
-										 values, batch, rsinfo);
+										 values, batch, rsinfo, &share);
 	else
 		n = claim_run(&plan_claim, claim_window_sql, argtypes, values, batch, rsinfo);
 
@@ -376,7 +380,7 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	}
 	if (n < batch && full && shared)
 		(void) idem_outbox_claim_run_shared(&plan_claim_beyond_lock, claim_beyond_lock_sql,
-											argtypes, values, batch - n, rsinfo);
+											argtypes, values, batch - n, rsinfo, &share);
 	else if (n < batch && full)
 		(void) claim_run(&plan_claim_beyond, claim_beyond_sql, argtypes, values,
 						 batch - n, rsinfo);
