@@ -510,15 +510,19 @@ claims_room(TimestampTz now, Oid gen)
 /*
  * May the role of share enter one more claim (exclusive lock held)?
  * Nothing is counted while less than half the table is in use; from then
- * on a role whose topics hold an eighth of it (lapsed claims included:
- * they hold places until taken over or swept) enters no more, so that it
+ * on a role whose topics hold an eighth of it enters no more, so that it
  * takes at least five roles to fill the table (as outbox_counts.c gives a
  * role at most an eighth of its table); a superuser's topics are not
- * limited.  One scan of the table per claim() call, and only when it is
- * half full: a scan walks every bucket.
+ * limited.  Only the claims that hold their messages at now count: a
+ * lapsed one, or one whose prepared transaction rolled back, keeps its
+ * place only until a full table sweeps it (claims_room()), so it denies
+ * no other role; counted, a role whose relay crashed could claim none of
+ * its other topics until other roles filled the table.  One scan of the
+ * table per claim() call, and only when it is half full: a scan walks
+ * every bucket.
  */
 static bool
-share_room(IdemClaimShare *share)
+share_room(IdemClaimShare *share, TimestampTz now)
 {
 	HASH_SEQ_STATUS seq;
 	ClaimEntry *e;
@@ -532,8 +536,9 @@ share_room(IdemClaimShare *share)
 		share->held = 0;
 		hash_seq_init(&seq, claims.hash);
 		while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
-			if (e->owner == share->owner)
-				share->held++;
+			if (e->owner == share->owner && e->until > now &&
+				!claim_resolve(e) && e->until > now)
+				share->held++;	/* (an abort puts back a lapsed claim) */
 	}
 	return share->held < claims_max / 8;
 }
@@ -598,14 +603,12 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	{
 		if (!claims_room(now, k.gen))
 			result = CLAIM_FULL;
-		else if (!share_room(share))
+		else if (!share_room(share, now))
 			result = CLAIM_SHARE;
 		else
 		{
 			e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_ENTER_NULL, &found);
 			result = CLAIM_FULL;
-			if (e != NULL && share->held >= 0)
-				share->held++;
 		}
 		if (e == NULL)
 		{
@@ -645,6 +648,8 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	e->until = until;
 	e->topic_id = topic_id;
 	e->owner = share->owner;
+	if (share->held >= 0)
+		share->held++;			/* new or taken over: share_room() counted neither */
 	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
 	LWLockRelease(claims.lock);
 	pending_add(PENDING_MADE, id, token, topic_id);
