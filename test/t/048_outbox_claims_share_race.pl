@@ -1,17 +1,15 @@
-# A role's share of the claim table in shared memory (046): claim() counts
-# the role's claims once per call, under the table's lock, then adds only
-# its own.  Calls of the same role that run at once each count before the
-# others' entries are in, so together they take more than an eighth:
-# with k relays at once, up to k eighths; five relays of one role fill the
-# table for every other role again.
+# A role's share of the claim table in shared memory (046) holds for
+# relays of the same role claiming at the same moment: a claim() call
+# counts its role's claims once, then adds its own, and counts again when
+# other calls made claims since that could be the role's (its other
+# relays) and take it to its eighth; without that, each call counted
+# before the others' entries were in, so k relays at once took up to k
+# eighths, and five filled the table for every other role.
 #
 # With a 16384-entry table: a superuser's topic holds half of it (8192
 # claims, not limited); then four sessions of role hog, released together
-# from an advisory lock, each claim 2048 of a topic of hog's.  hog's share
-# is 2048 in all.  Fails as of this commit (hog held several thousand: each
-# call counted before the others had entered theirs).  A fix needs the
-# count kept in shared memory per role (entered, ended, swept, forgotten,
-# rolled back), not counted per call.
+# from an advisory lock, each claim 2048 of a topic of hog's: together
+# they hold hog's share, 2048, and no more.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
