@@ -623,6 +623,7 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	ClaimEntry *e;
 	ClaimEntry	before;
 	bool		found;
+	bool		entered = false;
 	int			result;
 
 	*lapsed = -1;
@@ -640,6 +641,7 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 		else
 		{
 			e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_ENTER_NULL, &found);
+			entered = e != NULL;
 			result = CLAIM_FULL;
 		}
 		if (e == NULL)
@@ -664,6 +666,20 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 			LWLockRelease(claims.lock);
 			return CLAIM_LAPSED;
 		}
+	}
+
+	/*
+	 * A lapsed claim taken over (or a place left by a rollback) holds its
+	 * message again: within the share too, which counted it no more
+	 */
+	if (!entered && !share_room(share, now))
+	{
+		LWLockRelease(claims.lock);
+		*lapsed = -1;
+		return CLAIM_SHARE;
+	}
+	if (found)
+	{
 		e->attempt = *lapsed + 1;
 		e->prior_token = before.token;
 		e->prior_until = before.until;
