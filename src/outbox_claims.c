@@ -188,6 +188,19 @@ typedef struct Pending
 static int	claims_max = 65536;
 bool		idem_outbox_claims_on = false;
 
+/*
+ * Beside the table in shared memory (claims.lock guards it): how many times
+ * an entry was made a live claim (entered, or a lapsed one taken over), so
+ * that a claim() call knows whether other calls made any since it counted
+ * its role's share (share_room())
+ */
+typedef struct ClaimsShared
+{
+	uint64		made;
+} ClaimsShared;
+
+static ClaimsShared *claims_shared = NULL;
+
 static IdemSharedHash claims = {
 	.name = CLAIMS_TRANCHE,
 	.hash_name = "idempotency outbox claims hash",
@@ -210,14 +223,23 @@ static void
 claims_shmem_request(void)
 {
 	idem_sharedhash_request(&claims, claims_max);
+	RequestAddinShmemSpace(MAXALIGN(sizeof(ClaimsShared)));
 }
 
 static void
 claims_shmem_startup(void)
 {
+	bool		found;
+
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	(void) idem_sharedhash_attach(&claims, claims_max);
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	claims_shared = ShmemInitStruct("idempotency outbox claims made",
+									sizeof(ClaimsShared), &found);
+	if (!found)
+		claims_shared->made = 0;
+	LWLockRelease(AddinShmemInitLock);
 	idem_outbox_claims_on = claims.hash != NULL;
 }
 
@@ -510,31 +532,46 @@ claims_room(TimestampTz now, Oid gen)
 /*
  * May the role of share enter one more claim (exclusive lock held)?
  * Nothing is counted while less than half the table is in use; from then
- * on a role whose topics hold an eighth of it (lapsed claims included:
- * they hold places until taken over or swept) enters no more, so that it
+ * on a role whose topics hold an eighth of it enters no more, so that it
  * takes at least five roles to fill the table (as outbox_counts.c gives a
  * role at most an eighth of its table); a superuser's topics are not
- * limited.  One scan of the table per claim() call, and only when it is
- * half full: a scan walks every bucket.
+ * limited.  Only the claims that hold their messages at now count: a
+ * lapsed one, or one whose prepared transaction rolled back, keeps its
+ * place only until a full table sweeps it (claims_room()), so it denies
+ * no other role; counted, a role whose relay crashed could claim none of
+ * its other topics until other roles filled the table.
+ *
+ * A scan walks every bucket: the call counts once, then adds the claims it
+ * makes.  Claims other calls made since (claims_shared->made) may be the
+ * role's too (its other relays, claiming at the same moment): while they
+ * could take it to its eighth, the call counts again, once; after that it
+ * enters no more (its next call counts afresh).  So the role never holds
+ * more than its eighth, at two scans per call at most.
  */
 static bool
-share_room(IdemClaimShare *share)
+share_room(IdemClaimShare *share, TimestampTz now)
 {
 	HASH_SEQ_STATUS seq;
 	ClaimEntry *e;
 
 	if (!share->limited)
 		return true;
-	if (share->held < 0)
-	{
-		if (hash_get_num_entries(claims.hash) < claims_max / 2)
-			return true;
-		share->held = 0;
-		hash_seq_init(&seq, claims.hash);
-		while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
-			if (e->owner == share->owner)
-				share->held++;
-	}
+	if (share->held < 0 && hash_get_num_entries(claims.hash) < claims_max / 2)
+		return true;
+	if (share->held >= 0 &&
+		share->held + (claims_shared->made - share->made) < (uint64) (claims_max / 8))
+		return true;
+	if (share->held >= 0 &&
+		(share->made == claims_shared->made || share->counted >= 2))
+		return false;
+	share->held = 0;
+	share->made = claims_shared->made;
+	share->counted++;
+	hash_seq_init(&seq, claims.hash);
+	while ((e = (ClaimEntry *) hash_seq_search(&seq)) != NULL)
+		if (e->owner == share->owner && e->until > now &&
+			!claim_resolve(e) && e->until > now)
+			share->held++;		/* (an abort puts back a lapsed claim) */
 	return share->held < claims_max / 8;
 }
 
@@ -586,6 +623,7 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	ClaimEntry *e;
 	ClaimEntry	before;
 	bool		found;
+	bool		entered = false;
 	int			result;
 
 	*lapsed = -1;
@@ -598,14 +636,13 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	{
 		if (!claims_room(now, k.gen))
 			result = CLAIM_FULL;
-		else if (!share_room(share))
+		else if (!share_room(share, now))
 			result = CLAIM_SHARE;
 		else
 		{
 			e = (ClaimEntry *) hash_search(claims.hash, &k, HASH_ENTER_NULL, &found);
+			entered = e != NULL;
 			result = CLAIM_FULL;
-			if (e != NULL && share->held >= 0)
-				share->held++;
 		}
 		if (e == NULL)
 		{
@@ -629,6 +666,20 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 			LWLockRelease(claims.lock);
 			return CLAIM_LAPSED;
 		}
+	}
+
+	/*
+	 * A lapsed claim taken over (or a place left by a rollback) holds its
+	 * message again: within the share too, which counted it no more
+	 */
+	if (!entered && !share_room(share, now))
+	{
+		LWLockRelease(claims.lock);
+		*lapsed = -1;
+		return CLAIM_SHARE;
+	}
+	if (found)
+	{
 		e->attempt = *lapsed + 1;
 		e->prior_token = before.token;
 		e->prior_until = before.until;
@@ -645,6 +696,12 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	e->until = until;
 	e->topic_id = topic_id;
 	e->owner = share->owner;
+	claims_shared->made++;
+	if (share->held >= 0)
+	{
+		share->held++;			/* new or taken over: share_room() counted neither */
+		share->made++;
+	}
 	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
 	LWLockRelease(claims.lock);
 	pending_add(PENDING_MADE, id, token, topic_id);

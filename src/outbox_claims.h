@@ -28,17 +28,21 @@ extern Oid	idem_outbox_install(void);
 
 /*
  * One claim() call's share of the table: the topic's owner, and how many
- * entries that role's topics hold, counted once half the table is in use
- * (-1 until then).  Then a role that holds an eighth of the table enters
- * no more claims, so that one role cannot fill it for every other.  A
- * superuser's topics are not limited (limited false): a superuser is no
- * tenant to keep from the others.
+ * live claims that role's topics hold, counted once half the table is in
+ * use (-1 until then; made: the claims made in the whole table when
+ * counted, and by this call since; counted: how many times).  Then a role
+ * that holds an eighth of the table enters no more claims, so that one
+ * role cannot fill it for every other.  A superuser's topics are not
+ * limited (limited false): a superuser is no tenant to keep from the
+ * others.
  */
 typedef struct IdemClaimShare
 {
 	Oid			owner;
 	bool		limited;
 	int			held;
+	int			counted;
+	uint64		made;
 } IdemClaimShare;
 
 extern int32 idem_outbox_claim_scan(Datum *values, int32 want,

@@ -350,6 +350,8 @@ idempotency_claim(PG_FUNCTION_ARGS)
 	share.owner = t.owner;
 	share.limited = shared && !superuser_arg(t.owner);
 	share.held = -1;
+	share.counted = 0;
+	share.made = 0;
 	n = -1;
 	if (shared)
 		n = idem_outbox_claim_scan(values, batch, rsinfo, &full, &share);
