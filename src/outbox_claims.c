@@ -699,7 +699,8 @@ claim_enter(int64 id, int32 topic_id, const pg_uuid_t *token,
 	claims_shared->made++;
 	if (share->held >= 0)
 	{
-		share->held++;			/* new or taken over: share_room() counted neither */
+		share->held++;			/* new or taken over: share_room() counted
+								 * neither */
 		share->made++;
 	}
 	e->xid = GetTopTransactionIdIfAny();	/* assigned: the rows are locked */
