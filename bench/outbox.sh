@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/outbox.sh — the outbox (issue 18), side by side in one run on one
+# bench/outbox.sh — the outbox, side by side in one run on one
 # throwaway cluster, each pair interleaved:
 #
 #   (a) publish() inside once(), with its wake-up (a relay blocked in

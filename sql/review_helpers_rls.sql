@@ -1,4 +1,4 @@
--- write helpers under row-level security (issue 25, found by the privilege
+-- write helpers under row-level security (found by the privilege
 -- matrix): a row the caller may SELECT but not UPDATE made transition()
 -- raise IK005 naming an allowed move, and update_versioned() IK006 with
 -- "expected 1, current 1".  Now: 42501 naming row security, nothing written;

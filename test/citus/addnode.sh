@@ -1,7 +1,6 @@
 # test/citus/addnode.sh — sourced by test/citus/run (its cluster, its ok /
 # not_ok / check, role app and its machine 'account'): a worker added after
-# keys exist (issue 25, deliverable 2: the same identity on a node added
-# later).
+# keys exist: the same identity on a node added later.
 #
 # w3 starts empty, with three roles of its own first, so that app's oid
 # there differs from every other node's.  citus_add_node() creates the

@@ -1,6 +1,6 @@
 'use strict';
 // test/clients/node_units.js: what a newcomer tripped on in the Node client
-// (issue 29, item 6), against the real database; prints "ok - ..." lines.
+// against the real database; prints "ok - ..." lines.
 //   - durations in milliseconds under names that carry the unit (lockWaitMs,
 //     ttlMs; runPhases leaseMs, renewEveryMs, ttlMs) and the deprecated
 //     0.5.0 names still working (lockWait, ttl as interval text; lease,

@@ -1,6 +1,5 @@
 # Claims and acked counts in shared memory belong to the messages and topics
-# they were made for, not to whatever later takes the same numbers (attack on
-# issue 26, deliverable 2).  They were keyed by (database oid, message id)
+# they were made for, not to whatever later takes the same numbers.  They were keyed by (database oid, message id)
 # and (database oid, topic id); both ids restart at 1 when the extension is
 # dropped and created again, and a database dropped and created again with
 # CREATE DATABASE ... OID (PostgreSQL 15) has the same oid.  Then a new

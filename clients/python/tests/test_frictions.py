@@ -1,6 +1,6 @@
-"""What a newcomer tripped on in the Python client (issue 29, item 6),
-against the database (DATABASE_HOST/PORT/NAME/USER) and its server log
-(SERVER_LOG, the cluster's log file); prints "ok - ..." / "not ok - ..." lines.
+"""What a newcomer tripped on in the Python client, against the database
+(DATABASE_HOST/PORT/NAME/USER) and its server log (SERVER_LOG, the
+cluster's log file); prints "ok - ..." / "not ok - ..." lines.
 
 - A mismatched resend (422) and a busy duplicate (409) on psycopg2
   (client-side interpolation), Django's psycopg2 connection included, and
