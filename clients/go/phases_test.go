@@ -218,7 +218,10 @@ func testRunPhases(t *testing.T, driver string) {
 	t.Run("the lease is renewed while a phase runs: a duplicate gets ErrInProgress with RetryAfter", func(t *testing.T) {
 		k := P + "busy"
 		inside, release := make(chan struct{}), make(chan struct{})
-		opts := idempotency.PhasesOptions{Key: k, Lease: 300 * time.Millisecond, RenewEvery: 100 * time.Millisecond,
+		// (a lease of 1.5 s renewed every 100 ms: only a renewal late by
+		// more than 1.4 s, on a loaded machine through PgBouncer, lets the
+		// duplicate take the key over)
+		opts := idempotency.PhasesOptions{Key: k, Lease: 1500 * time.Millisecond, RenewEvery: 100 * time.Millisecond,
 			Phases: []idempotency.Phase{{Name: "slow", External: true, Run: func(ctx context.Context, p *idempotency.PhaseContext) (any, error) {
 				close(inside)
 				<-release
@@ -228,7 +231,7 @@ func testRunPhases(t *testing.T, driver string) {
 		done := make(chan error)
 		go func() { _, err := idempotency.RunPhases(ctx, db, opts); done <- err }()
 		<-inside
-		time.Sleep(700 * time.Millisecond) // more than twice the lease
+		time.Sleep(3100 * time.Millisecond) // more than twice the lease
 		opts2 := opts
 		opts2.Phases = []idempotency.Phase{{Name: "slow", Run: insert("dup")}}
 		_, err := idempotency.RunPhases(ctx, db, opts2)
