@@ -5,15 +5,8 @@
 -- One section per concern below.
 
 -- == outbox ==
--- The message policy's subquery compared g.topic_id with itself
--- (a bare topic_id binds to the nearest FROM, g), so a consumer of any
--- topic read every topic's messages.  Every column qualified now.
-ALTER POLICY outbox_message_own_rows ON idempotency.outbox_message
-    USING (outbox_message.owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
-           OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
-                       WHERE g.topic_id OPERATOR(pg_catalog.=) outbox_message.topic_id
-                         AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
-                         AND g.can_consume));
+-- (the message and grant policies are made again with the owner columns'
+-- change to idempotency.roleref, below)
 -- redrive() gives a message a new id behind its key's others (the other
 -- outbox fixes of 0.6.0 are in src/outbox_topics.c and src/outbox_relay.c
 -- only)
@@ -143,7 +136,8 @@ $$;
 -- without a function (as regrole does), so owner = $1 is oid equality and
 -- the primary key's oid_ops serves it.  The owner columns of keys,
 -- tokens, seen messages and state machines are of this type (below; on
--- Citus distribute() converts them on every node).
+-- Citus distribute() converts them on every node), and the owner and
+-- grantee columns of the outbox's topics, grants and messages.
 CREATE TYPE idempotency.roleref;
 CREATE FUNCTION idempotency.roleref_in(pg_catalog.cstring)
 RETURNS idempotency.roleref
@@ -160,7 +154,7 @@ COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
 COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
 'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
 COMMENT ON TYPE idempotency.roleref IS
-'A role, stored as its oid, copied between nodes and clusters by name (no binary I/O): the owner columns of keys, tokens, seen messages and state machines';
+'A role, stored as its oid, copied between nodes and clusters by name (no binary I/O): the owner columns of keys, tokens, seen messages, state machines and the outbox''s topics, grants and messages';
 CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
 CREATE CAST (pg_catalog.oid AS idempotency.roleref) WITHOUT FUNCTION;
 CREATE CAST (pg_catalog.regrole AS idempotency.roleref) WITHOUT FUNCTION AS ASSIGNMENT;
@@ -226,14 +220,52 @@ BEGIN
 END
 $$;
 
--- outbox_message.published_by is a roleref on every server: the message
--- belongs to the topic's owner and is dumped while that role exists, but
--- its publisher may have been dropped since, and a regrole would dump that
--- oid as a bare number, read back by a restore as whatever role has it
--- there; a roleref prints it as "-" (nobody, oid 0).
-ALTER TABLE idempotency.outbox_message ALTER COLUMN published_by TYPE idempotency.roleref;
+-- The outbox's owner and grantee columns are idempotency.roleref too: a
+-- copy to another cluster (logical replication with binary = true, a dump
+-- restored there) carries the role's name, never an oid that names
+-- another role there.  published_by likewise: the message belongs to the
+-- topic's owner and is dumped while that role exists, but its publisher
+-- may have been dropped since, and a regrole would dump that oid as a bare
+-- number, read back by a restore as whatever role has it there; a roleref
+-- prints it as "-" (nobody, oid 0).  The three policies and outbox_stats
+-- read these columns: they are dropped and made again around the change
+-- (outbox_stats further down, with its new columns).
+DROP POLICY outbox_grant_own_rows ON idempotency.outbox_grant;
+DROP POLICY outbox_topic_own_rows ON idempotency.outbox_topic;
+DROP POLICY outbox_message_own_rows ON idempotency.outbox_message;
+DROP VIEW idempotency.outbox_stats;
+ALTER TABLE idempotency.outbox_topic ALTER COLUMN owner TYPE idempotency.roleref;
+ALTER TABLE idempotency.outbox_grant ALTER COLUMN grantee TYPE idempotency.roleref,
+    ALTER COLUMN topic_owner TYPE idempotency.roleref;
+ALTER TABLE idempotency.outbox_message ALTER COLUMN owner TYPE idempotency.roleref,
+    ALTER COLUMN published_by TYPE idempotency.roleref;
 COMMENT ON COLUMN idempotency.outbox_message.published_by IS
 'the role that published the message; - (oid 0) in a dump or restore once that role is dropped';
+-- A topic whose owner was dropped belongs to no role: a grant counts only
+-- while the topic's owner exists (the topic and message policies read the
+-- grants through this one; outbox_stats checks it itself).
+CREATE POLICY outbox_grant_own_rows ON idempotency.outbox_grant
+    FOR SELECT
+    USING (grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+           AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                        WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid)
+           OR topic_owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
+CREATE POLICY outbox_topic_own_rows ON idempotency.outbox_topic
+    FOR SELECT
+    USING (owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+           OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                       WHERE g.topic_id OPERATOR(pg_catalog.=) id
+                         AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))));
+-- The message policy's subquery compared g.topic_id with itself
+-- (a bare topic_id binds to the nearest FROM, g), so a consumer of any
+-- topic read every topic's messages.  Every column qualified now.
+CREATE POLICY outbox_message_own_rows ON idempotency.outbox_message
+    FOR SELECT
+    USING (outbox_message.owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+           OR EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                       WHERE g.topic_id OPERATOR(pg_catalog.=) outbox_message.topic_id
+                         AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
+                         AND g.can_consume));
 
 -- distribute() turns owner columns into idempotency.roleref (0.5.0 made
 -- them text names: a renamed role's retry paid twice on Citus).  On a
@@ -534,8 +566,8 @@ SELECT m.id, m.message_id, t.name AS topic, m.message_key,
 COMMENT ON VIEW idempotency.outbox_in_flight IS
 'Claimed messages of the topics the caller owns or consumes: the claim (in shared memory, or in the row when claimed without the library preloaded or by 0.5.0), until when, and its attempt';
 GRANT SELECT ON idempotency.outbox_in_flight TO PUBLIC;
--- outbox_stats adds the counts in shared memory
-CREATE OR REPLACE VIEW idempotency.outbox_stats AS
+-- outbox_stats adds the counts in shared memory (dropped above)
+CREATE VIEW idempotency.outbox_stats AS
 SELECT t.name AS topic, t.owner,
        t.purged_delivered OPERATOR(pg_catalog.+) c.delivered OPERATOR(pg_catalog.+) pg_catalog.count(m.id) AS published,
        t.purged_delivered OPERATOR(pg_catalog.+) c.delivered OPERATOR(pg_catalog.+)
@@ -562,6 +594,7 @@ SELECT t.name AS topic, t.owner,
  GROUP BY t.id, c.delivered, c.retried;
 COMMENT ON VIEW idempotency.outbox_stats IS
 'Per topic the caller owns or is granted (every topic for pg_read_all_stats): messages published, delivered, retried (claims after the first), dead, in flight, undelivered, and the age of the oldest undelivered (acked counts not yet added to the topic''s row by the purge live in shared memory: a crash loses them)';
+GRANT SELECT ON idempotency.outbox_stats TO PUBLIC;
 
 -- NOTIFY off by default for new topics (topics that exist keep theirs:
 -- alter_topic(topic, notify => false) turns it off once no client LISTENs)
@@ -624,15 +657,6 @@ BEGIN
     ALTER TABLE idempotency.derive_secret ENABLE ROW LEVEL SECURITY;
 END
 $$;
-
--- A topic whose owner was dropped belongs to no role: a grant counts only
--- while the topic's owner exists (the topic and message policies read the
--- grants through this one; outbox_stats above checks it itself).
-ALTER POLICY outbox_grant_own_rows ON idempotency.outbox_grant
-    USING (grantee OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))
-           AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r
-                        WHERE r.oid OPERATOR(pg_catalog.=) outbox_grant.topic_owner::pg_catalog.oid)
-           OR topic_owner OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER)));
 
 -- == key health for monitoring roles ==
 -- What an operator watches (docs/operations.md): per role and scope, the

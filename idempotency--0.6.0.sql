@@ -702,6 +702,60 @@ COMMENT ON FUNCTION idempotency.derive_key(pg_catalog.text, pg_catalog.text, pg_
 COMMENT ON COLUMN idempotency.stats.ik004_not_held IS 'IK004 raised: complete(), fail(), renew() or checkpoint() of a key not held';
 COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail(), renew() or checkpoint() of an attempt whose key was taken over (IK004, counted there too)';
 
+-- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
+-- role's oid on disk, like regrole, read and printed as regrole reads and
+-- prints it (the role's name), except that an oid naming no role prints
+-- as "-" (nobody: regrole's bare number would name whatever role has that
+-- oid on another node or cluster), and with
+-- no binary send/receive functions: every copy between nodes (a shard
+-- move, logical replication, a reference table copied to a node added
+-- later, a value Citus sends to a worker) carries the name, and each node
+-- stores its own oid of that role.  Stable across ALTER ROLE ... RENAME
+-- (Citus renames the role on every node, oids stay), never passed to a
+-- role created later under an old name.  It casts to oid implicitly and
+-- without a function (as regrole does), so owner = $1 is oid equality and
+-- the primary key's oid_ops serves it.  The owner columns of keys,
+-- tokens, seen messages and state machines are of this type (below; on
+-- Citus distribute() converts them on every node), and the owner and
+-- grantee columns of the outbox's topics, grants and messages.
+CREATE TYPE idempotency.roleref;
+CREATE FUNCTION idempotency.roleref_in(pg_catalog.cstring)
+RETURNS idempotency.roleref
+AS 'regrolein' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION idempotency.roleref_out(idempotency.roleref)
+RETURNS pg_catalog.cstring
+AS 'MODULE_PATHNAME', 'idempotency_roleref_out' LANGUAGE C STABLE STRICT PARALLEL SAFE;
+CREATE TYPE idempotency.roleref (
+    INPUT = idempotency.roleref_in,
+    OUTPUT = idempotency.roleref_out,
+    LIKE = pg_catalog.oid);
+COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
+'Input of idempotency.roleref: a role''s name (or oid), as regrole reads it';
+COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
+'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
+COMMENT ON TYPE idempotency.roleref IS
+'A role, stored as its oid, copied between nodes and clusters by name (no binary I/O): the owner columns of keys, tokens, seen messages, state machines and the outbox''s topics, grants and messages';
+CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
+CREATE CAST (pg_catalog.oid AS idempotency.roleref) WITHOUT FUNCTION;
+CREATE CAST (pg_catalog.regrole AS idempotency.roleref) WITHOUT FUNCTION AS ASSIGNMENT;
+CREATE CAST (idempotency.roleref AS pg_catalog.regrole) WITHOUT FUNCTION;
+-- owner = role on Citus: a roleref column against a regrole value.  With
+-- pg_catalog.= both sides would be relabelled to oid, and Citus, which
+-- evaluates the parameters of an UPDATE or DELETE on the coordinator and
+-- sends them as constants, would send the coordinator's oid; this operator
+-- keeps the value a regrole, which Citus sends by name.  Named ===, not =,
+-- so that the parser never picks it for a user's own `'name' = regrole`
+-- comparison or infers an untyped parameter as roleref.
+CREATE FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole)
+RETURNS pg_catalog.bool
+AS 'oideq' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
+COMMENT ON FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole) IS
+'Operator idempotency.===: whether a roleref and a regrole name the same role';
+CREATE OPERATOR idempotency.=== (
+    LEFTARG = idempotency.roleref,
+    RIGHTARG = pg_catalog.regrole,
+    FUNCTION = idempotency.roleref_eq);
+
 -- == outbox ==
 -- Messages published in the caller's transaction (publish()), delivered by
 -- relays that claim them with a visibility timeout and ack or nack them
@@ -802,6 +856,24 @@ CREATE INDEX outbox_message_expires_at_idx ON idempotency.outbox_message (expire
 -- the dead-letter view and redrive()
 CREATE INDEX outbox_message_dead_idx ON idempotency.outbox_message (topic_id, id)
     WHERE state OPERATOR(pg_catalog.=) 'dead';
+
+-- The owner and grantee columns are idempotency.roleref (see the type
+-- above), as the key table's: a copy to another cluster (logical
+-- replication with binary = true, a dump restored there) carries the
+-- role's name, never an oid that names another role there.  ALTER, not
+-- the CREATE TABLE: the portable edition, which has no roleref, keeps
+-- them regrole.  published_by likewise: the message belongs to the topic's
+-- owner and is dumped while that role exists, but its publisher may have
+-- been dropped since, and a regrole would dump that oid as a bare number,
+-- read back by a restore as whatever role has it there; a roleref prints
+-- it as "-" (nobody, oid 0).
+ALTER TABLE idempotency.outbox_topic ALTER COLUMN owner TYPE idempotency.roleref;
+ALTER TABLE idempotency.outbox_grant ALTER COLUMN grantee TYPE idempotency.roleref,
+    ALTER COLUMN topic_owner TYPE idempotency.roleref;
+ALTER TABLE idempotency.outbox_message ALTER COLUMN owner TYPE idempotency.roleref,
+    ALTER COLUMN published_by TYPE idempotency.roleref;
+COMMENT ON COLUMN idempotency.outbox_message.published_by IS
+'the role that published the message; - (oid 0) in a dump or restore once that role is dropped';
 
 -- Row-level security: a role sees its own topics and those granted to it,
 -- and the messages of the topics it owns or may consume.  Only the
@@ -1337,59 +1409,6 @@ UPDATE idempotency.derive_secret SET restored_050 = false;
 COMMENT ON COLUMN idempotency.derive_secret.restored_050 IS
 'true for a secret restored from a dump of 0.5.0: the oldest such serves that dump''s key rows, which have no derive_seed';
 
--- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
--- role's oid on disk, like regrole, read and printed as regrole reads and
--- prints it (the role's name), except that an oid naming no role prints
--- as "-" (nobody: regrole's bare number would name whatever role has that
--- oid on another node or cluster), and with
--- no binary send/receive functions: every copy between nodes (a shard
--- move, logical replication, a reference table copied to a node added
--- later, a value Citus sends to a worker) carries the name, and each node
--- stores its own oid of that role.  Stable across ALTER ROLE ... RENAME
--- (Citus renames the role on every node, oids stay), never passed to a
--- role created later under an old name.  It casts to oid implicitly and
--- without a function (as regrole does), so owner = $1 is oid equality and
--- the primary key's oid_ops serves it.  The owner columns of keys,
--- tokens, seen messages and state machines are of this type (below; on
--- Citus distribute() converts them on every node).
-CREATE TYPE idempotency.roleref;
-CREATE FUNCTION idempotency.roleref_in(pg_catalog.cstring)
-RETURNS idempotency.roleref
-AS 'regrolein' LANGUAGE internal STABLE STRICT PARALLEL SAFE;
-CREATE FUNCTION idempotency.roleref_out(idempotency.roleref)
-RETURNS pg_catalog.cstring
-AS 'MODULE_PATHNAME', 'idempotency_roleref_out' LANGUAGE C STABLE STRICT PARALLEL SAFE;
-CREATE TYPE idempotency.roleref (
-    INPUT = idempotency.roleref_in,
-    OUTPUT = idempotency.roleref_out,
-    LIKE = pg_catalog.oid);
-COMMENT ON FUNCTION idempotency.roleref_in(pg_catalog.cstring) IS
-'Input of idempotency.roleref: a role''s name (or oid), as regrole reads it';
-COMMENT ON FUNCTION idempotency.roleref_out(idempotency.roleref) IS
-'Output of idempotency.roleref: the role''s name, as regrole prints it; - for an oid that names no role (a dropped role''s rows belong to nobody on another node or after a restore)';
-COMMENT ON TYPE idempotency.roleref IS
-'A role, stored as its oid, copied between nodes and clusters by name (no binary I/O): the owner columns of keys, tokens, seen messages and state machines';
-CREATE CAST (idempotency.roleref AS pg_catalog.oid) WITHOUT FUNCTION AS IMPLICIT;
-CREATE CAST (pg_catalog.oid AS idempotency.roleref) WITHOUT FUNCTION;
-CREATE CAST (pg_catalog.regrole AS idempotency.roleref) WITHOUT FUNCTION AS ASSIGNMENT;
-CREATE CAST (idempotency.roleref AS pg_catalog.regrole) WITHOUT FUNCTION;
--- owner = role on Citus: a roleref column against a regrole value.  With
--- pg_catalog.= both sides would be relabelled to oid, and Citus, which
--- evaluates the parameters of an UPDATE or DELETE on the coordinator and
--- sends them as constants, would send the coordinator's oid; this operator
--- keeps the value a regrole, which Citus sends by name.  Named ===, not =,
--- so that the parser never picks it for a user's own `'name' = regrole`
--- comparison or infers an untyped parameter as roleref.
-CREATE FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole)
-RETURNS pg_catalog.bool
-AS 'oideq' LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE LEAKPROOF;
-COMMENT ON FUNCTION idempotency.roleref_eq(idempotency.roleref, pg_catalog.regrole) IS
-'Operator idempotency.===: whether a roleref and a regrole name the same role';
-CREATE OPERATOR idempotency.=== (
-    LEFTARG = idempotency.roleref,
-    RIGHTARG = pg_catalog.regrole,
-    FUNCTION = idempotency.roleref_eq);
-
 -- The owner columns of keys, tokens, seen messages and state machines are
 -- idempotency.roleref on a single server too, as distribute() makes them on
 -- Citus: logical replication to another cluster (a blue/green switch, a
@@ -1433,15 +1452,6 @@ BEGIN
     END LOOP;
 END
 $$;
-
--- outbox_message.published_by is a roleref on every server: the message
--- belongs to the topic's owner and is dumped while that role exists, but
--- its publisher may have been dropped since, and a regrole would dump that
--- oid as a bare number, read back by a restore as whatever role has it
--- there; a roleref prints it as "-" (nobody, oid 0).
-ALTER TABLE idempotency.outbox_message ALTER COLUMN published_by TYPE idempotency.roleref;
-COMMENT ON COLUMN idempotency.outbox_message.published_by IS
-'the role that published the message; - (oid 0) in a dump or restore once that role is dropped';
 
 -- == key health for monitoring roles ==
 -- What an operator watches (docs/operations.md): per role and scope, the

@@ -74,8 +74,9 @@ my @c_only = (
 	# the Citus set-up step: no Citus path in the portable edition
 	[qr/idempotency\.distribute\(\)/, 'C: Citus set-up (no Citus path in the portable edition)'],
 	# idempotency.roleref is a base type (C output function; CREATE TYPE of
-	# a base type needs a superuser): Citus and outbox_message.published_by
-	[qr/idempotency\.roleref\b/, 'C: base type idempotency.roleref (needs a superuser and C); published_by stays regrole'],
+	# a base type needs a superuser): Citus, and the ALTERs that make the
+	# owner and grantee columns roleref
+	[qr/idempotency\.roleref\b/, 'C: base type idempotency.roleref (needs a superuser and C); the owner columns stay regrole'],
 	# GRANT SET ON PARAMETER needs a superuser (or the grant option), which a
 	# managed service's admin role does not have; without the library the
 	# settings stay placeholders that any role may SET in its session

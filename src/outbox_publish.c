@@ -92,11 +92,12 @@ empty_headers(void)
  */
 /*
  * The shipped shape of outbox_message, column by column in table order
- * (what a new install and every upgrade leave).  published_by is an
- * idempotency.roleref (0.6.0; a regrole before), both an oid on disk.
+ * (what a new install and every upgrade leave).  owner and published_by
+ * are idempotency.roleref (0.6.0; regrole before, as they stay until
+ * ALTER EXTENSION UPDATE runs), both an oid on disk.
  * Anything else (a column added, dropped, retyped or moved, a trigger, a
- * rule, forced row security, a partitioned or foreign table, Citus's
- * roleref owner) takes the SPI INSERT, which honours all of it.
+ * rule, forced row security, a partitioned or foreign table, a table
+ * Citus distributes) takes the SPI INSERT, which honours all of it.
  */
 #define MSG_NATTS 16
 static const struct
@@ -104,7 +105,7 @@ static const struct
 	const char *name;
 	Oid			type;			/* InvalidOid: idempotency.roleref */
 }			msg_cols[MSG_NATTS] = {
-	{"id", INT8OID}, {"topic_id", INT4OID}, {"owner", REGROLEOID},
+	{"id", INT8OID}, {"topic_id", INT4OID}, {"owner", InvalidOid},
 	{"message_id", UUIDOID}, {"message_key", TEXTOID}, {"payload", JSONBOID},
 	{"headers", JSONBOID}, {"state", TEXTOID}, {"attempts", INT4OID},
 	{"available_at", TIMESTAMPTZOID}, {"claim", UUIDOID},
@@ -164,7 +165,8 @@ message_open_fast(void)
 		Oid			want = OidIsValid(msg_cols[i].type) ? msg_cols[i].type : msg_roleref;
 
 		if (a->attisdropped || a->attgenerated ||
-			(a->atttypid != want && !(i == 12 && a->atttypid == REGROLEOID)) ||
+			(a->atttypid != want &&
+			 !(want == msg_roleref && a->atttypid == REGROLEOID)) ||
 			strcmp(NameStr(a->attname), msg_cols[i].name) != 0)
 			goto slow;
 	}
