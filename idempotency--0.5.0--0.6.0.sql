@@ -122,7 +122,7 @@ BEGIN
 END
 $$;
 
--- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
+-- idempotency.roleref: whose row this is, on every server and on Citus.  A
 -- role's oid on disk, like regrole, read and printed as regrole reads and
 -- prints it (the role's name), except that an oid naming no role prints
 -- as "-" (nobody: regrole's bare number would name whatever role has that

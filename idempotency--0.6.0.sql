@@ -702,7 +702,7 @@ COMMENT ON FUNCTION idempotency.derive_key(pg_catalog.text, pg_catalog.text, pg_
 COMMENT ON COLUMN idempotency.stats.ik004_not_held IS 'IK004 raised: complete(), fail(), renew() or checkpoint() of a key not held';
 COMMENT ON COLUMN idempotency.stats.zombies_refused IS 'complete(), fail(), renew() or checkpoint() of an attempt whose key was taken over (IK004, counted there too)';
 
--- idempotency.roleref: whose row this is, on Citus (SPEC section 12).  A
+-- idempotency.roleref: whose row this is, on every server and on Citus.  A
 -- role's oid on disk, like regrole, read and printed as regrole reads and
 -- prints it (the role's name), except that an oid naming no role prints
 -- as "-" (nobody: regrole's bare number would name whatever role has that
