@@ -131,5 +131,33 @@ for my $preload (0, 1)
 		'completed', "$mode: and its holder completes it");
 }
 
+# A session that published in the window (0.5.0's regrole owner columns)
+# and goes on after ALTER EXTENSION UPDATE (a pooled connection) keeps
+# publish()'s fast path: the message row is not written through the SPI
+# INSERT, which auto_explain's nested statements would show.  The topic
+# lookup's SELECT shows that auto_explain sees publish()'s statements.
+{
+	$node->safe_psql('postgres', q{CREATE DATABASE window_session});
+	$node->safe_psql('window_session', q{CREATE EXTENSION idempotency VERSION '0.5.0'});
+	my ($rc, $out, $err) = $node->psql('window_session', q{
+		SET ROLE payer;
+		SELECT idempotency.create_topic('pooled') > 0;
+		SELECT idempotency.publish('pooled', '{"n": 1}') IS NOT NULL;
+		RESET ROLE;
+		ALTER EXTENSION idempotency UPDATE;
+		LOAD 'auto_explain';
+		SET auto_explain.log_min_duration = 0;
+		SET auto_explain.log_nested_statements = on;
+		SET auto_explain.log_level = notice;
+		SET ROLE payer;
+		SELECT idempotency.publish('pooled', '{"n": 2}') IS NOT NULL;
+		SELECT count(*) FROM idempotency.outbox_message WHERE owner::regrole = 'payer'::regrole},
+		on_error_stop => 1, extra_params => [ '-At' ]);
+	is("$rc $out", "0 t\nt\nt\n2", 'a session of the window publishes after the update');
+	like($err, qr/FROM idempotency\.outbox_topic/, 'auto_explain shows the statements publish() runs');
+	unlike($err, qr/INSERT INTO idempotency\.outbox_message/,
+		'a session of the window keeps the fast path after the update (no SPI INSERT)');
+}
+
 $node->stop;
 done_testing();
