@@ -162,8 +162,19 @@ message_open_fast(void)
 	for (int i = 0; i < MSG_NATTS; i++)
 	{
 		Form_pg_attribute a = TupleDescAttr(td, i);
-		Oid			want = OidIsValid(msg_cols[i].type) ? msg_cols[i].type : msg_roleref;
+		Oid			want;
 
+		/*
+		 * a roleref column of a type this session has not seen: made by ALTER
+		 * EXTENSION UPDATE since the lookup above (a session of the update
+		 * window, which saw 0.5.0's regrole columns and no type)
+		 */
+		if (!OidIsValid(msg_cols[i].type) && a->atttypid != REGROLEOID &&
+			a->atttypid != msg_roleref)
+			msg_roleref = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+										  CStringGetDatum("roleref"),
+										  ObjectIdGetDatum(msg_nsp));
+		want = OidIsValid(msg_cols[i].type) ? msg_cols[i].type : msg_roleref;
 		if (a->attisdropped || a->attgenerated ||
 			(a->atttypid != want &&
 			 !(want == msg_roleref && a->atttypid == REGROLEOID)) ||

@@ -31,9 +31,9 @@ typedef struct Topic
 } Topic;
 
 /*
- * SQL: the role in col (a regrole column) exists.  A topic whose owner was
- * dropped belongs to no role: the grants its owner gave give nothing, and
- * create_topic() takes its name over.
+ * SQL: the role in col (a roleref column; a regrole in the update window)
+ * exists.  A topic whose owner was dropped belongs to no role: the grants
+ * its owner gave give nothing, and create_topic() takes its name over.
  */
 #define OUTBOX_ROLE_EXISTS(col) \
 	"EXISTS (SELECT FROM pg_catalog.pg_roles AS r" \

@@ -131,5 +131,78 @@ for my $preload (0, 1)
 		'completed', "$mode: and its holder completes it");
 }
 
+# A session that published in the window (0.5.0's regrole owner columns)
+# and goes on after ALTER EXTENSION UPDATE (a pooled connection) keeps
+# publish()'s fast path: the message row is not written through the SPI
+# INSERT, which auto_explain's nested statements would show.  The topic
+# lookup's SELECT shows that auto_explain sees publish()'s statements.
+{
+	$node->safe_psql('postgres', q{CREATE DATABASE window_session});
+	$node->safe_psql('window_session', q{CREATE EXTENSION idempotency VERSION '0.5.0'});
+	my ($rc, $out, $err) = $node->psql('window_session', q{
+		SET ROLE payer;
+		SELECT idempotency.create_topic('pooled') > 0;
+		SELECT idempotency.publish('pooled', '{"n": 1}') IS NOT NULL;
+		RESET ROLE;
+		ALTER EXTENSION idempotency UPDATE;
+		LOAD 'auto_explain';
+		SET auto_explain.log_min_duration = 0;
+		SET auto_explain.log_nested_statements = on;
+		SET auto_explain.log_level = notice;
+		SET ROLE payer;
+		SELECT idempotency.publish('pooled', '{"n": 2}') IS NOT NULL;
+		SELECT count(*) FROM idempotency.outbox_message WHERE owner::regrole = 'payer'::regrole},
+		on_error_stop => 1, extra_params => [ '-At' ]);
+	is("$rc $out", "0 t\nt\nt\n2", 'a session of the window publishes after the update');
+	like($err, qr/FROM idempotency\.outbox_topic/, 'auto_explain shows the statements publish() runs');
+	unlike($err, qr/INSERT INTO idempotency\.outbox_message/,
+		'a session of the window keeps the fast path after the update (no SPI INSERT)');
+}
+
+# The update turns the outbox's owner and grantee columns from regrole into
+# idempotency.roleref (the same oid on disk): a topic, a grant and messages
+# made by 0.5.0 keep their roles, the grant still lets its grantee consume
+# and is taken back by revoke_topic(), and the grant's lookup by
+# (topic_id, grantee) still uses outbox_grant_pkey.
+{
+	$node->safe_psql('postgres', q{CREATE DATABASE window_roles});
+	$node->safe_psql('window_roles', q{
+		CREATE EXTENSION idempotency VERSION '0.5.0';
+		SET ROLE payer;
+		SELECT idempotency.create_topic('granted');
+		SELECT idempotency.grant_topic('granted', 'consumer', publish => false, consume => true);
+		SELECT idempotency.publish('granted', jsonb_build_object('n', n)) FROM generate_series(1, 3) AS n;
+		RESET ROLE;
+		ALTER EXTENSION idempotency UPDATE});
+	is($node->safe_psql('window_roles', q{
+		SELECT string_agg(format('%s %s', pg_typeof(t.owner), t.owner), ',')
+		  FROM idempotency.outbox_topic AS t}),
+		'idempotency.roleref payer', '0.5.0\'s topic: its owner a roleref, the same role');
+	is($node->safe_psql('window_roles', q{
+		SELECT string_agg(format('%s %s %s', pg_typeof(g.grantee), g.grantee, g.topic_owner), ',')
+		  FROM idempotency.outbox_grant AS g}),
+		'idempotency.roleref consumer payer', '0.5.0\'s grant: grantee and topic owner the same roles');
+	is($node->safe_psql('window_roles', q{
+		SELECT string_agg(DISTINCT format('%s %s', m.owner, m.published_by), ',')
+		  FROM idempotency.outbox_message AS m}),
+		'payer payer', '0.5.0\'s messages: owner and publisher the same roles');
+	is($node->safe_psql('window_roles', q{
+		SET ROLE consumer; SELECT count(*) FROM idempotency.claim('granted', 10, '1 hour')}),
+		'3', '0.5.0\'s grant lets its grantee claim after the update');
+	like($node->safe_psql('window_roles', q{
+		SET enable_seqscan = off;
+		PREPARE g(int, regrole) AS SELECT 1 FROM idempotency.outbox_grant AS g
+		 WHERE g.topic_id OPERATOR(pg_catalog.=) $1 AND g.grantee OPERATOR(pg_catalog.=) $2;
+		SET plan_cache_mode = force_generic_plan;
+		EXPLAIN (COSTS OFF) EXECUTE g(1, 'consumer')}),
+		qr/Index (Only )?Scan using outbox_grant_pkey/, 'a grant\'s lookup by (topic_id, grantee) uses the primary key after the update');
+	is($node->safe_psql('window_roles', q{
+		SET ROLE payer; SELECT idempotency.revoke_topic('granted', 'consumer')}),
+		't', 'revoke_topic() takes 0.5.0\'s grant back after the update');
+	my ($rc, $out, $err) = $node->psql('window_roles', q{
+		SET ROLE consumer; SELECT count(*) FROM idempotency.claim('granted', 10, '1 hour')});
+	like($err, qr/permission denied for topic "granted"/, 'and its grantee may no longer claim');
+}
+
 $node->stop;
 done_testing();
