@@ -61,11 +61,18 @@ suite_of() {
 	esac
 }
 
+# debootstrap on the host, installed by the first of the runs beside each
+# other (CI's two chains) that needs it: apt-get fails at once on the lock
+# another apt-get holds, so they take turns on a lock of our own
 need_host_tools() {
 	command -v debootstrap >/dev/null && return 0
 	[ "$(id -u)" = 0 ] || die "debootstrap is missing (run as root to install it)"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1 ||
-		{ apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+	(
+		flock 9
+		command -v debootstrap >/dev/null && exit 0
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1 ||
+			{ apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+	) 9>/var/lock/idempotency-host-apt.lock
 }
 
 # mount what a chroot needs to run servers and package tools; umount_all
@@ -132,7 +139,7 @@ in_chroot() {	# dir cmd...
 
 bootstrap() {	# suite dir
 	local suite=$1 dir=$2
-	need_host_tools
+	need_host_tools || die "could not install debootstrap"
 	mkdir -p "$CACHE/debootstrap/$suite"
 	debootstrap --variant=minbase --cache-dir="$CACHE/debootstrap/$suite" \
 		"$suite" "$dir" "$MIRROR" >"$dir.debootstrap.log" 2>&1 ||
