@@ -48,22 +48,27 @@ state)``, on Django's connection too (below).
 """
 import functools
 import inspect
+import os
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
-from django.db import connections, transaction
+from django.conf import settings
+from django.core.exceptions import (BadRequest, ImproperlyConfigured, PermissionDenied,
+                                    SuspiciousOperation)
+from django.db import NotSupportedError, connections, router, transaction
+from django.db.migrations.operations.base import Operation
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.http.request import RawPostDataException
 
+from ._compat import VERSION_SQL
 from ._phases import Json, Phase, PhaseError, State, run_phases_on
 from .core import (Answer, Captured, InvalidKey, MissingKey, Options, Transaction, default_store,
                    lookup_retry_after, parse_key, problem, request_json, run)
 from .phased import PhasedOptions, failure, outcome_answer, result_answer
 
-__all__ = ["Phase", "PhaseError", "UNSAFE_METHODS", "django_transaction", "idempotent",
-           "idempotent_phases", "send"]
+__all__ = ["InstallIdempotency", "Phase", "PhaseError", "UNSAFE_METHODS", "django_transaction",
+           "idempotent", "idempotent_phases", "send"]
 
 UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # exceptions Django itself answers with a 4xx: answers like any other (stored
@@ -300,3 +305,93 @@ def idempotent_phases(*, scope: Union[str, Callable[[Any], str]], phases: Sequen
         return wrapper
 
     return guard
+
+
+class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no types
+    """A migration operation that installs ``idempotency`` in the database by
+    whichever edition the server offers, so that one migration serves both:
+
+        from django.db import migrations
+        from pg_idempotency.django import InstallIdempotency
+
+        class Migration(migrations.Migration):
+            dependencies = []
+            operations = [InstallIdempotency()]
+
+    Nothing happens where idempotency is installed already (the extension,
+    or a plain install of the portable edition, which records its version in
+    its schema's comment).  Where the
+    server offers the extension (the C edition's control file, or the
+    portable edition registered with pg_tle): ``CREATE EXTENSION
+    idempotency``.  Elsewhere (Cloud SQL, Azure, Neon: a plain install):
+    the portable edition's script, read from ``portable_script`` or the
+    setting ``IDEMPOTENCY_PORTABLE_SCRIPT`` (a path), run as the migrating
+    role, which must own the database; with neither, ImproperlyConfigured
+    and nothing is written.  A test database Django makes gets it the same
+    way.  Migrating back drops the extension and every stored key; a plain
+    install is left for its owner to remove (NotSupportedError: ``DROP
+    SCHEMA idempotency CASCADE`` removes it with every stored key)."""
+
+    reversible = True
+    reduces_to_sql = False
+
+    def __init__(self, portable_script: Optional[str] = None) -> None:
+        self.portable_script = portable_script
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "Installs idempotency (the extension, or the portable edition's script)"
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        conn = schema_editor.connection
+        if conn.vendor != "postgresql" or not router.allow_migrate(conn.alias, app_label):
+            return
+        if schema_editor.collect_sql:	# sqlmigrate: decided when it runs
+            schema_editor.collected_sql.append(
+                "-- idempotency: CREATE EXTENSION idempotency, or the portable edition's script")
+            return
+        with conn.cursor() as c:
+            c.execute(VERSION_SQL)
+            if c.fetchone()[0] is not None:
+                return
+            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_available_extensions "
+                      "WHERE name = 'idempotency'), pg_catalog.to_regnamespace('pgtle') IS NOT NULL")
+            available, pgtle = c.fetchone()
+            if not available and pgtle:
+                c.execute("SELECT EXISTS (SELECT FROM pgtle.available_extensions() "
+                          "WHERE name = 'idempotency')")
+                available = c.fetchone()[0]
+            if available:
+                c.execute("CREATE EXTENSION idempotency")
+                return
+            script = self.portable_script or getattr(settings, "IDEMPOTENCY_PORTABLE_SCRIPT", None)
+            if not script:
+                raise ImproperlyConfigured(
+                    "this server offers no idempotency extension (no control file, no pg_tle "
+                    "registration): set IDEMPOTENCY_PORTABLE_SCRIPT (or InstallIdempotency("
+                    "portable_script=...)) to the path of the portable edition's "
+                    "idempotency--<version>.sql, which this migration then runs")
+            with open(os.fspath(script), encoding="utf-8") as f:
+                c.execute(f.read())
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        conn = schema_editor.connection
+        if conn.vendor != "postgresql" or not router.allow_migrate(conn.alias, app_label):
+            return
+        if schema_editor.collect_sql:
+            schema_editor.collected_sql.append("DROP EXTENSION IF EXISTS idempotency;")
+            return
+        with conn.cursor() as c:
+            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'idempotency')")
+            extension = c.fetchone()[0]
+            c.execute(VERSION_SQL)
+            if extension:
+                c.execute("DROP EXTENSION idempotency")
+            elif c.fetchone()[0] is not None:
+                raise NotSupportedError(
+                    "idempotency is a plain install here (the portable edition by its script): "
+                    "its owner removes it with DROP SCHEMA idempotency CASCADE, every stored key with it")

@@ -5,8 +5,10 @@ threaded WSGI server in this process).  Prints "ok - ..." / "not ok - ..."
 lines; test/clients/run runs it directly and through PgBouncer.
 
 The database: a fresh one (DJANGO_DATABASE) created through the direct
-connection (PGHOST, libpq's environment); Django connects through
-DATABASE_HOST/PORT (PgBouncer when IDEMPOTENCY_BOUNCER=1)."""
+connection (PGHOST, libpq's environment), owned by DATABASE_USER; Django
+connects through DATABASE_HOST/PORT (PgBouncer when IDEMPOTENCY_BOUNCER=1).
+IDEMPOTENCY_EDITION=portable: the server has no extension to create, and
+the migration runs the script of IDEMPOTENCY_PORTABLE_SCRIPT."""
 import http.client
 import io
 import json
@@ -26,12 +28,20 @@ DBNAME = f"django_{MODE}"
 os.environ["DJANGO_DATABASE"] = DBNAME
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_site.settings")
 
-admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
-admin.autocommit = True
-with admin.cursor() as c:
-    c.execute(f"DROP DATABASE IF EXISTS {DBNAME}")
-    c.execute(f"CREATE DATABASE {DBNAME}")
-admin.close()
+EDITION = os.environ.get("IDEMPOTENCY_EDITION", "c")
+USER = os.environ["DATABASE_USER"]	# Django's role; a plain install's needs its database
+
+
+def create_database(name: str) -> None:
+    admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
+    admin.autocommit = True
+    with admin.cursor() as c:
+        c.execute(f"DROP DATABASE IF EXISTS {name}")
+        c.execute(f'CREATE DATABASE {name} OWNER "{USER}"')
+    admin.close()
+
+
+create_database(DBNAME)
 
 import django  # noqa: E402
 
@@ -113,8 +123,14 @@ def show(r: Any) -> Any:
 
 # --- the migration ------------------------------------------------------------
 call_command("migrate", verbosity=0)
-check("the migration's CreateExtension(\"idempotency\") installed the extension",
-      one("SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'") == 1)
+if EDITION == "portable":
+    check("the migration's InstallIdempotency() ran the portable edition's script as Django's role "
+          "(the server offers no extension)",
+          one("SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'") == 0
+          and one("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'idempotency'") == USER)
+else:
+    check("the migration's InstallIdempotency() created the extension",
+          one("SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'") == 1)
 
 # --- the test client, outside any transaction --------------------------------
 k = P + "first"
@@ -373,5 +389,131 @@ check("over HTTP: a failing view (500), its resend 201, then byte-exact replays;
 server.shutdown()
 server.server_close()
 connections.close_all()
+
+# --- InstallIdempotency on other databases (directly: Django's test database
+# is made and dropped through its own connection) -----------------------------
+if MODE == "direct":
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import NotSupportedError
+    from django.db.migrations.state import ProjectState
+    from django.test.utils import override_settings
+
+    from pg_idempotency.django import InstallIdempotency
+
+    def django_db(name: str) -> Any:
+        connections.databases[name] = dict(connections.databases["default"], NAME=name,
+                                           TEST={"NAME": f"test_{name}"})
+        return connections[name]
+
+    def run_op(conn: Any, op: InstallIdempotency, forwards: bool = True) -> Optional[Exception]:
+        try:
+            with conn.schema_editor() as se:
+                f = op.database_forwards if forwards else op.database_backwards
+                f("shop", se, ProjectState(), ProjectState())
+        except Exception as e:	# noqa: BLE001 (what the checks look at)
+            return e
+        return None
+
+    def installed(name: str) -> Tuple[bool, bool]:
+        """(an extension row, idempotency.begin()) in database name, seen directly"""
+        d = psycopg2.connect(dbname=name)
+        with d.cursor() as c:
+            c.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'idempotency'), "
+                      "EXISTS (SELECT FROM pg_proc WHERE proname = 'begin' "
+                      "AND pronamespace = to_regnamespace('idempotency'))")
+            got = c.fetchone()
+        d.close()
+        return bool(got[0]), bool(got[1])
+
+    n_objects = "SELECT count(*) FROM pg_proc WHERE pronamespace = 'idempotency'::regnamespace"
+    before = (one(n_objects), one("SELECT count(*) FROM idempotency.idempotency_key"))
+    e = run_op(connection, InstallIdempotency())
+    check("InstallIdempotency() where idempotency is installed: nothing done, nothing changed",
+          e is None and (one(n_objects), one("SELECT count(*) FROM idempotency.idempotency_key")) == before,
+          [e, before])
+
+    bare = DBNAME + "_bare"
+    create_database(bare)
+    conn = django_db(bare)
+    if EDITION == "portable":
+        with override_settings(IDEMPOTENCY_PORTABLE_SCRIPT=None):
+            e = run_op(conn, InstallIdempotency())
+        check("no extension on the server and no script: ImproperlyConfigured naming "
+              "IDEMPOTENCY_PORTABLE_SCRIPT, nothing written",
+              isinstance(e, ImproperlyConfigured) and "IDEMPOTENCY_PORTABLE_SCRIPT" in str(e)
+              and installed(bare) == (False, False), [e, installed(bare)])
+        with override_settings(IDEMPOTENCY_PORTABLE_SCRIPT=None):
+            e = run_op(conn, InstallIdempotency(portable_script=os.environ["IDEMPOTENCY_PORTABLE_SCRIPT"]))
+        check("InstallIdempotency(portable_script=...): the script runs (no setting needed)",
+              e is None and installed(bare) == (False, True), [e, installed(bare)])
+        e = run_op(conn, InstallIdempotency(), forwards=False)
+        check("migrating back over a plain install: NotSupportedError (DROP SCHEMA is its owner's), "
+              "the install stays",
+              isinstance(e, NotSupportedError) and "DROP SCHEMA idempotency CASCADE" in str(e)
+              and installed(bare) == (False, True), [e, installed(bare)])
+    else:
+        e = run_op(conn, InstallIdempotency())
+        check("InstallIdempotency() where the server offers the extension: CREATE EXTENSION",
+              e is None and installed(bare) == (True, True), [e, installed(bare)])
+        e = run_op(conn, InstallIdempotency(), forwards=False)
+        check("migrating back: DROP EXTENSION", e is None and installed(bare) == (False, False),
+              [e, installed(bare)])
+        e = run_op(conn, InstallIdempotency())
+        check("forwards again, over the empty schema DROP EXTENSION leaves: CREATE EXTENSION",
+              e is None and installed(bare) == (True, True), [e, installed(bare)])
+
+    if EDITION == "portable" and os.environ.get("IDEMPOTENCY_PGTLE") == "1":
+        # the portable edition registered with pg_tle (RDS, Supabase): the
+        # server offers the extension, and the same migration creates it
+        script = os.environ["IDEMPOTENCY_PORTABLE_SCRIPT"]
+        tle = DBNAME + "_tle"
+        create_database(tle)
+        su = psycopg2.connect(dbname=tle)	# pg_tle is the service's (rds_superuser)
+        su.autocommit = True
+        with su.cursor() as c:
+            c.execute("SET client_min_messages = warning")
+            c.execute("CREATE EXTENSION pg_tle")
+            c.execute(f'GRANT pgtle_admin TO "{USER}"')
+            c.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'idempotency'")
+            listed = c.fetchone()[0]
+        su.close()
+        conn = django_db(tle)
+        with conn.cursor() as c:
+            with open(script, encoding="utf-8") as f:
+                c.execute("SELECT pgtle.install_extension('idempotency', %s, 'portable edition', %s, "
+                          "NULL, 'idempotency')",
+                          [os.path.basename(script)[len("idempotency--"):-len(".sql")], f.read()])
+        with override_settings(IDEMPOTENCY_PORTABLE_SCRIPT=None):
+            e = run_op(conn, InstallIdempotency())
+        check("the portable edition registered with pg_tle (pgtle.available_extensions(), not in "
+              "pg_available_extensions): InstallIdempotency() runs CREATE EXTENSION, no script needed",
+              e is None and listed == 0 and installed(tle) == (True, True), [e, listed, installed(tle)])
+        connections[tle].close()
+        admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
+        admin.autocommit = True
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {tle}")
+        admin.close()
+
+    # Django's test runner: a test database made anew, migrated, then dropped
+    fresh = django_db(DBNAME + "_fresh")
+    try:
+        old_name = fresh.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+        test_db = fresh.settings_dict["NAME"]
+        got = installed(test_db)
+        fresh.creation.destroy_test_db(old_name, verbosity=0)
+        e = None
+    except Exception as x:	# noqa: BLE001
+        e, got = x, None
+    check("Django's test database (create_test_db, as its test runner makes it) gets idempotency "
+          "by the same migration", e is None and got == ((False, True) if EDITION == "portable" else (True, True)),
+          [e, got])
+    connections.close_all()
+    admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
+    admin.autocommit = True
+    with admin.cursor() as c:
+        c.execute(f"DROP DATABASE IF EXISTS {bare}")
+    admin.close()
+
 db.close()
 sys.exit(1 if failed else 0)

@@ -2,7 +2,8 @@
 of one database, "default" (no ATOMIC_REQUESTS) and "atomic"
 (ATOMIC_REQUESTS = True), so the guard runs both as the transaction and as
 a savepoint inside Django's.  Database from DATABASE_HOST/PORT/USER and
-DJANGO_DATABASE (created by the test)."""
+DJANGO_DATABASE (created by the test); IDEMPOTENCY_PORTABLE_SCRIPT, the
+portable edition's script, where the server has no extension to create."""
 import os
 
 _db = {
@@ -31,3 +32,4 @@ LOGGING = {"version": 1, "disable_existing_loggers": False,
                        "django.request": {"level": "CRITICAL"}}}
 REST_FRAMEWORK = {"UNAUTHENTICATED_USER": None, "DEFAULT_AUTHENTICATION_CLASSES": [],
                   "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"]}
+IDEMPOTENCY_PORTABLE_SCRIPT = os.environ.get("IDEMPOTENCY_PORTABLE_SCRIPT")

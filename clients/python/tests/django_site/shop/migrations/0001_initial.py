@@ -1,14 +1,16 @@
-# The README's migration: CREATE EXTENSION idempotency (as a role allowed to
-# create it), then the app's own tables.
-from django.contrib.postgres.operations import CreateExtension
+# The README's migration: idempotency by either edition (CREATE EXTENSION, or
+# the portable edition's script of the setting IDEMPOTENCY_PORTABLE_SCRIPT),
+# then the app's own tables.
 from django.db import migrations, models
+
+from pg_idempotency.django import InstallIdempotency
 
 
 class Migration(migrations.Migration):
     initial = True
     dependencies = []
     operations = [
-        CreateExtension("idempotency"),
+        InstallIdempotency(),
         migrations.CreateModel(
             name="Order",
             fields=[
