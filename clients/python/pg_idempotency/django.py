@@ -357,12 +357,16 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
             c.execute(VERSION_SQL)
             if c.fetchone()[0] is not None:
                 return
-            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_available_extensions "
-                      "WHERE name = 'idempotency'), pg_catalog.to_regnamespace('pgtle') IS NOT NULL")
+            # pg_catalog's = on any search_path; pg_tle is its extension
+            # row (a schema named pgtle may be anyone's)
+            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_available_extensions AS a "
+                      "WHERE a.name OPERATOR(pg_catalog.=) 'idempotency'), "
+                      "EXISTS (SELECT FROM pg_catalog.pg_extension AS e "
+                      "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_tle')")
             available, pgtle = c.fetchone()
             if not available and pgtle:
-                c.execute("SELECT EXISTS (SELECT FROM pgtle.available_extensions() "
-                          "WHERE name = 'idempotency')")
+                c.execute("SELECT EXISTS (SELECT FROM pgtle.available_extensions() AS a "
+                          "WHERE a.name OPERATOR(pg_catalog.=) 'idempotency')")
                 available = c.fetchone()[0]
             if available:
                 c.execute("CREATE EXTENSION idempotency")
@@ -386,7 +390,8 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
             schema_editor.collected_sql.append("DROP EXTENSION IF EXISTS idempotency;")
             return
         with conn.cursor() as c:
-            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'idempotency')")
+            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension AS e "
+                      "WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')")
             extension = c.fetchone()[0]
             c.execute(VERSION_SQL)
             if extension:
