@@ -402,7 +402,7 @@ if MODE == "direct":
 
     def django_db(name: str, **extra: Any) -> Any:
         connections.databases[name] = dict(connections.databases["default"], NAME=name,
-                                           TEST={"NAME": f"test_{name}"}, **extra)
+                                           **dict({"TEST": {"NAME": f"test_{name}"}}, **extra))
         return connections[name]
 
     def run_op(conn: Any, op: InstallIdempotency, forwards: bool = True) -> Optional[Exception]:
@@ -591,6 +591,45 @@ if MODE == "direct":
     check("Django's test database (create_test_db, as its test runner makes it) gets idempotency "
           "by the same migration", e is None and got == ((False, True) if EDITION == "portable" else (True, True)),
           [e, got])
+    if EDITION == "c":
+        # the C edition needs a superuser to create (superuser = true), in the
+        # test database too: a role that is none gets it there from a template
+        # that has it (TEST["TEMPLATE"]), and the migration then does nothing
+        tpl = DBNAME + "_tpl"
+        admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
+        admin.autocommit = True
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {tpl}")
+            c.execute("DROP ROLE IF EXISTS dj_app")
+            c.execute("CREATE ROLE dj_app LOGIN CREATEDB")
+            c.execute(f"CREATE DATABASE {tpl} OWNER dj_app")
+        su = psycopg2.connect(dbname=tpl)
+        su.autocommit = True
+        with su.cursor() as c:
+            c.execute("CREATE EXTENSION idempotency")
+        su.close()
+        results = []
+        for name, test in (("app", {"TEMPLATE": tpl}), ("app_bare", {})):
+            app = django_db(f"{DBNAME}_{name}", USER="dj_app",
+                            TEST=dict(test, NAME=f"test_{DBNAME}_{name}"))
+            try:
+                old_name = app.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+                results.append(installed(app.settings_dict["NAME"]))
+                app.creation.destroy_test_db(old_name, verbosity=0)
+            except Exception as x:	# noqa: BLE001
+                results.append(x)
+            app.close()
+        check("the C edition, a role that is no superuser: its test database made from a template "
+              "with the extension (TEST[\"TEMPLATE\"]) has it, the migration does nothing; without "
+              "one, CREATE EXTENSION is refused (must be superuser), as the README says",
+              results[0] == (True, True) and isinstance(results[1], Exception)
+              and "superuser" in str(results[1]), results)
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS test_{DBNAME}_app_bare")
+            c.execute(f"DROP DATABASE IF EXISTS {tpl}")
+            c.execute("DROP ROLE dj_app")
+        admin.close()
+
     connections.close_all()
     admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
     admin.autocommit = True
