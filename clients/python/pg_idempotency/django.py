@@ -361,8 +361,11 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
     the portable edition's script, read from ``portable_script`` or the
     setting ``IDEMPOTENCY_PORTABLE_SCRIPT`` (a path), run as the migrating
     role, which must own the database; with neither, ImproperlyConfigured
-    and nothing is written.  A test database Django makes gets it the same
-    way.  Migrating back drops the extension and every stored key; a plain
+    and nothing is written (so too, before anything runs, for a file that
+    is not that script or installs an older version than this client
+    needs).  A test database Django makes gets it the same way (the C
+    edition's CREATE EXTENSION needs a superuser there too, or a template
+    database that has the extension: TEST["TEMPLATE"]).  Migrating back drops the extension and every stored key; a plain
     install is left for its owner to remove (NotSupportedError: ``DROP
     SCHEMA idempotency CASCADE`` removes it with every stored key)."""
 
