@@ -15,13 +15,16 @@ VERSION = "0.6.0"
 # the oldest extension this client works with: its own major.minor
 EXTENSION_MIN = re.sub(r"^(\d+)\.(\d+)\..*$", r"\1.\2.0", VERSION)
 # the extension's version; a plain install of the portable edition (psql -f,
-# no extension) records it in the schema's comment instead
+# no extension) records it in the schema's comment instead.  Its = is
+# pg_catalog's whatever the search_path (a schema put before pg_catalog may
+# have an = of its own)
 VERSION_SQL = (
     "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e"
-    " WHERE e.extname = 'idempotency'),"
+    " WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'),"
     " (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'),"
     " '^idempotency ([0-9.]+) \\(portable edition\\)$')"
-    " FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion"
+    " FROM pg_catalog.pg_namespace AS n WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency'))"
+    " AS extversion"
 )
 
 _weak: "MutableMapping[Any, str]" = weakref.WeakKeyDictionary()

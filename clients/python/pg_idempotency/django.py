@@ -49,6 +49,7 @@ state)``, on Django's connection too (below).
 import functools
 import inspect
 import os
+import re
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -61,7 +62,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.http.request import RawPostDataException
 
-from ._compat import VERSION_SQL
+from ._compat import EXTENSION_MIN, VERSION, VERSION_SQL, _older
 from ._phases import Json, Phase, PhaseError, State, run_phases_on
 from .core import (Answer, Captured, InvalidKey, MissingKey, Options, Transaction, default_store,
                    lookup_retry_after, parse_key, problem, request_json, run)
@@ -307,6 +308,39 @@ def idempotent_phases(*, scope: Union[str, Callable[[Any], str]], phases: Sequen
     return guard
 
 
+# what the portable edition's install script records in the schema's comment
+_PORTABLE_RECORD = re.compile(
+    r"COMMENT ON SCHEMA idempotency IS 'idempotency ([0-9][0-9.]*) \(portable edition\)'")
+
+
+def _portable_install_script(script: "Union[str, os.PathLike[str]]") -> str:
+    """The text of the portable edition's install script at ``script``;
+    ImproperlyConfigured, before anything runs, for a file that cannot be
+    read, that is not that script (the C edition's idempotency--X.sql is
+    for CREATE EXTENSION: psql meta-commands, C functions), or whose version
+    is older than this client needs (every request would be refused)."""
+    path = os.fspath(script)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ImproperlyConfigured(
+            f"the portable edition's script {path!r} (IDEMPOTENCY_PORTABLE_SCRIPT or "
+            f"InstallIdempotency(portable_script=...)) cannot be read: {e}") from e
+    m = _PORTABLE_RECORD.search(text)
+    if m is None:
+        raise ImproperlyConfigured(
+            f"{path!r} is not the portable edition's install script (portable/build/"
+            "idempotency--<version>.sql, which records 'idempotency <version> (portable "
+            "edition)' in the schema's comment); the C edition's idempotency--<version>.sql "
+            "is for CREATE EXTENSION only")
+    if _older(m.group(1), EXTENSION_MIN):
+        raise ImproperlyConfigured(
+            f"{path!r} installs idempotency {m.group(1)}; pg_idempotency {VERSION} needs "
+            f"{EXTENSION_MIN} or newer: use the portable edition's script of that version")
+    return text
+
+
 class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no types
     """A migration operation that installs ``idempotency`` in the database by
     whichever edition the server offers, so that one migration serves both:
@@ -327,8 +361,11 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
     the portable edition's script, read from ``portable_script`` or the
     setting ``IDEMPOTENCY_PORTABLE_SCRIPT`` (a path), run as the migrating
     role, which must own the database; with neither, ImproperlyConfigured
-    and nothing is written.  A test database Django makes gets it the same
-    way.  Migrating back drops the extension and every stored key; a plain
+    and nothing is written (so too, before anything runs, for a file that
+    is not that script or installs an older version than this client
+    needs).  A test database Django makes gets it the same way (the C
+    edition's CREATE EXTENSION needs a superuser there too, or a template
+    database that has the extension: TEST["TEMPLATE"]).  Migrating back drops the extension and every stored key; a plain
     install is left for its owner to remove (NotSupportedError: ``DROP
     SCHEMA idempotency CASCADE`` removes it with every stored key)."""
 
@@ -357,12 +394,16 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
             c.execute(VERSION_SQL)
             if c.fetchone()[0] is not None:
                 return
-            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_available_extensions "
-                      "WHERE name = 'idempotency'), pg_catalog.to_regnamespace('pgtle') IS NOT NULL")
+            # pg_catalog's = on any search_path; pg_tle is its extension
+            # row (a schema named pgtle may be anyone's)
+            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_available_extensions AS a "
+                      "WHERE a.name OPERATOR(pg_catalog.=) 'idempotency'), "
+                      "EXISTS (SELECT FROM pg_catalog.pg_extension AS e "
+                      "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_tle')")
             available, pgtle = c.fetchone()
             if not available and pgtle:
-                c.execute("SELECT EXISTS (SELECT FROM pgtle.available_extensions() "
-                          "WHERE name = 'idempotency')")
+                c.execute("SELECT EXISTS (SELECT FROM pgtle.available_extensions() AS a "
+                          "WHERE a.name OPERATOR(pg_catalog.=) 'idempotency')")
                 available = c.fetchone()[0]
             if available:
                 c.execute("CREATE EXTENSION idempotency")
@@ -374,8 +415,7 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
                     "registration): set IDEMPOTENCY_PORTABLE_SCRIPT (or InstallIdempotency("
                     "portable_script=...)) to the path of the portable edition's "
                     "idempotency--<version>.sql, which this migration then runs")
-            with open(os.fspath(script), encoding="utf-8") as f:
-                c.execute(f.read())
+            c.execute(_portable_install_script(script))
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
@@ -386,7 +426,8 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
             schema_editor.collected_sql.append("DROP EXTENSION IF EXISTS idempotency;")
             return
         with conn.cursor() as c:
-            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'idempotency')")
+            c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension AS e "
+                      "WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')")
             extension = c.fetchone()[0]
             c.execute(VERSION_SQL)
             if extension:

@@ -400,9 +400,9 @@ if MODE == "direct":
 
     from pg_idempotency.django import InstallIdempotency
 
-    def django_db(name: str) -> Any:
+    def django_db(name: str, **extra: Any) -> Any:
         connections.databases[name] = dict(connections.databases["default"], NAME=name,
-                                           TEST={"NAME": f"test_{name}"})
+                                           **dict({"TEST": {"NAME": f"test_{name}"}}, **extra))
         return connections[name]
 
     def run_op(conn: Any, op: InstallIdempotency, forwards: bool = True) -> Optional[Exception]:
@@ -495,6 +495,89 @@ if MODE == "direct":
             c.execute(f"DROP DATABASE IF EXISTS {tle}")
         admin.close()
 
+    # a search_path naming a schema with its own = before pg_catalog (Django's
+    # OPTIONS "-c search_path=..."): the operation's catalog queries must not
+    # take that = (which found an extension row in every database: nothing installed)
+    from pg_idempotency._compat import VERSION_SQL
+    hostile = DBNAME + "_path"
+    create_database(hostile)
+    su = psycopg2.connect(dbname=hostile, user=USER)	# the owner's own schema
+    su.autocommit = True
+    with su.cursor() as c:
+        c.execute("CREATE SCHEMA evil")
+        for t in ("name", "text"):
+            c.execute(f"CREATE FUNCTION evil.eq_{t}({t}, {t}) RETURNS bool LANGUAGE sql AS 'SELECT true'")
+            c.execute(f"CREATE OPERATOR evil.= (LEFTARG = {t}, RIGHTARG = {t}, FUNCTION = evil.eq_{t})")
+    su.close()
+    conn = django_db(hostile, OPTIONS={"options": "-c search_path=evil,pg_catalog"})
+    e = run_op(conn, InstallIdempotency())
+    with conn.cursor() as c:
+        c.execute("SHOW search_path")
+        path = c.fetchone()[0]
+        c.execute(VERSION_SQL)
+        seen = c.fetchone()[0]
+    want = (False, True) if EDITION == "portable" else (True, True)
+    check("a search_path with its own = before pg_catalog (OPTIONS -c search_path=evil,pg_catalog): "
+          "InstallIdempotency() installs all the same, and the version query on that path answers "
+          "the installed version",
+          e is None and path == "evil,pg_catalog" and installed(hostile) == want
+          and seen == one(VERSION_SQL), [e, path, installed(hostile), seen])
+    conn.close()
+
+    if EDITION == "portable":
+        # a schema named pgtle without the pg_tle extension (made by a role with
+        # CREATE on the database), whose available_extensions() lists
+        # idempotency: not pg_tle, so the script runs
+        fake = DBNAME + "_fake"
+        create_database(fake)
+        own = psycopg2.connect(dbname=fake, user=USER)
+        own.autocommit = True
+        with own.cursor() as c:
+            c.execute("CREATE SCHEMA pgtle")
+            c.execute("CREATE FUNCTION pgtle.available_extensions() RETURNS TABLE (name name) "
+                      "LANGUAGE sql AS $$SELECT 'idempotency'::name$$")
+        own.close()
+        conn = django_db(fake)
+        e = run_op(conn, InstallIdempotency())
+        check("a schema pgtle that is not the pg_tle extension (its own available_extensions() lists "
+              "idempotency): the portable script runs, no CREATE EXTENSION",
+              e is None and installed(fake) == (False, True), [e, installed(fake)])
+        conn.close()
+
+        # a script that is not the portable edition's install script: a clear
+        # error before anything runs, nothing written
+        here = os.path.dirname(os.path.abspath(__file__))
+        script = os.environ["IDEMPOTENCY_PORTABLE_SCRIPT"]
+        version = os.path.basename(script)[len("idempotency--"):-len(".sql")]
+        c_script = os.path.join(here, "..", "..", "..", os.path.basename(script))	# the C edition's
+        bad = DBNAME + "_bad"
+        create_database(bad)
+        conn = django_db(bad)
+        e = run_op(conn, InstallIdempotency(portable_script=c_script))
+        check("portable_script= the C edition's install script: ImproperlyConfigured naming the file "
+              "(not a syntax error from the server), nothing written",
+              isinstance(e, ImproperlyConfigured) and os.path.basename(script) in str(e)
+              and "portable edition" in str(e) and installed(bad) == (False, False), [e, installed(bad)])
+        e = run_op(conn, InstallIdempotency(portable_script=os.path.join(here, "no-such.sql")))
+        check("portable_script= a path that does not exist: an error naming it, nothing written",
+              isinstance(e, (OSError, ImproperlyConfigured)) and "no-such.sql" in str(e)
+              and installed(bad) == (False, False), [e, installed(bad)])
+        import tempfile
+        from pg_idempotency._compat import EXTENSION_MIN
+        with open(script, encoding="utf-8") as f:
+            text = f.read()
+        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as old:
+            old.write(text.replace(f"'idempotency {version} (portable edition)'",
+                                   "'idempotency 0.0.1 (portable edition)'"))
+        e = run_op(conn, InstallIdempotency(portable_script=old.name))
+        os.unlink(old.name)
+        check("portable_script= an install script of a version older than this client needs: "
+              "ImproperlyConfigured naming both versions, nothing written (the app's requests would "
+              "all be refused)",
+              isinstance(e, ImproperlyConfigured) and "0.0.1" in str(e) and EXTENSION_MIN in str(e)
+              and installed(bad) == (False, False), [e, installed(bad)])
+        conn.close()
+
     # Django's test runner: a test database made anew, migrated, then dropped
     fresh = django_db(DBNAME + "_fresh")
     try:
@@ -508,11 +591,51 @@ if MODE == "direct":
     check("Django's test database (create_test_db, as its test runner makes it) gets idempotency "
           "by the same migration", e is None and got == ((False, True) if EDITION == "portable" else (True, True)),
           [e, got])
+    if EDITION == "c":
+        # the C edition needs a superuser to create (superuser = true), in the
+        # test database too: a role that is none gets it there from a template
+        # that has it (TEST["TEMPLATE"]), and the migration then does nothing
+        tpl = DBNAME + "_tpl"
+        admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
+        admin.autocommit = True
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS {tpl}")
+            c.execute("DROP ROLE IF EXISTS dj_app")
+            c.execute("CREATE ROLE dj_app LOGIN CREATEDB")
+            c.execute(f"CREATE DATABASE {tpl} OWNER dj_app")
+        su = psycopg2.connect(dbname=tpl)
+        su.autocommit = True
+        with su.cursor() as c:
+            c.execute("CREATE EXTENSION idempotency")
+        su.close()
+        results = []
+        for name, test in (("app", {"TEMPLATE": tpl}), ("app_bare", {})):
+            app = django_db(f"{DBNAME}_{name}", USER="dj_app",
+                            TEST=dict(test, NAME=f"test_{DBNAME}_{name}"))
+            try:
+                old_name = app.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+                results.append(installed(app.settings_dict["NAME"]))
+                app.creation.destroy_test_db(old_name, verbosity=0)
+            except Exception as x:	# noqa: BLE001
+                results.append(x)
+            app.close()
+        check("the C edition, a role that is no superuser: its test database made from a template "
+              "with the extension (TEST[\"TEMPLATE\"]) has it, the migration does nothing; without "
+              "one, CREATE EXTENSION is refused (must be superuser), as the README says",
+              results[0] == (True, True) and isinstance(results[1], Exception)
+              and "superuser" in str(results[1]), results)
+        with admin.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS test_{DBNAME}_app_bare")
+            c.execute(f"DROP DATABASE IF EXISTS {tpl}")
+            c.execute("DROP ROLE dj_app")
+        admin.close()
+
     connections.close_all()
     admin = psycopg2.connect(dbname=os.environ["DATABASE_NAME"])
     admin.autocommit = True
     with admin.cursor() as c:
-        c.execute(f"DROP DATABASE IF EXISTS {bare}")
+        for name in (bare, hostile, DBNAME + "_fake", DBNAME + "_bad"):
+            c.execute(f"DROP DATABASE IF EXISTS {name}")
     admin.close()
 
 db.close()
