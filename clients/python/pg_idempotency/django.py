@@ -354,20 +354,20 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
 
     Nothing happens where idempotency is installed already (the extension,
     or a plain install of the portable edition, which records its version in
-    its schema's comment).  Where the
-    server offers the extension (the C edition's control file, or the
-    portable edition registered with pg_tle): ``CREATE EXTENSION
-    idempotency``.  Elsewhere (Cloud SQL, Azure, Neon: a plain install):
+    its schema's comment).  Where the server offers the extension (the C
+    edition's control file, or the portable edition registered with
+    pg_tle): ``CREATE EXTENSION idempotency``.  Elsewhere (Cloud SQL, Azure, Neon: a plain install):
     the portable edition's script, read from ``portable_script`` or the
     setting ``IDEMPOTENCY_PORTABLE_SCRIPT`` (a path), run as the migrating
-    role, which must own the database; with neither, ImproperlyConfigured
-    and nothing is written (so too, before anything runs, for a file that
-    is not that script or installs an older version than this client
-    needs).  A test database Django makes gets it the same way (the C
-    edition's CREATE EXTENSION needs a superuser there too, or a template
-    database that has the extension: TEST["TEMPLATE"]).  Migrating back drops the extension and every stored key; a plain
-    install is left for its owner to remove (NotSupportedError: ``DROP
-    SCHEMA idempotency CASCADE`` removes it with every stored key)."""
+    role, which must own the database.  ImproperlyConfigured, before
+    anything is written: neither is set, or the file is not that script, or
+    it installs an older version than this client needs.  A test database
+    Django makes gets it the same way (the C edition's CREATE EXTENSION
+    needs a superuser there too, or a template database that has the
+    extension: TEST["TEMPLATE"]).  Migrating back drops the extension and
+    every stored key; a plain install is left for its owner to remove
+    (NotSupportedError: ``DROP SCHEMA idempotency CASCADE`` removes it with
+    every stored key)."""
 
     reversible = True
     reduces_to_sql = False
