@@ -24,9 +24,9 @@ const ExtensionMin = "0.6.0"
 
 // the extension's version; a plain install of the portable edition (psql -f,
 // no extension) records it in the schema's comment instead
-const versionSQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'idempotency')," +
+const versionSQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')," +
 	" (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency ([0-9.]+) \\(portable edition\\)$')" +
-	" FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion"
+	" FROM pg_catalog.pg_namespace AS n WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency')) AS extversion"
 
 // ExtensionVersionError: the database's extension is older than
 // ExtensionMin (Found), or not installed (Found empty).

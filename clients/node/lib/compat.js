@@ -11,9 +11,9 @@ const VERSION = require('../package.json').version;
 const EXTENSION_MIN = VERSION.replace(/^(\d+)\.(\d+)\..*$/, '$1.$2.0');
 // the extension's version; a plain install of the portable edition (psql -f,
 // no extension) records it in the schema's comment instead
-const VERSION_SQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'idempotency')," +
+const VERSION_SQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')," +
 	" (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency ([0-9.]+) \\(portable edition\\)$')" +
-	" FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion";
+	" FROM pg_catalog.pg_namespace AS n WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency')) AS extversion";
 
 const checked = new WeakMap();	// pool -> Promise<string>, the extension's version
 let queries = 0;			// version queries sent (the tests count them)

@@ -14,9 +14,9 @@ module PgIdempotency
   EXTENSION_MIN = VERSION.sub(/\A(\d+)\.(\d+)\..*\z/, '\1.\2.0')
   # the extension's version; a plain install of the portable edition (psql -f,
   # no extension) records it in the schema's comment instead
-  VERSION_SQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'idempotency')," \
+  VERSION_SQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')," \
                 " (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency ([0-9.]+) \\(portable edition\\)$')" \
-                " FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion"
+                " FROM pg_catalog.pg_namespace AS n WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency')) AS extversion"
 
   # The database's extension is older than EXTENSION_MIN (found), or missing (found nil).
   class ExtensionVersionError < StandardError

@@ -95,9 +95,9 @@ public final class Idempotency {
 
 	/** the extension's version; a plain install of the portable edition (psql -f, no extension)
 	 *  records it in the schema's comment instead */
-	static final String VERSION_SQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'idempotency'),"
+	static final String VERSION_SQL = "SELECT COALESCE((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'),"
 		+ " (SELECT pg_catalog.substring(pg_catalog.obj_description(n.oid, 'pg_namespace'), '^idempotency ([0-9.]+) \\(portable edition\\)$')"
-		+ " FROM pg_catalog.pg_namespace AS n WHERE n.nspname = 'idempotency')) AS extversion";
+		+ " FROM pg_catalog.pg_namespace AS n WHERE n.nspname OPERATOR(pg_catalog.=) 'idempotency')) AS extversion";
 
 	/** the extension's version on conn's database, asked the first time per URL and user only */
 	static String checkExtension(Connection conn) throws SQLException {
