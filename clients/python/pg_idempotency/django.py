@@ -370,7 +370,7 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
     every stored key)."""
 
     reversible = True
-    reduces_to_sql = False
+    reduces_to_sql = False	# decided when it runs: sqlmigrate shows describe()
 
     def __init__(self, portable_script: Optional[str] = None) -> None:
         self.portable_script = portable_script
@@ -385,10 +385,6 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
                           to_state: Any) -> None:
         conn = schema_editor.connection
         if conn.vendor != "postgresql" or not router.allow_migrate(conn.alias, app_label):
-            return
-        if schema_editor.collect_sql:	# sqlmigrate: decided when it runs
-            schema_editor.collected_sql.append(
-                "-- idempotency: CREATE EXTENSION idempotency, or the portable edition's script")
             return
         with conn.cursor() as c:
             c.execute(VERSION_SQL)
@@ -421,9 +417,6 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
                            to_state: Any) -> None:
         conn = schema_editor.connection
         if conn.vendor != "postgresql" or not router.allow_migrate(conn.alias, app_label):
-            return
-        if schema_editor.collect_sql:
-            schema_editor.collected_sql.append("DROP EXTENSION IF EXISTS idempotency;")
             return
         with conn.cursor() as c:
             c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension AS e "

@@ -432,6 +432,14 @@ if MODE == "direct":
           e is None and (one(n_objects), one("SELECT count(*) FROM idempotency.idempotency_key")) == before,
           [e, before])
 
+    buf = io.StringIO()
+    call_command("sqlmigrate", "shop", "0001", stdout=buf)
+    check("sqlmigrate: the operation is shown as one that cannot be written as SQL, with its "
+          "description, and nothing runs",
+          "CANNOT BE WRITTEN AS SQL" in buf.getvalue() and InstallIdempotency().describe() in buf.getvalue()
+          and (one(n_objects), one("SELECT count(*) FROM idempotency.idempotency_key")) == before,
+          buf.getvalue()[:600])
+
     bare = DBNAME + "_bare"
     create_database(bare)
     conn = django_db(bare)
