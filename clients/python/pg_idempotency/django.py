@@ -341,6 +341,15 @@ def _portable_install_script(script: "Union[str, os.PathLike[str]]") -> str:
     return text
 
 
+def _migrating(schema_editor: Any, app_label: str) -> Any:
+    """The connection a migration of app_label runs on, if PostgreSQL's and
+    the routers let it migrate there; else None (the operation is skipped)."""
+    conn = schema_editor.connection
+    if conn.vendor != "postgresql" or not router.allow_migrate(conn.alias, app_label):
+        return None
+    return conn
+
+
 class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no types
     """A migration operation that installs ``idempotency`` in the database by
     whichever edition the server offers, so that one migration serves both:
@@ -383,8 +392,8 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
                           to_state: Any) -> None:
-        conn = schema_editor.connection
-        if conn.vendor != "postgresql" or not router.allow_migrate(conn.alias, app_label):
+        conn = _migrating(schema_editor, app_label)
+        if conn is None:
             return
         with conn.cursor() as c:
             c.execute(VERSION_SQL)
@@ -415,8 +424,8 @@ class InstallIdempotency(Operation):  # type: ignore[misc]  # Django ships no ty
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
-        conn = schema_editor.connection
-        if conn.vendor != "postgresql" or not router.allow_migrate(conn.alias, app_label):
+        conn = _migrating(schema_editor, app_label)
+        if conn is None:
             return
         with conn.cursor() as c:
             c.execute("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension AS e "
