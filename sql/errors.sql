@@ -117,6 +117,33 @@ PREPARE TRANSACTION 'idem_regress';
 COMMIT PREPARED 'idem_regress';
 SELECT outcome, response FROM idempotency.begin('prepared');
 
+-- a finished key is checked as a new one is: a lower max_key_length
+-- refuses its replay (IK003), a bad ttl too (22023), another request is
+-- IK001; a key longer in bytes than the default limit, not in
+-- characters, replays
+BEGIN;
+SELECT outcome FROM idempotency.begin('ten-chars!', '{"a": 1}');
+SELECT idempotency.complete('ten-chars!', '{"n": 1}');
+SELECT outcome FROM idempotency.begin(repeat('é', 200));
+SELECT idempotency.complete(repeat('é', 200), '{"n": 2}');
+COMMIT;
+SET idempotency.max_key_length = 8;
+SELECT * FROM idempotency.begin('ten-chars!');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.lookup('ten-chars!');
+\echo :LAST_ERROR_SQLSTATE
+RESET idempotency.max_key_length;
+SELECT * FROM idempotency.begin('ten-chars!', ttl => '0 seconds');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idempotency.begin('ten-chars!', '{"a": 2}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT outcome, response FROM idempotency.begin('ten-chars!');
+SELECT outcome, response FROM idempotency.begin('ten-chars!', '{"a": 1}');
+SELECT outcome, response FROM idempotency.begin('ten-chars!', '{"a": 1}', ttl => '1 hour');
+SELECT outcome, response FROM idempotency.begin(repeat('é', 200));
+SELECT status FROM idempotency.lookup(repeat('é', 200));
+SELECT idempotency.forget(repeat('é', 200));
+
 -- wrong types and bad arguments
 SELECT * FROM idempotency.begin(42);
 \echo :LAST_ERROR_SQLSTATE

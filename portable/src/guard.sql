@@ -49,18 +49,17 @@ DECLARE
     res     idempotency.begin_result;
 BEGIN
     -- IK003, then 22023 for a bad ttl or lease, before anything else as
-    -- in the C edition.  One quick test for the common call (a key and
-    -- scope no longer in bytes than max_key_length in characters, whose
-    -- range is 1 .. 1024; no ttl, no lease): each PL/pgSQL statement costs
-    -- its expression's set-up once per transaction, so the path of a
-    -- replay has as few as it can.  The default ttl is read only when a
-    -- row is written.
-    IF p_ttl IS NOT NULL OR p_lease IS NOT NULL
-       OR p_key IS NULL OR p_scope IS NULL OR p_key = ''
-       OR pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope)
-          > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
-        -- (the same quick test: the full check only when it fails, with a
-        -- ttl or lease as without)
+    -- in the C edition.  One quick test for the common call (no ttl, no
+    -- lease, max_key_length unset, a key and scope of at most its default
+    -- 255 in bytes): each PL/pgSQL statement sets up its expression once
+    -- per transaction, and each function in it costs a catalog lookup and
+    -- a privilege check there, so the path of a replay has as few
+    -- statements and functions as it can.  The default ttl is read only
+    -- when a row is written.
+    IF (p_ttl IS NULL AND p_lease IS NULL AND p_key <> ''
+        AND pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope) <= 255
+        AND pg_catalog.current_setting('idempotency.max_key_length', true) IS NULL) IS NOT TRUE THEN
+        -- (the key's test in full: _check_key() only when it fails)
         IF p_key IS NULL OR p_scope IS NULL OR p_key = ''
            OR pg_catalog.octet_length(p_key) + pg_catalog.octet_length(p_scope)
               > LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
@@ -82,17 +81,25 @@ BEGIN
     END IF;
     v_owner := idempotency._caller();
 
-    -- a replay: a live finished key, and the same request (or none given);
-    -- anything else is decided below, on the row read again
+    -- a replay: a live finished key, and the same request (or none given;
+    -- the fingerprint, a function of ours, only when one is); anything
+    -- else is decided below, on the row read again
     SELECT k.status, k.request_hash, k.response, k.retryable, k.attempts, k.created_at,
            k.expires_at, k.locked_until, k.recovery_point, k.recovery_state, k.xmin AS x,
            k.expires_at > pg_catalog.now() AND (k.status = 'completed' OR (k.status = 'failed' AND NOT k.retryable)) AS fin
       INTO r
       FROM idempotency.idempotency_key AS k
      WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
-    IF r.fin AND (p_req IS NULL OR r.request_hash IS NULL OR r.request_hash = idempotency.fingerprint(p_req)) THEN
-        RETURN ROW('replay', r.status, r.response, r.attempts, r.created_at,
-                   r.recovery_point, r.recovery_state)::idempotency.begin_result;
+    IF r.fin THEN
+        IF p_req IS NULL OR r.request_hash IS NULL THEN
+            RETURN ROW('replay', r.status, r.response, r.attempts, r.created_at,
+                       r.recovery_point, r.recovery_state)::idempotency.begin_result;
+        END IF;
+        v_hash := idempotency.fingerprint(p_req);
+        IF r.request_hash = v_hash THEN
+            RETURN ROW('replay', r.status, r.response, r.attempts, r.created_at,
+                       r.recovery_point, r.recovery_state)::idempotency.begin_result;
+        END IF;
     END IF;
     v_found := FOUND;
     v_now := pg_catalog.now();
@@ -322,10 +329,15 @@ DECLARE
     p_scope ALIAS FOR $2;
     v_clock pg_catalog.timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
-       OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
-          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
-        PERFORM idempotency._check_key(p_key, p_scope);
+    -- (begin()'s quick test of the key, then the full one)
+    IF (p_key OPERATOR(pg_catalog.<>) ''
+        AND pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope) OPERATOR(pg_catalog.<=) 255
+        AND pg_catalog.current_setting('idempotency.max_key_length', true) IS NULL) IS NOT TRUE THEN
+        IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
+           OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
+              OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
+            PERFORM idempotency._check_key(p_key, p_scope);
+        END IF;
     END IF;
     -- Only rows: a key another transaction holds in single-transaction
     -- mode is a row that transaction has not committed, invisible here
@@ -440,10 +452,15 @@ DECLARE
     v_msg pg_catalog.text;
     r record;
 BEGIN
-    IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
-       OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
-          OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
-        PERFORM idempotency._check_key(p_key, p_scope);
+    -- (begin()'s quick test of the key, then the full one)
+    IF (p_key OPERATOR(pg_catalog.<>) ''
+        AND pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope) OPERATOR(pg_catalog.<=) 255
+        AND pg_catalog.current_setting('idempotency.max_key_length', true) IS NULL) IS NOT TRUE THEN
+        IF p_key IS NULL OR p_scope IS NULL OR p_key OPERATOR(pg_catalog.=) ''
+           OR pg_catalog.octet_length(p_key) OPERATOR(pg_catalog.+) pg_catalog.octet_length(p_scope)
+              OPERATOR(pg_catalog.>) LEAST(coalesce(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::pg_catalog.int4, 255), 1024) THEN
+            PERFORM idempotency._check_key(p_key, p_scope);
+        END IF;
     END IF;
     v_owner := idempotency._caller();
     -- The common case in one statement: a key begun in this transaction
