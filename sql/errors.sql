@@ -143,6 +143,15 @@ SELECT outcome, response FROM idempotency.begin('ten-chars!', '{"a": 1}', ttl =>
 SELECT outcome, response FROM idempotency.begin(repeat('é', 200));
 SELECT status FROM idempotency.lookup(repeat('é', 200));
 SELECT idempotency.forget(repeat('é', 200));
+-- and a lease completed from another transaction (the lease holder's check)
+SELECT outcome FROM idempotency.begin('leased-key', lease => '1 minute');
+SET idempotency.max_key_length = 8;
+SELECT idempotency.complete('leased-key', '{}', attempt => 1);
+\echo :LAST_ERROR_SQLSTATE
+RESET idempotency.max_key_length;
+SELECT idempotency.complete('leased-key', '{}', attempt => 1);
+SELECT outcome FROM idempotency.begin('leased-key');
+SELECT idempotency.forget('leased-key');
 
 -- wrong types and bad arguments
 SELECT * FROM idempotency.begin(42);
