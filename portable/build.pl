@@ -27,9 +27,13 @@
 # pg_extension_config_dump() runs only under CREATE EXTENSION (pg_tle); a
 # plain psql -f install has no extension to mark.
 #
+# Statements in @rewrite below are passed through with a part replaced
+# (each must match, or the build fails).
+#
 # Blocks "-- @head" and "-- @tail" of the portable sources are emitted
-# before and after the shared statements (schema creation and checks; the
-# portable edition's internal functions and triggers).
+# before and after the shared statements (schema creation and checks, and
+# a table a rewritten statement reads; the portable edition's internal
+# functions and triggers).
 #
 # --check: exit 1 when a portable body names a symbol the C script does not
 # have (a renamed C function), instead of only warning.
@@ -81,6 +85,28 @@ my @c_only = (
 	# managed service's admin role does not have; without the library the
 	# settings stay placeholders that any role may SET in its session
 	[qr/^GRANT\s+SET\s+ON\s+PARAMETER\b/i, 'C: GRANT SET ON PARAMETER (needs a superuser)'],
+);
+
+# ---------------------------------------------------------------------
+# Shared statements the portable edition runs with a part replaced, each
+# with the reason: [statement, text in it, replacement, reason].  Each
+# must match in the install script (the build fails when an edit of the C
+# script leaves one without its text).
+# ---------------------------------------------------------------------
+my @rewrite = (
+	# outbox_stats adds the acked counts the C edition keeps in shared
+	# memory (_outbox_counts()); the portable ack() writes them into
+	# idempotency.outbox_acked (portable/src/outbox.sql), read here in the
+	# view's own snapshot: a VOLATILE function called by the view would
+	# read them in a newer one under READ COMMITTED, and count an ack or a
+	# purge that commits meanwhile twice or not at all
+	[qr/^CREATE\s+VIEW\s+idempotency\.outbox_stats\b/,
+	 'CROSS JOIN LATERAL idempotency._outbox_counts(t.id) AS c',
+	 "CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.sum(a.delivered), 0)::pg_catalog.int8 AS delivered,\n"
+	 . "                                COALESCE(pg_catalog.sum(a.retried), 0)::pg_catalog.int8 AS retried\n"
+	 . "                           FROM idempotency.outbox_acked AS a\n"
+	 . "                          WHERE a.topic_id OPERATOR(pg_catalog.=) t.id) AS c",
+	 'portable: outbox_stats reads the acked counts from idempotency.outbox_acked in its own snapshot'],
 );
 
 # ---------------------------------------------------------------------
@@ -289,6 +315,16 @@ for my $s (@stmts) {
 		next;
 	}
 
+	# a shared statement with a part replaced
+	for my $r (@rewrite) {
+		next unless $code =~ $r->[0];
+		my $at = index($s, $r->[1]);
+		die "build.pl: rewrite finds no \"$r->[1]\" in its statement: $r->[3]\n" if $at < 0;
+		substr($s, $at, length $r->[1]) = $r->[2];
+		$code = code_of($s);
+		$rule_hits{$r->[3]}++;
+	}
+
 	# a C function: its portable body, or left out
 	if ($code =~ /AS\s+'MODULE_PATHNAME',\s*'(\w+)'\s+LANGUAGE\s+C\b/si) {
 		my $sym = $1;
@@ -340,6 +376,11 @@ my $fail = 0;
 for my $r (@c_only) {
 	next if $rule_hits{$r->[1]} || defined $upgrade;
 	print STDERR "build.pl: rule matches nothing in $cscript: $r->[1]\n";
+	$fail = 1;
+}
+for my $r (@rewrite) {
+	next if $rule_hits{$r->[3]} || defined $upgrade;
+	print STDERR "build.pl: rewrite matches nothing in $cscript: $r->[3]\n";
 	$fail = 1;
 }
 for my $sym (sort keys %body) {

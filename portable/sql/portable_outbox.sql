@@ -3,7 +3,8 @@
 -- commit, no advisory lock, unwritable by every other role), the NOTIFY
 -- queue whose rows never commit (not at COMMIT, not at PREPARE
 -- TRANSACTION), the foreign key that makes a topic's drop see every
--- message, wait_for()'s snapshot cursor; each error path with its SQLSTATE
+-- message, wait_for()'s snapshot cursor, the acked counts (ack() deletes
+-- the message and writes a row of outbox_acked); each error path with its SQLSTATE
 -- and that nothing was written.
 \set VERBOSITY default
 CREATE FUNCTION po_key_rows() RETURNS bigint LANGUAGE sql SECURITY DEFINER
@@ -146,6 +147,65 @@ SELECT * FROM idempotency.wait_for('{po}', '0', '{5,7}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idempotency.wait_for('{po}', '0', '{1,NULL}');
 \echo :LAST_ERROR_SQLSTATE
+
+-- ---- ack() deletes what it delivers and counts it in outbox_acked
+SELECT idempotency.create_topic('po_ack', retention => '1 day') > 0 AS created;
+SELECT id AS po_ack_id FROM idempotency.outbox_topic WHERE name = 'po_ack' \gset
+SELECT count(idempotency.publish('po_ack', jsonb_build_object('i', i))) AS published
+  FROM generate_series(1, 3) AS i;
+-- one claim nacked, so a retry is counted
+SELECT idempotency.nack(claim, ARRAY[id], retry_in => '0') AS nacked
+  FROM idempotency.claim('po_ack', 1);
+SELECT a AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_ack', 3) AS c
+   GROUP BY c.claim) AS x(a);
+SELECT count(idempotency.publish('po_ack', jsonb_build_object('i', i))) AS published
+  FROM generate_series(4, 5) AS i;
+-- the rows are gone (a topic's retention keeps none), one count row holds them
+SELECT state, count(*) FROM idempotency.outbox_message AS m
+  JOIN idempotency.outbox_topic AS t ON t.id = m.topic_id
+ WHERE t.name = 'po_ack' GROUP BY state;
+SELECT delivered, retried FROM idempotency.outbox_acked AS a
+  JOIN idempotency.outbox_topic AS t ON t.id = a.topic_id WHERE t.name = 'po_ack';
+SELECT published, delivered, retried, undelivered FROM idempotency.outbox_stats
+ WHERE topic = 'po_ack';
+SELECT delivered, retried FROM idempotency._outbox_counts(:po_ack_id);
+-- an ack rolled back (to a savepoint) deletes and counts nothing
+BEGIN;
+SAVEPOINT s;
+SELECT count(*) AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_ack', 1) AS c
+   GROUP BY c.claim) AS a;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT published, delivered, undelivered FROM idempotency.outbox_stats WHERE topic = 'po_ack';
+-- another role sees no count of a topic it is not granted, and writes none
+SET ROLE regress_bob;
+SELECT count(*) AS rows_seen FROM idempotency.outbox_acked;
+SELECT delivered, retried FROM idempotency._outbox_counts(:po_ack_id);
+INSERT INTO idempotency.outbox_acked VALUES (1, 1, 0);
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM idempotency.outbox_acked;
+\echo :LAST_ERROR_SQLSTATE
+-- its purge leaves alice's counts where they are
+SELECT idempotency.purge() AS purged;
+SET ROLE regress_alice;
+SELECT count(*) AS count_rows FROM idempotency.outbox_acked;
+-- alice's purge adds them to the topic's row; outbox_stats counts the same
+SELECT idempotency.purge() AS purged;
+SELECT count(*) AS count_rows FROM idempotency.outbox_acked;
+SELECT purged_delivered, purged_retries FROM idempotency.outbox_topic WHERE name = 'po_ack';
+SELECT published, delivered, retried, undelivered FROM idempotency.outbox_stats
+ WHERE topic = 'po_ack';
+-- a topic's drop takes its counts with it
+SELECT count(*) AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_ack', 1) AS c
+   GROUP BY c.claim) AS a;
+SELECT count(*) AS count_rows FROM idempotency.outbox_acked;
+SELECT idempotency.drop_topic('po_ack', force => true);
+RESET ROLE;
+SELECT count(*) AS count_rows_after_drop FROM idempotency.outbox_acked;
+SET ROLE regress_alice;
 
 SELECT idempotency.drop_topic('po', force => true);
 SELECT idempotency.drop_topic('po_n', force => true);

@@ -109,6 +109,34 @@ BEGIN
         v_total := v_total + v_n;
     END LOOP;
 
+    -- the acked counts (idempotency.outbox_acked, written by ack()) are
+    -- added to their topics' purged_* columns, as the C edition's purge
+    -- adds those of shared memory: the topics' rows locked first, skipping
+    -- any another transaction holds (an open alter_topic(); its counts wait
+    -- for the next purge), and only the counts of the topics locked taken.
+    -- Not counted in what purge() returns (no row of the caller's expired).
+    WITH tp AS MATERIALIZED (
+        SELECT p.id FROM idempotency.outbox_topic AS p
+         WHERE (v_all OR p.owner = v_owner)
+           AND p.id IN (SELECT a.topic_id FROM idempotency.outbox_acked AS a)
+           FOR NO KEY UPDATE OF p SKIP LOCKED),
+    d AS (
+        DELETE FROM idempotency.outbox_acked AS a
+         WHERE a.topic_id IN (SELECT tp.id FROM tp)
+        RETURNING a.topic_id, a.delivered, a.retried)
+    UPDATE idempotency.outbox_topic AS p
+       SET purged_delivered = p.purged_delivered + s.n,
+           purged_retries = p.purged_retries + s.r
+      FROM (SELECT d.topic_id, pg_catalog.sum(d.delivered) AS n, pg_catalog.sum(d.retried) AS r
+              FROM d GROUP BY d.topic_id) AS s
+     WHERE p.id = s.topic_id;
+    -- and the installing role drops the counts of a topic that is gone
+    -- (an ack that committed after its topic's drop took the counts)
+    IF v_all THEN
+        DELETE FROM idempotency.outbox_acked AS a
+         WHERE NOT EXISTS (SELECT FROM idempotency.outbox_topic AS p WHERE p.id = a.topic_id);
+    END IF;
+
     RETURN v_total;
 END
 $fn$

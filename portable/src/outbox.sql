@@ -4,9 +4,10 @@
 --
 -- Claims live in the rows, as the C edition keeps them without the library
 -- in shared_preload_libraries (and as 0.5.0 kept them): a claim writes its
--- token, its end (available_at) and attempts + 1 into the row; ack() marks
--- the message delivered until purge() deletes it after the topic's
--- retention; nack() writes the retry time or makes it dead; release()
+-- token, its end (available_at) and attempts + 1 into the row; ack()
+-- deletes the message, as the C edition's does with the library preloaded,
+-- and counts it in idempotency.outbox_acked (so a topic's retention keeps
+-- nothing here); nack() writes the retry time or makes it dead; release()
 -- gives it back with the attempt uncounted.  The statements are the C
 -- edition's (src/outbox_relay.c, src/outbox_topics.c), run as the
 -- installing role inside SECURITY DEFINER functions, for the caller's role
@@ -33,7 +34,55 @@
 --
 -- wait_for() polls: see its body.
 
+-- @head
+-- ---------------------------------------------------------------------
+-- The acked counts.  ack() deletes the messages it delivers, as the C
+-- edition does with the library preloaded (one dead row version per
+-- message, no index entry added), and counts them here: a row per ack
+-- statement and topic, which outbox_stats adds to the topic's purged_*
+-- columns (build.pl rewrites the view to read this table where the C
+-- edition reads shared memory), and purge() folds into those columns.
+-- Rows, not a counter in the topic's row: concurrent acks of a topic
+-- insert without waiting for each other, and the counts obey snapshots
+-- and rollbacks as the deletes do.  Created before the shared statements:
+-- the view reads it.  Its row security and grant follow the topics' (at
+-- the tail).
+-- ---------------------------------------------------------------------
+CREATE TABLE idempotency.outbox_acked (
+    topic_id  pg_catalog.int4 NOT NULL,
+    delivered pg_catalog.int8 NOT NULL,
+    retried   pg_catalog.int8 NOT NULL
+);
+CREATE INDEX outbox_acked_topic_idx ON idempotency.outbox_acked (topic_id);
+ALTER TABLE idempotency.outbox_acked SET (autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
+COMMENT ON TABLE idempotency.outbox_acked IS
+'Portable edition: messages delivered (and their claims after the first) per ack() statement and topic, until purge() adds them to the topic''s purged_delivered and purged_retries';
+DO $cd$ BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+                WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency') THEN
+        PERFORM pg_catalog.pg_extension_config_dump('idempotency.outbox_acked', '');
+    END IF;
+END $cd$;
+-- @end
+
 -- @tail
+-- ---------------------------------------------------------------------
+-- The acked counts are read as the topics are: a role sees the rows of
+-- the topics row security shows it, a member of pg_read_all_stats every
+-- row (as _outbox_counts() answers in the C edition); nobody but the
+-- installing role writes them.
+-- ---------------------------------------------------------------------
+ALTER TABLE idempotency.outbox_acked ENABLE ROW LEVEL SECURITY;
+CREATE POLICY outbox_acked_visible ON idempotency.outbox_acked
+    FOR SELECT
+    USING (pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
+           OR EXISTS (SELECT 1 FROM idempotency.outbox_topic AS t
+                       WHERE t.id OPERATOR(pg_catalog.=) outbox_acked.topic_id));
+REVOKE ALL ON idempotency.outbox_acked FROM PUBLIC;
+GRANT SELECT ON idempotency.outbox_acked TO PUBLIC;
+
 -- ---------------------------------------------------------------------
 -- The outbox's own table: its primary key holds the per-key locks of
 -- publish() and redrive(), taken before they draw a message id; its rows
@@ -252,7 +301,7 @@ $fn$;
 COMMENT ON FUNCTION idempotency._outbox_key_lock(pg_catalog.int4, pg_catalog.text) IS
 'Portable edition, internal: lock (topic, message key) to the end of the transaction, by an entry in outbox_key_lock''s primary key whose row never commits';
 
--- Delete a topic's row after its messages.  With READ COMMITTED the
+-- Delete a topic's row after its messages, and its acked counts.  With READ COMMITTED the
 -- statement before (a new snapshot, after the row lock waited for the
 -- publishers) saw every message; with a transaction snapshot the foreign
 -- key's check, which looks with the newest snapshot, finds a message
@@ -262,6 +311,7 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $fn$
 BEGIN
+    DELETE FROM idempotency.outbox_acked AS a WHERE a.topic_id OPERATOR(pg_catalog.=) _outbox_drop_row.id;
     IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed' THEN
         DELETE FROM idempotency.outbox_topic AS o WHERE o.id OPERATOR(pg_catalog.=) _outbox_drop_row.id;
         RETURN;
@@ -366,17 +416,36 @@ BEGIN
         END LOOP;
         RETURN n;
     END IF;
+    IF p_kind OPERATOR(pg_catalog.=) 'a' THEN
+        -- delivered: the rows go, their count and retries stay (one row
+        -- per topic; none when nothing was acked)
+        WITH d AS (
+            DELETE FROM idempotency.outbox_message AS m
+             USING idempotency.outbox_topic AS t
+             WHERE m.id OPERATOR(pg_catalog.=) ANY (p_ids)
+               AND m.claim OPERATOR(pg_catalog.=) p_claim
+               AND m.state OPERATOR(pg_catalog.=) 'pending'
+               AND t.id OPERATOR(pg_catalog.=) m.topic_id
+               AND (t.owner OPERATOR(pg_catalog.=) me
+                    OR (EXISTS (SELECT 1 FROM idempotency.outbox_grant AS g
+                                 WHERE g.topic_id OPERATOR(pg_catalog.=) t.id AND g.grantee OPERATOR(pg_catalog.=) me AND g.can_consume)
+                        AND EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid)))
+            RETURNING m.topic_id, m.attempts),
+        c AS (
+            INSERT INTO idempotency.outbox_acked AS a (topic_id, delivered, retried)
+            SELECT d.topic_id, pg_catalog.count(*), pg_catalog.sum(GREATEST(d.attempts OPERATOR(pg_catalog.-) 1, 0))
+              FROM d GROUP BY d.topic_id
+            RETURNING a.delivered)
+        SELECT COALESCE(pg_catalog.sum(c.delivered), 0) INTO n FROM c;
+        RETURN n;
+    END IF;
     UPDATE idempotency.outbox_message AS m
        SET claim = NULL,
-           state = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN 'delivered'
-                        WHEN p_kind OPERATOR(pg_catalog.=) 'n' AND m.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'dead'
+           state = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'n' AND m.attempts OPERATOR(pg_catalog.>=) t.max_attempts THEN 'dead'
                         ELSE 'pending' END,
-           delivered_at = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN v_now ELSE m.delivered_at END,
-           expires_at = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN v_now OPERATOR(pg_catalog.+) t.retention ELSE m.expires_at END,
            last_error = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'n' THEN p_error ELSE m.last_error END,
            attempts = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'r' THEN GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0) ELSE m.attempts END,
-           available_at = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'a' THEN m.available_at
-                               WHEN p_kind OPERATOR(pg_catalog.=) 'r' THEN v_now
+           available_at = CASE WHEN p_kind OPERATOR(pg_catalog.=) 'r' THEN v_now
                ELSE v_now OPERATOR(pg_catalog.+) coalesce(p_retry,
                    CASE WHEN t.backoff_max OPERATOR(pg_catalog./) pg_catalog.power(2::pg_catalog.float8,
                                                               LEAST(GREATEST(m.attempts OPERATOR(pg_catalog.-) 1, 0), 30)::pg_catalog.float8)
@@ -1021,8 +1090,7 @@ $fn$
 
 -- ---------------------------------------------------------------------
 -- What the views read from the C edition's shared memory: here claims are
--- in the rows and acked messages stay rows until the purge, so there is
--- nothing in shared memory to add
+-- in the rows, and the acked counts in idempotency.outbox_acked
 -- ---------------------------------------------------------------------
 
 -- @body idempotency_outbox_claimed
@@ -1035,9 +1103,16 @@ LANGUAGE sql
 AS $fn$ SELECT NULL::pg_catalog.int4 $fn$
 -- @end
 
+-- the acked counts not yet added to the topic's row, through the table's
+-- row security (the topics the caller sees; every topic for
+-- pg_read_all_stats); outbox_stats reads the table itself
 -- @body idempotency_outbox_counts
 LANGUAGE sql
-AS $fn$ SELECT 0::pg_catalog.int8, 0::pg_catalog.int8 $fn$
+AS $fn$
+SELECT COALESCE(pg_catalog.sum(a.delivered), 0)::pg_catalog.int8, COALESCE(pg_catalog.sum(a.retried), 0)::pg_catalog.int8
+  FROM idempotency.outbox_acked AS a
+ WHERE a.topic_id OPERATOR(pg_catalog.=) $1
+$fn$
 -- @end
 
 -- @body idempotency_outbox_claim
