@@ -741,7 +741,7 @@ DECLARE
     v_dead   pg_catalog.int4;
     v_full   pg_catalog.bool;
     v_pass   pg_catalog.int4;
-    v_ids    pg_catalog.int8[];
+    v_ids    pg_catalog.tid[];
     v_n      pg_catalog.int4;
 BEGIN
     -- each check's function raises its error; called only when it will
@@ -784,7 +784,7 @@ BEGIN
                 -- need: unkeyed messages and the earliest pending one of
                 -- their key
                 SELECT ARRAY(
-                    SELECT q.id
+                    SELECT q.ctid
                       FROM (SELECT w0.id, w0.message_key, w0.available_at
                               FROM idempotency.outbox_message AS w0
                              WHERE w0.topic_id = t.id AND w0.state = 'pending'
@@ -825,15 +825,18 @@ BEGIN
                           WHERE u.topic_id = t.id AND u.state = 'pending'
                             AND u.message_key IS NULL AND u.available_at <= v_now
                           ORDER BY u.available_at, u.id LIMIT p_batch - v_got))
-                    SELECT q.id FROM idempotency.outbox_message AS q
+                    SELECT q.ctid FROM idempotency.outbox_message AS q
                      WHERE q.id = ANY (ARRAY(SELECT cand.id FROM cand))
                        AND q.state = 'pending' AND q.available_at <= v_now
                      ORDER BY q.available_at, q.id
                      LIMIT p_batch - v_got FOR UPDATE SKIP LOCKED) INTO v_ids;
             END IF;
             EXIT WHEN pg_catalog.cardinality(v_ids) = 0;
-            -- every locked id is updated (its row was re-checked under the
-            -- lock); those claimed go out, those at max_attempts went dead
+            -- every locked row is updated (re-checked under the lock), found
+            -- by its position: the lock returns the row version it holds,
+            -- the newest, which no one can change before this transaction
+            -- ends (a TID scan, not a second primary-key descent per row);
+            -- those claimed go out, those at max_attempts went dead
             RETURN QUERY
                 WITH c AS (
                     UPDATE idempotency.outbox_message AS m
@@ -844,7 +847,7 @@ BEGIN
                            state = CASE WHEN m.attempts >= t.max_attempts THEN 'dead' ELSE 'pending' END,
                            last_error = CASE WHEN m.claim IS NULL THEN m.last_error
                                         ELSE '{"error": "visibility timeout: the claim lapsed without ack or nack"}'::pg_catalog.jsonb END
-                     WHERE m.id = ANY (v_ids)
+                     WHERE m.ctid = ANY (v_ids)
                        AND m.state = 'pending' AND m.available_at <= v_now
                     RETURNING m.id, m.message_id, m.message_key, m.payload, m.headers,
                               m.attempts, m.published_at, m.state)
