@@ -212,3 +212,29 @@ SELECT idempotency.drop_topic('po_n', force => true);
 RESET ROLE;
 SELECT po_key_rows() AS key_rows_after_drop;
 DROP FUNCTION po_key_rows();
+
+-- ---- a publication of every table (logical replication: a blue/green
+-- switch, a major upgrade by replication) publishes outbox_acked's
+-- deletes: the table needs a replica identity, or purge() and
+-- drop_topic() fail (55000) where they worked when ack() kept the rows
+SET client_min_messages = error;
+CREATE PUBLICATION po_every_table FOR ALL TABLES;
+RESET client_min_messages;
+SET ROLE regress_alice;
+SELECT idempotency.create_topic('po_pub', retention => '0') > 0 AS created;
+SELECT idempotency.publish('po_pub', '{"n": 1}') IS NOT NULL AS published;
+SELECT a AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_pub', 1) AS c
+   GROUP BY c.claim) AS x(a);
+SELECT idempotency.purge() >= 0 AS purged;
+\echo :SQLSTATE
+SELECT published, delivered FROM idempotency.outbox_stats WHERE topic = 'po_pub';
+SELECT idempotency.drop_topic('po_pub');
+\echo :SQLSTATE
+RESET ROLE;
+DROP PUBLICATION po_every_table;
+SELECT count(*) AS topics_left FROM idempotency.outbox_topic WHERE name = 'po_pub';
+-- (what a failed drop left)
+DELETE FROM idempotency.outbox_acked AS a USING idempotency.outbox_topic AS t
+ WHERE t.id = a.topic_id AND t.name = 'po_pub';
+DELETE FROM idempotency.outbox_topic WHERE name = 'po_pub';
