@@ -54,6 +54,9 @@ CREATE TABLE idempotency.outbox_acked (
     retried   pg_catalog.int8 NOT NULL
 );
 CREATE INDEX outbox_acked_topic_idx ON idempotency.outbox_acked (topic_id);
+-- (a replica identity, the whole row: the table has no key, and a
+-- publication of every table publishes its deletes, which fail without one)
+ALTER TABLE idempotency.outbox_acked REPLICA IDENTITY FULL;
 ALTER TABLE idempotency.outbox_acked SET (autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_insert_scale_factor = 0,
     autovacuum_vacuum_insert_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
