@@ -238,3 +238,34 @@ SELECT count(*) AS topics_left FROM idempotency.outbox_topic WHERE name = 'po_pu
 DELETE FROM idempotency.outbox_acked AS a USING idempotency.outbox_topic AS t
  WHERE t.id = a.topic_id AND t.name = 'po_pub';
 DELETE FROM idempotency.outbox_topic WHERE name = 'po_pub';
+
+-- ---- drop_topic() under REPEATABLE READ takes every count of its topic,
+-- also that of an ack committed after the dropping transaction's snapshot
+-- (the other session through dblink, so the order is fixed): nothing of
+-- the topic is left in outbox_acked (for the installing role's purge()
+-- alone to find)
+CREATE EXTENSION dblink;
+SELECT dblink_connect('po_other', pg_catalog.format('host=%s port=%s dbname=%s user=postgres',
+       current_setting('unix_socket_directories'), current_setting('port'), current_database()));
+SET ROLE regress_alice;
+SELECT idempotency.create_topic('po_rr', retention => '0') > 0 AS created;
+RESET ROLE;
+SELECT dblink_exec('po_other', 'SET ROLE regress_alice');
+SELECT dblink_exec('po_other', 'BEGIN ISOLATION LEVEL REPEATABLE READ');
+SELECT * FROM dblink('po_other', 'SELECT count(*) FROM idempotency.outbox_topic WHERE name = ''po_rr''') AS t(topics bigint);
+SET ROLE regress_alice;
+SELECT idempotency.publish('po_rr', '{"n": 1}') IS NOT NULL AS published;
+SELECT a AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_rr', 1) AS c
+   GROUP BY c.claim) AS x(a);
+RESET ROLE;
+SELECT * FROM dblink('po_other', 'SELECT ''dropped'' FROM idempotency.drop_topic(''po_rr'')') AS t(r text);
+SELECT dblink_exec('po_other', 'COMMIT');
+SELECT count(*) AS topics_left FROM idempotency.outbox_topic WHERE name = 'po_rr';
+SELECT count(*) AS counts_left_behind FROM idempotency.outbox_acked AS a
+ WHERE NOT EXISTS (SELECT FROM idempotency.outbox_topic AS t WHERE t.id = a.topic_id);
+-- (what the drop left)
+DELETE FROM idempotency.outbox_acked AS a
+ WHERE NOT EXISTS (SELECT FROM idempotency.outbox_topic AS t WHERE t.id = a.topic_id);
+SELECT dblink_disconnect('po_other');
+DROP EXTENSION dblink;
