@@ -65,7 +65,12 @@ COMMENT ON TABLE idempotency.outbox_acked IS
 DO $cd$ BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency') THEN
-        PERFORM pg_catalog.pg_extension_config_dump('idempotency.outbox_acked', '');
+        -- (the rows of the topics the dump writes: outbox_topic's condition
+        -- leaves out a dropped owner's topic)
+        PERFORM pg_catalog.pg_extension_config_dump('idempotency.outbox_acked',
+            'WHERE EXISTS (SELECT FROM idempotency.outbox_topic AS t
+                             JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid
+                            WHERE t.id OPERATOR(pg_catalog.=) outbox_acked.topic_id)');
     END IF;
 END $cd$;
 -- @end
