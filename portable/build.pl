@@ -100,7 +100,7 @@ my @rewrite = (
 	# view's own snapshot: a VOLATILE function called by the view would
 	# read them in a newer one under READ COMMITTED, and count an ack or a
 	# purge that commits meanwhile twice or not at all
-	[qr/^CREATE\s+VIEW\s+idempotency\.outbox_stats\b/,
+	[qr/^CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+idempotency\.outbox_stats\b/,
 	 'CROSS JOIN LATERAL idempotency._outbox_counts(t.id) AS c',
 	 "CROSS JOIN LATERAL (SELECT COALESCE(pg_catalog.sum(a.delivered), 0)::pg_catalog.int8 AS delivered,\n"
 	 . "                                COALESCE(pg_catalog.sum(a.retried), 0)::pg_catalog.int8 AS retried\n"

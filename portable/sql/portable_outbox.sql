@@ -212,3 +212,98 @@ SELECT idempotency.drop_topic('po_n', force => true);
 RESET ROLE;
 SELECT po_key_rows() AS key_rows_after_drop;
 DROP FUNCTION po_key_rows();
+
+-- ---- a publication of every table (logical replication: a blue/green
+-- switch, a major upgrade by replication) publishes outbox_acked's
+-- deletes: the table needs a replica identity, or purge() and
+-- drop_topic() fail (55000) where they worked when ack() kept the rows
+SET client_min_messages = error;
+CREATE PUBLICATION po_every_table FOR ALL TABLES;
+RESET client_min_messages;
+SET ROLE regress_alice;
+SELECT idempotency.create_topic('po_pub', retention => '0') > 0 AS created;
+SELECT idempotency.publish('po_pub', '{"n": 1}') IS NOT NULL AS published;
+SELECT a AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_pub', 1) AS c
+   GROUP BY c.claim) AS x(a);
+SELECT idempotency.purge() >= 0 AS purged;
+\echo :SQLSTATE
+SELECT published, delivered FROM idempotency.outbox_stats WHERE topic = 'po_pub';
+SELECT idempotency.drop_topic('po_pub');
+\echo :SQLSTATE
+RESET ROLE;
+DROP PUBLICATION po_every_table;
+SELECT count(*) AS topics_left FROM idempotency.outbox_topic WHERE name = 'po_pub';
+-- (what a failed drop left)
+DELETE FROM idempotency.outbox_acked AS a USING idempotency.outbox_topic AS t
+ WHERE t.id = a.topic_id AND t.name = 'po_pub';
+DELETE FROM idempotency.outbox_topic WHERE name = 'po_pub';
+
+-- ---- drop_topic() under REPEATABLE READ takes every count of its topic,
+-- also that of an ack committed after the dropping transaction's snapshot
+-- (the other session through dblink, so the order is fixed): nothing of
+-- the topic is left in outbox_acked (for the installing role's purge()
+-- alone to find)
+CREATE EXTENSION dblink;
+SELECT dblink_connect('po_other', pg_catalog.format('host=%s port=%s dbname=%s user=postgres',
+       current_setting('unix_socket_directories'), current_setting('port'), current_database()));
+SET ROLE regress_alice;
+SELECT idempotency.create_topic('po_rr', retention => '0') > 0 AS created;
+RESET ROLE;
+SELECT dblink_exec('po_other', 'SET ROLE regress_alice');
+SELECT dblink_exec('po_other', 'BEGIN ISOLATION LEVEL REPEATABLE READ');
+SELECT * FROM dblink('po_other', 'SELECT count(*) FROM idempotency.outbox_topic WHERE name = ''po_rr''') AS t(topics bigint);
+SET ROLE regress_alice;
+SELECT idempotency.publish('po_rr', '{"n": 1}') IS NOT NULL AS published;
+SELECT a AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_rr', 1) AS c
+   GROUP BY c.claim) AS x(a);
+RESET ROLE;
+SELECT * FROM dblink('po_other', 'SELECT ''dropped'' FROM idempotency.drop_topic(''po_rr'')') AS t(r text);
+SELECT dblink_exec('po_other', 'COMMIT');
+SELECT count(*) AS topics_left FROM idempotency.outbox_topic WHERE name = 'po_rr';
+SELECT count(*) AS counts_left_behind FROM idempotency.outbox_acked AS a
+ WHERE NOT EXISTS (SELECT FROM idempotency.outbox_topic AS t WHERE t.id = a.topic_id);
+-- (what the drop left)
+DELETE FROM idempotency.outbox_acked AS a
+ WHERE NOT EXISTS (SELECT FROM idempotency.outbox_topic AS t WHERE t.id = a.topic_id);
+SELECT dblink_disconnect('po_other');
+DROP EXTENSION dblink;
+
+-- ---- a dump keeps no count of a topic it leaves out: through pg_tle the
+-- extension's dump conditions leave out a dropped owner's topic (as the C
+-- edition's dump does), so its counts must go too, or the restored
+-- database has count rows of a topic it does not have.  The rows pg_dump
+-- writes, by the conditions it reads (a plain install has none: it dumps
+-- every row of both tables)
+CREATE ROLE regress_po_gone NOLOGIN;
+SET ROLE regress_po_gone;
+SELECT idempotency.create_topic('po_gone', retention => '0') > 0 AS created;
+SELECT idempotency.publish('po_gone', '{"n": 1}') IS NOT NULL AS published;
+SELECT a AS acked FROM (
+  SELECT idempotency.ack(c.claim, array_agg(c.id)) FROM idempotency.claim('po_gone', 1) AS c
+   GROUP BY c.claim) AS x(a);
+RESET ROLE;
+DROP ROLE regress_po_gone;
+DO $$
+DECLARE
+    v_topic text := '';
+    v_acked text := '';
+    n bigint;
+BEGIN
+    SELECT COALESCE(max(c.cond) FILTER (WHERE c.rel = 'idempotency.outbox_topic'::regclass), ''),
+           COALESCE(max(c.cond) FILTER (WHERE c.rel = 'idempotency.outbox_acked'::regclass), '')
+      INTO v_topic, v_acked
+      FROM pg_extension AS e, unnest(e.extconfig, e.extcondition) AS c(rel, cond)
+     WHERE e.extname = 'idempotency';
+    EXECUTE format('SELECT count(*) FROM (SELECT * FROM ONLY idempotency.outbox_acked %s) AS a
+                     WHERE NOT EXISTS (SELECT FROM (SELECT * FROM ONLY idempotency.outbox_topic %s) AS t
+                                        WHERE t.id = a.topic_id)', v_acked, v_topic) INTO n;
+    RAISE NOTICE 'count rows dumped without their topic: %', n;
+END $$;
+-- (the dropped owner's topic, as a takeover would drop it)
+DELETE FROM idempotency.outbox_acked AS a USING idempotency.outbox_topic AS t
+ WHERE t.id = a.topic_id AND t.name = 'po_gone';
+DELETE FROM idempotency.outbox_message AS m USING idempotency.outbox_topic AS t
+ WHERE t.id = m.topic_id AND t.name = 'po_gone';
+DELETE FROM idempotency.outbox_topic WHERE name = 'po_gone';

@@ -54,6 +54,9 @@ CREATE TABLE idempotency.outbox_acked (
     retried   pg_catalog.int8 NOT NULL
 );
 CREATE INDEX outbox_acked_topic_idx ON idempotency.outbox_acked (topic_id);
+-- (a replica identity, the whole row: the table has no key, and a
+-- publication of every table publishes its deletes, which fail without one)
+ALTER TABLE idempotency.outbox_acked REPLICA IDENTITY FULL;
 ALTER TABLE idempotency.outbox_acked SET (autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_insert_scale_factor = 0,
     autovacuum_vacuum_insert_threshold = 1000, autovacuum_vacuum_cost_delay = 0);
@@ -62,7 +65,12 @@ COMMENT ON TABLE idempotency.outbox_acked IS
 DO $cd$ BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e
                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency') THEN
-        PERFORM pg_catalog.pg_extension_config_dump('idempotency.outbox_acked', '');
+        -- (the rows of the topics the dump writes: outbox_topic's condition
+        -- leaves out a dropped owner's topic)
+        PERFORM pg_catalog.pg_extension_config_dump('idempotency.outbox_acked',
+            'WHERE EXISTS (SELECT FROM idempotency.outbox_topic AS t
+                             JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) t.owner::pg_catalog.oid
+                            WHERE t.id OPERATOR(pg_catalog.=) outbox_acked.topic_id)');
     END IF;
 END $cd$;
 -- @end
