@@ -130,12 +130,6 @@ BEGIN
       FROM (SELECT d.topic_id, pg_catalog.sum(d.delivered) AS n, pg_catalog.sum(d.retried) AS r
               FROM d GROUP BY d.topic_id) AS s
      WHERE p.id = s.topic_id;
-    -- and the installing role drops the counts of a topic that is gone
-    -- (an ack that committed after its topic's drop took the counts)
-    IF v_all THEN
-        DELETE FROM idempotency.outbox_acked AS a
-         WHERE NOT EXISTS (SELECT FROM idempotency.outbox_topic AS p WHERE p.id = a.topic_id);
-    END IF;
 
     RETURN v_total;
 END

@@ -90,6 +90,13 @@ CREATE POLICY outbox_acked_visible ON idempotency.outbox_acked
                        WHERE t.id OPERATOR(pg_catalog.=) outbox_acked.topic_id));
 REVOKE ALL ON idempotency.outbox_acked FROM PUBLIC;
 GRANT SELECT ON idempotency.outbox_acked TO PUBLIC;
+-- A count belongs to an existing topic, for the reason messages do (below):
+-- drop_topic() in a REPEATABLE READ or SERIALIZABLE transaction deletes
+-- the counts its snapshot shows, then the topic; the key's check finds a
+-- count an ack committed after that snapshot, so the drop fails with 40001
+-- instead of leaving the count without a topic.
+ALTER TABLE idempotency.outbox_acked ADD CONSTRAINT outbox_acked_topic_fkey
+    FOREIGN KEY (topic_id) REFERENCES idempotency.outbox_topic (id);
 
 -- ---------------------------------------------------------------------
 -- The outbox's own table: its primary key holds the per-key locks of
@@ -425,6 +432,16 @@ BEGIN
         RETURN n;
     END IF;
     IF p_kind OPERATOR(pg_catalog.=) 'a' THEN
+        -- the claim's topic row FOR KEY SHARE first, as publish() takes
+        -- it: the count row's foreign key takes that lock too, and taken
+        -- after the messages' row locks it would deadlock with a
+        -- drop_topic() that holds the topic and waits for the messages
+        -- (a claim's messages are of one topic)
+        PERFORM FROM idempotency.outbox_topic AS t
+         WHERE t.id OPERATOR(pg_catalog.=) (SELECT m.topic_id FROM idempotency.outbox_message AS m
+                                             WHERE m.id OPERATOR(pg_catalog.=) ANY (p_ids)
+                                               AND m.claim OPERATOR(pg_catalog.=) p_claim LIMIT 1)
+           FOR KEY SHARE OF t;
         -- delivered: the rows go, their count and retries stay (one row
         -- per topic; none when nothing was acked)
         WITH d AS (
