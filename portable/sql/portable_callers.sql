@@ -74,39 +74,6 @@ RESET ROLE;
 DROP TABLE portable_callers_t;
 DELETE FROM idempotency.idempotency_key WHERE key IN ('c-once', 'c-once-2');
 
--- The session's note of a statement once() checked (a setting named by the
--- text's md5, its parameter count): a replay needs no look at the prepared
--- statements, a new key still takes it.  After DEALLOCATE ALL a replay
--- replays and a new key prepares the statement again; a note with another
--- count leaves the arguments' check to the look (22023, nothing written);
--- a note for a text that does not parse gives the role at most its own
--- replay, never runs the text, and a new key under it is 42601; DISCARD ALL
--- clears the notes
-SET ROLE regress_alice;
-SELECT outcome, response FROM idempotency.once('c-note', '{}', 'SELECT $1::int * 2 AS n', '21');
-SELECT current_setting('idempotency_portable.once_' || md5('SELECT $1::int * 2 AS n')) AS note;
-DEALLOCATE ALL;
-SELECT outcome, response FROM idempotency.once('c-note', '{}', 'SELECT $1::int * 2 AS n', '21');
-SELECT count(*) AS prepared FROM pg_prepared_statements WHERE name LIKE 'idempotency_once_%';
-SELECT outcome, response FROM idempotency.once('c-note-2', '{}', 'SELECT $1::int * 2 AS n', '4');
-SELECT count(*) AS prepared FROM pg_prepared_statements WHERE name LIKE 'idempotency_once_%';
-SELECT set_config('idempotency_portable.once_' || md5('SELECT $1::int * 2 AS n'), '2', false) AS false_note;
-SELECT outcome FROM idempotency.once('c-note-3', '{}', 'SELECT $1::int * 2 AS n', '1', '2');
-\echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key = 'c-note-3';
-SELECT set_config('idempotency_portable.once_' || md5('SELEC 1'), '0', false) AS false_note;
-SELECT outcome, response FROM idempotency.once('c-note', '{}', 'SELEC 1');
-SELECT outcome FROM idempotency.once('c-note-4', '{}', 'SELEC 1');
-\echo :LAST_ERROR_SQLSTATE
-SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key = 'c-note-4';
-DISCARD ALL;
-SELECT coalesce(current_setting('idempotency_portable.once_' || md5('SELECT $1::int * 2 AS n'), true), '') AS note_after_discard;
-SET ROLE regress_alice;
-SELECT outcome, response FROM idempotency.once('c-note', '{}', 'SELECT $1::int * 2 AS n', '21');
-DEALLOCATE ALL;
-RESET ROLE;
-DELETE FROM idempotency.idempotency_key WHERE key LIKE 'c-note%';
-
 -- once() under a search_path whose first schema has its own = on text:
 -- once() compares with pg_catalog's; the statement is checked, run and
 -- stored, the hostile operator never called

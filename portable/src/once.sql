@@ -29,7 +29,6 @@ DECLARE
     p_args ALIAS FOR $4;
     v_name pg_catalog.text;
     v_nname pg_catalog.text;
-    v_hash pg_catalog.text;
     v_kept pg_catalog.text;
     v_arg pg_catalog.text;
     v_vals pg_catalog.jsonb;
@@ -62,23 +61,9 @@ BEGIN
     -- prepared statements outlive a transaction, so under a pooler in
     -- transaction mode the server session may come with statements another
     -- client prepared under these names.
-    v_hash := pg_catalog.md5(p_sql);
-    -- A statement of this text that this session prepared and checked
-    -- before, with as many parameters as arguments given: a setting of the
-    -- session says so (set below), and a replay, which runs nothing, needs
-    -- no more.  The setting is not trusted to run the statement: a key that
-    -- is not a replay takes the look below, which finds the statement or
-    -- prepares it again.  (Any setting may be SET by the session's role; a
-    -- false one can only turn that role's own error into its own replay.)
-    IF pg_catalog.current_setting('idempotency_portable.once_' OPERATOR(pg_catalog.||) v_hash, true)
-       OPERATOR(pg_catalog.=) coalesce(pg_catalog.cardinality(p_args), 0)::pg_catalog.text THEN
-        b := idempotency.begin(p_key, p_req);
-        IF b.outcome OPERATOR(pg_catalog.=) 'replay' THEN
-            RETURN ROW('replay', b.response)::idempotency.once_result;
-        END IF;
-    END IF;
-    v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) v_hash;
-    v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) v_hash;
+    v_nname := pg_catalog.md5(p_sql);
+    v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) v_nname;
+    v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) v_nname;
     SELECT s.name, coalesce(pg_catalog.cardinality(s.parameter_types), 0) INTO v_kept, v_nparams
       FROM pg_catalog.pg_prepared_statements AS s
      WHERE (s.name OPERATOR(pg_catalog.=) v_name
@@ -146,12 +131,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    IF b.outcome IS NULL THEN
-        PERFORM pg_catalog.set_config('idempotency_portable.once_' OPERATOR(pg_catalog.||) v_hash, v_nparams::pg_catalog.text, false);
-        b := idempotency.begin(p_key, p_req);
-        IF b.outcome OPERATOR(pg_catalog.=) 'replay' THEN
-            RETURN ROW('replay', b.response)::idempotency.once_result;
-        END IF;
+    b := idempotency.begin(p_key, p_req);
+    IF b.outcome OPERATOR(pg_catalog.=) 'replay' THEN
+        RETURN ROW('replay', b.response)::idempotency.once_result;
     END IF;
 
     -- is the result one json or jsonb column?  PostgreSQL 16 says
