@@ -107,6 +107,42 @@ DEALLOCATE ALL;
 RESET ROLE;
 DELETE FROM idempotency.idempotency_key WHERE key LIKE 'c-note%';
 
+-- A note is the session's, not the role's or the search_path's: the C
+-- edition analyses the statement again for another role or search_path,
+-- or once its table is dropped, and refuses a replay it cannot analyse;
+-- once the statement is gone (DEALLOCATE ALL, a pooler's
+-- server_reset_query) the portable edition must not replay on a note
+-- taken by another role, under another search_path, or over a dropped
+-- table (42501, 42P01, as before the notes)
+CREATE SCHEMA portable_callers_priv AUTHORIZATION regress_alice;
+CREATE TABLE portable_callers_priv.t (n int);
+INSERT INTO portable_callers_priv.t VALUES (7);
+ALTER TABLE portable_callers_priv.t OWNER TO regress_alice;
+SET ROLE regress_bob;
+SELECT outcome, response FROM idempotency.once('c-scope-b', '{}', 'SELECT 1 AS n');
+SET ROLE regress_alice;
+SELECT outcome, response FROM idempotency.once('c-scope-a', '{}', 'SELECT n FROM portable_callers_priv.t');
+DEALLOCATE ALL;
+SET ROLE regress_bob;
+SELECT outcome, response FROM idempotency.once('c-scope-b', '{}', 'SELECT n FROM portable_callers_priv.t');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_alice;
+SET search_path = portable_callers_priv;
+SELECT outcome, response FROM idempotency.once('c-scope-a2', '{}', 'SELECT n FROM t');
+RESET search_path;
+DEALLOCATE ALL;
+SELECT outcome, response FROM idempotency.once('c-scope-a2', '{}', 'SELECT n FROM t');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP SCHEMA portable_callers_priv CASCADE;
+SET ROLE regress_alice;
+DEALLOCATE ALL;
+SELECT outcome, response FROM idempotency.once('c-scope-a', '{}', 'SELECT n FROM portable_callers_priv.t');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DEALLOCATE ALL;
+DELETE FROM idempotency.idempotency_key WHERE key LIKE 'c-scope%';
+
 -- once() under a search_path whose first schema has its own = on text:
 -- once() compares with pg_catalog's; the statement is checked, run and
 -- stored, the hostile operator never called
