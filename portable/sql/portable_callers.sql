@@ -143,6 +143,26 @@ RESET ROLE;
 DEALLOCATE ALL;
 DELETE FROM idempotency.idempotency_key WHERE key LIKE 'c-scope%';
 
+-- A statement kept by one role is not another role's: the C edition
+-- analyses it again for bob, who may read the table but not look up its
+-- schema (42501, nothing run, nothing written); the portable edition must
+-- not run alice's kept statement for bob
+CREATE SCHEMA portable_callers_priv2 AUTHORIZATION regress_alice;
+CREATE TABLE portable_callers_priv2.t (n int);
+INSERT INTO portable_callers_priv2.t VALUES (55);
+ALTER TABLE portable_callers_priv2.t OWNER TO regress_alice;
+GRANT SELECT ON portable_callers_priv2.t TO regress_bob;
+SET ROLE regress_alice;
+SELECT outcome, response FROM idempotency.once('c-kept-a', '{}', 'SELECT n FROM portable_callers_priv2.t');
+SET ROLE regress_bob;
+SELECT outcome, response FROM idempotency.once('c-kept-b', '{}', 'SELECT n FROM portable_callers_priv2.t');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key = 'c-kept-b';
+DROP SCHEMA portable_callers_priv2 CASCADE;
+DEALLOCATE ALL;
+DELETE FROM idempotency.idempotency_key WHERE key LIKE 'c-kept%';
+
 -- once() under a search_path whose first schema has its own = on text:
 -- once() compares with pg_catalog's; the statement is checked, run and
 -- stored, the hostile operator never called
