@@ -49,16 +49,16 @@ DELETE FROM idempotency.idempotency_key WHERE key IN ('c-renew', 'c-lease');
 -- another text (prepared statements outlive a transaction: under a pooler
 -- in transaction mode the server session may bring another client's)
 SET ROLE regress_alice;
-SELECT pg_catalog.format('PREPARE %I AS SELECT %L::text AS planted', 'idempotency_once_r_' || md5('SELECT $1::int + 1 AS n'),
+SELECT pg_catalog.format('PREPARE %I AS SELECT %L::text AS planted', 'idempotency_once_r_' || md5(concat_ws(E'\n', current_user, current_setting('search_path'), 'SELECT $1::int + 1 AS n')),
                          'another statement') \gexec
-SELECT pg_catalog.format('PREPARE %I AS SELECT %L::text AS planted', 'idempotency_once_n_' || md5('SELECT $1::int + 1 AS n'),
+SELECT pg_catalog.format('PREPARE %I AS SELECT %L::text AS planted', 'idempotency_once_n_' || md5(concat_ws(E'\n', current_user, current_setting('search_path'), 'SELECT $1::int + 1 AS n')),
                          'another statement') \gexec
 SELECT outcome, response FROM idempotency.once('c-once', '{}', 'SELECT $1::int + 1 AS n', '41');
 SELECT outcome, response FROM idempotency.once('c-once', '{}', 'SELECT $1::int + 1 AS n', '41');
 SELECT name LIKE 'idempotency_once_r_%' AS kept, statement LIKE '%planted%' AS planted
   FROM pg_prepared_statements WHERE name LIKE 'idempotency_once_%' ORDER BY name;
 -- a statement without RETURNING under its other name
-SELECT pg_catalog.format('PREPARE %I AS SELECT %L::text AS planted', 'idempotency_once_n_' || md5('UPDATE portable_callers_t SET n = n + 1'),
+SELECT pg_catalog.format('PREPARE %I AS SELECT %L::text AS planted', 'idempotency_once_n_' || md5(concat_ws(E'\n', current_user, current_setting('search_path'), 'UPDATE portable_callers_t SET n = n + 1')),
                          'another statement') \gexec
 RESET ROLE;
 CREATE TABLE portable_callers_t (n int);
@@ -73,6 +73,61 @@ DEALLOCATE ALL;
 RESET ROLE;
 DROP TABLE portable_callers_t;
 DELETE FROM idempotency.idempotency_key WHERE key IN ('c-once', 'c-once-2');
+
+-- A replay by once() is refused, as in the C edition, when its statement
+-- cannot be analysed for the role and search_path it runs under, or its
+-- table was dropped: after DEALLOCATE ALL (or a pooler's
+-- server_reset_query) a statement alice ran is analysed again for bob
+-- (42501), under another search_path (42P01), and over a dropped table
+-- (42P01)
+CREATE SCHEMA portable_callers_priv AUTHORIZATION regress_alice;
+CREATE TABLE portable_callers_priv.t (n int);
+INSERT INTO portable_callers_priv.t VALUES (7);
+ALTER TABLE portable_callers_priv.t OWNER TO regress_alice;
+SET ROLE regress_bob;
+SELECT outcome, response FROM idempotency.once('c-scope-b', '{}', 'SELECT 1 AS n');
+SET ROLE regress_alice;
+SELECT outcome, response FROM idempotency.once('c-scope-a', '{}', 'SELECT n FROM portable_callers_priv.t');
+DEALLOCATE ALL;
+SET ROLE regress_bob;
+SELECT outcome, response FROM idempotency.once('c-scope-b', '{}', 'SELECT n FROM portable_callers_priv.t');
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_alice;
+SET search_path = portable_callers_priv;
+SELECT outcome, response FROM idempotency.once('c-scope-a2', '{}', 'SELECT n FROM t');
+RESET search_path;
+DEALLOCATE ALL;
+SELECT outcome, response FROM idempotency.once('c-scope-a2', '{}', 'SELECT n FROM t');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP SCHEMA portable_callers_priv CASCADE;
+SET ROLE regress_alice;
+DEALLOCATE ALL;
+SELECT outcome, response FROM idempotency.once('c-scope-a', '{}', 'SELECT n FROM portable_callers_priv.t');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DEALLOCATE ALL;
+DELETE FROM idempotency.idempotency_key WHERE key LIKE 'c-scope%';
+
+-- A statement kept by one role is not another role's: the C edition
+-- analyses it again for bob, who may read the table but not look up its
+-- schema (42501, nothing run, nothing written); the portable edition must
+-- not run alice's kept statement for bob
+CREATE SCHEMA portable_callers_priv2 AUTHORIZATION regress_alice;
+CREATE TABLE portable_callers_priv2.t (n int);
+INSERT INTO portable_callers_priv2.t VALUES (55);
+ALTER TABLE portable_callers_priv2.t OWNER TO regress_alice;
+GRANT SELECT ON portable_callers_priv2.t TO regress_bob;
+SET ROLE regress_alice;
+SELECT outcome, response FROM idempotency.once('c-kept-a', '{}', 'SELECT n FROM portable_callers_priv2.t');
+SET ROLE regress_bob;
+SELECT outcome, response FROM idempotency.once('c-kept-b', '{}', 'SELECT n FROM portable_callers_priv2.t');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT count(*) AS written FROM idempotency.idempotency_key WHERE key = 'c-kept-b';
+DROP SCHEMA portable_callers_priv2 CASCADE;
+DEALLOCATE ALL;
+DELETE FROM idempotency.idempotency_key WHERE key LIKE 'c-kept%';
 
 -- once() under a search_path whose first schema has its own = on text:
 -- once() compares with pg_catalog's; the statement is checked, run and
