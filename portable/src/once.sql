@@ -9,7 +9,8 @@
 -- or more than one, is refused before anything else happens) and run by
 -- EXECUTE with each argument as a quoted literal, which the prepared
 -- statement's parameter type reads.  The prepared statement is kept per
--- session under a name derived from the statement text (the plan is kept,
+-- session under a name derived from the role, the search_path and the
+-- statement text (the plan is kept,
 -- as the C edition keeps its plans; the server re-plans it when the
 -- search_path or a table changes), and used only while its text is this
 -- statement's.
@@ -60,8 +61,12 @@ BEGIN
     -- names is used only if it is this text's: the name is a hash, and
     -- prepared statements outlive a transaction, so under a pooler in
     -- transaction mode the server session may come with statements another
-    -- client prepared under these names.
-    v_nname := pg_catalog.md5(p_sql);
+    -- client prepared under these names.  The name hashes the role and
+    -- the search_path with the text: the server analysed the statement
+    -- (names, schemas' USAGE) for them, so another role or search_path
+    -- prepares its own, as the C edition keys its plans by both.
+    v_nname := pg_catalog.md5(pg_catalog.concat_ws(E'\n', CURRENT_USER::pg_catalog.text,
+                                                   pg_catalog.current_setting('search_path'), p_sql));
     v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) v_nname;
     v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) v_nname;
     SELECT s.name, coalesce(pg_catalog.cardinality(s.parameter_types), 0) INTO v_kept, v_nparams
