@@ -474,6 +474,16 @@ drop_orphan(const char *topic)
 	return true;
 }
 
+/* the topic was dropped by a drop_topic() that committed after our look */
+static void
+topic_gone(const char *topic)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("topic \"%s\" does not exist", topic),
+			 errhint("Create it with idempotency.create_topic().")));
+}
+
 /*
  * create_topic(topic, max_attempts, backoff_base, backoff_max, retention) -> id
  * (a name held by a topic whose owner was dropped is taken over)
@@ -556,15 +566,16 @@ idempotency_alter_topic(PG_FUNCTION_ARGS)
 		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 	}
-	idem_run_as_owner(&plan_alter,
-					  "UPDATE idempotency.outbox_topic AS t"
-					  "   SET max_attempts = COALESCE($2, t.max_attempts),"
-					  "       backoff_base = COALESCE($3, t.backoff_base),"
-					  "       backoff_max = COALESCE($4, t.backoff_max),"
-					  "       retention = COALESCE($5, t.retention),"
-					  "       notify = COALESCE($6, t.notify)"
-					  " WHERE t.id OPERATOR(pg_catalog.=) $1",
-					  6, argtypes, values, nulls, SPI_OK_UPDATE);
+	if (idem_run_as_owner(&plan_alter,
+						  "UPDATE idempotency.outbox_topic AS t"
+						  "   SET max_attempts = COALESCE($2, t.max_attempts),"
+						  "       backoff_base = COALESCE($3, t.backoff_base),"
+						  "       backoff_max = COALESCE($4, t.backoff_max),"
+						  "       retention = COALESCE($5, t.retention),"
+						  "       notify = COALESCE($6, t.notify)"
+						  " WHERE t.id OPERATOR(pg_catalog.=) $1",
+						  6, argtypes, values, nulls, SPI_OK_UPDATE) == 0)
+		topic_gone(topic);
 	topics_changed();
 	SPI_finish();
 	PG_RETURN_VOID();
@@ -666,13 +677,21 @@ idempotency_grant_topic(PG_FUNCTION_ARGS)
 	values[2] = ObjectIdGetDatum(t.owner);
 	values[3] = PG_GETARG_DATUM(2);
 	values[4] = PG_GETARG_DATUM(3);
-	idem_run_as_owner(&plan_grant,
-					  "INSERT INTO idempotency.outbox_grant AS g"
-					  "  (topic_id, grantee, topic_owner, can_publish, can_consume)"
-					  " VALUES ($1, $2, $3, $4, $5)"
-					  " ON CONFLICT (topic_id, grantee) DO UPDATE"
-					  "   SET can_publish = excluded.can_publish, can_consume = excluded.can_consume",
-					  5, argtypes, values, NULL, SPI_OK_INSERT);
+
+	/*
+	 * The topic's row is locked as the grant's foreign key would lock it, in
+	 * the statement itself: a drop_topic() in flight is waited for, and a
+	 * topic it dropped gives no row (42704) rather than a key violation.
+	 */
+	if (idem_run_as_owner(&plan_grant,
+						  "INSERT INTO idempotency.outbox_grant AS g"
+						  "  (topic_id, grantee, topic_owner, can_publish, can_consume)"
+						  " SELECT t.id, $2, $3, $4, $5 FROM idempotency.outbox_topic AS t"
+						  "  WHERE t.id OPERATOR(pg_catalog.=) $1 FOR KEY SHARE OF t"
+						  " ON CONFLICT (topic_id, grantee) DO UPDATE"
+						  "   SET can_publish = excluded.can_publish, can_consume = excluded.can_consume",
+						  5, argtypes, values, NULL, SPI_OK_INSERT) == 0)
+		topic_gone(topic);
 	topics_changed();
 	SPI_finish();
 	PG_RETURN_VOID();

@@ -218,8 +218,8 @@ COMMENT ON FUNCTION idempotency._outbox_topic_locked(pg_catalog.text, pg_catalog
 -- The topic and the caller's right on it ('own', 'publish', 'consume'):
 -- 42704 if there is no such topic or its owner was dropped (NULL instead
 -- when missing_ok), 42501 if the caller lacks the right.  lock: 'key share'
--- (publish: held to the end of the transaction, see the file's head) or
--- 'update' (drop_topic), else none.
+-- (publish(), grant_topic(): held to the end of the transaction, see the
+-- file's head) or 'update' (drop_topic), else none.
 CREATE FUNCTION idempotency._outbox_topic(name pg_catalog.text, want pg_catalog.text,
                                           missing_ok pg_catalog.bool DEFAULT false,
                                           lock pg_catalog.text DEFAULT NULL)
@@ -592,6 +592,11 @@ BEGIN
            retention = coalesce($5, o.retention),
            notify = coalesce($6, o.notify)
      WHERE o.id = t.id;
+    IF NOT FOUND THEN
+        -- dropped by a drop_topic() that committed after the look above
+        RAISE EXCEPTION 'topic "%" does not exist', $1 USING ERRCODE = 'undefined_object',
+            HINT = 'Create it with idempotency.create_topic().';
+    END IF;
 END
 $fn$
 -- @end
@@ -637,7 +642,9 @@ BEGIN
     IF $2 IS NULL THEN RAISE EXCEPTION 'grantee must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
     IF $3 IS NULL THEN RAISE EXCEPTION 'publish must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
     IF $4 IS NULL THEN RAISE EXCEPTION 'consume must not be null' USING ERRCODE = 'null_value_not_allowed'; END IF;
-    t := idempotency._outbox_topic($1, 'own');
+    -- locked as publish() locks it: a drop_topic() in flight is waited for,
+    -- and the grant's foreign key then finds the topic still there
+    t := idempotency._outbox_topic($1, 'own', false, 'key share');
     INSERT INTO idempotency.outbox_grant AS g (topic_id, grantee, topic_owner, can_publish, can_consume)
     VALUES (t.id, $2, t.owner, $3, $4)
     ON CONFLICT (topic_id, grantee) DO UPDATE
