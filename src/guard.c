@@ -37,6 +37,7 @@
 #include "compat.h"
 #include "idempotency.h"
 #include "keystore.h"
+#include "stats.h"
 
 /* =====================================================================
  * What this transaction did with which key, undone with savepoints, and

@@ -24,6 +24,7 @@
 #include "outbox_counts.h"
 #include "outbox_topics.h"
 #include "outbox_vacuum.h"
+#include "stats.h"
 #include "wakeup.h"
 
 PG_MODULE_MAGIC;

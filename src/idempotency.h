@@ -22,10 +22,10 @@
  *
  * Headers: this one (the ground floor's, the guard's and the features'
  * exported declarations, the SQLSTATEs, KeyId, HeldKey), keystore.h (the
- * key store's entries, StoredKey), keycitus.h (the Citus module's), one
- * per outbox module that exports (outbox_topics.h, outbox_claims.h,
- * outbox_counts.h, outbox_vacuum.h, wakeup.h), target.h (the write
- * helpers'), compat.h (every PostgreSQL version difference).  Each file
+ * key store's entries, StoredKey), keycitus.h (the Citus module's),
+ * stats.h (what idempotency.stats counts), one per outbox module that
+ * exports (outbox_topics.h, outbox_claims.h, outbox_counts.h,
+ * outbox_vacuum.h, wakeup.h), target.h (the write helpers'), compat.h (every PostgreSQL version difference).  Each file
  * defines the GUCs it reads in its idem_xxx_init().  Every non-static
  * symbol starts with idem_ (SQL-callable functions with idempotency_).
  *
@@ -133,44 +133,6 @@ extern void idem_sharedhash_request(const IdemSharedHash *t, long max);
 extern bool idem_sharedhash_attach(IdemSharedHash *t, long max);
 extern void idem_sharedhash_forget(const IdemSharedHash *t, Oid db, Oid owner);
 extern int	idem_sharedhash_databases(const IdemSharedHash *t, Oid *dbs, int max);
-
-/* stats.c: what the counters count (the columns of idempotency.stats) */
-typedef enum IdemStat
-{
-	IDEM_STAT_NEW,				/* begin() outcomes */
-	IDEM_STAT_RETRY,
-	IDEM_STAT_REPLAY,
-	IDEM_STAT_COMPLETE,			/* complete() stored a response */
-	IDEM_STAT_FAIL_RETRYABLE,	/* fail(retryable => true) */
-	IDEM_STAT_FAIL_FINAL,		/* fail(retryable => false) */
-	IDEM_STAT_IK001,			/* errors raised */
-	IDEM_STAT_IK002,
-	IDEM_STAT_IK004,
-	IDEM_STAT_WAITS,			/* waits for a key lock (idem_stats_wait) */
-	IDEM_STAT_TAKEOVER,			/* begin() took over a lapsed lease */
-	IDEM_STAT_ZOMBIE,			/* a taken-over attempt was refused */
-	IDEM_STAT_PURGED,			/* rows purge() or the worker deleted */
-	IDEM_STAT_FORGET,			/* keys forget() deleted */
-	IDEM_STAT_RENEW,			/* leases renew() extended */
-	IDEM_STAT_NCOUNTERS
-} IdemStat;
-
-extern bool idem_stats_on;		/* preloaded: the counters are in shared
-								 * memory */
-extern void idem_stats_init(void);
-extern void idem_stats_forget(Oid db, Oid role);
-extern int	idem_stats_databases(Oid *dbs, int max);
-extern void idem_stats_add(Oid owner, const char *scope, int scope_len,
-						   IdemStat what, int64 n);
-extern void idem_stats_wait(const KeyId *id, double ms);
-
-/* count one event of key id; a test and nothing else unless preloaded */
-static inline void
-idem_stats_count(const KeyId *id, IdemStat what)
-{
-	if (idem_stats_on)
-		idem_stats_add(id->owner, id->scope, id->scope_len, what, 1);
-}
 
 /*
  * A key's record in this transaction: the guard's held keys (guard.c), from

@@ -83,6 +83,7 @@
 #include "compat.h"
 #include "idempotency.h"
 #include "keystore.h"
+#include "stats.h"
 
 /* ---------------------------------------------------------------------
  * A key's identity

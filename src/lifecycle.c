@@ -47,6 +47,7 @@
 #include "idempotency.h"
 #include "keystore.h"
 #include "outbox_counts.h"
+#include "stats.h"
 
 /* ---------------------------------------------------------------------
  * purge

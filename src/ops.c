@@ -44,6 +44,7 @@
 
 #include "idempotency.h"
 #include "keystore.h"
+#include "stats.h"
 
 static SPIPlanPtr plan_forget = NULL;
 

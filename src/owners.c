@@ -47,6 +47,7 @@
 #include "outbox_claims.h"
 #include "outbox_counts.h"
 #include "outbox_vacuum.h"
+#include "stats.h"
 
 #define OWNERS_SWEEP_MAX 1024	/* databases looked at per table and sweep */
 

@@ -48,6 +48,7 @@
 
 #include "idempotency.h"
 #include "keystore.h"
+#include "stats.h"
 
 #define DERIVE_SECRET_LEN 32	/* bytes of HMAC-SHA256 key */
 #define DERIVE_BITS_BYTES 16	/* 128 bits of the MAC are kept */

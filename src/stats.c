@@ -61,6 +61,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "stats.h"
 
 /* ---------------------------------------------------------------------
  * GUCs
@@ -371,6 +372,14 @@ stats_count(Oid owner, const char *scope, int scope_len, IdemStat what,
 	}
 	SpinLockRelease(&e->mutex);
 	LWLockRelease(stats.lock);
+}
+
+/* count one event of key id; a flag test and nothing else unless preloaded */
+void
+idem_stats_count(const KeyId *id, IdemStat what)
+{
+	if (idem_stats_on)
+		idem_stats_add(id->owner, id->scope, id->scope_len, what, 1);
 }
 
 /* Add n to counter what; through idem_stats_count(), or for a sum. */
