@@ -13,15 +13,23 @@
  * each tagged with the xid of the ack (+) or purge (-) that made it and
  * seen by a snapshot exactly when that xid's rows are; a delta every
  * snapshot sees as ended is folded into the base, or dropped if it
- * aborted.  The table has COUNT_TOPICS entries, a role at most
+ * aborted.  A snapshot's horizon is the cluster's, so a transaction left
+ * open in another database would keep every delta from folding; a
+ * barrier folds them by this database's snapshots alone: it marks the
+ * deltas whose transactions have ended and records the transactions of
+ * this database that hold a snapshot then, and once each of those has
+ * ended, every snapshot of the database sees the marked deltas as ended
+ * (see count_barrier_step()).  The table has COUNT_TOPICS entries, a role at most
  * COUNT_SHARE of them; an ack that finds no place writes its count into
  * the topic's row in its own transaction (slower, never lost).  A crash
  * loses the counts not yet written.  Why purges never write a count twice:
  * src/README.md, "Acked counts".
  *
- * Locking: counts.lock (an LWLock, sharedhash.c) guards the hash table:
- * shared to look up, exclusive to add, change or remove an entry.  Nothing
- * waits while holding it (folding reads the commit log).
+ * Locking: counts.lock (an LWLock, sharedhash.c) guards the hash table
+ * and the barriers: shared to look up, exclusive to add, change or remove
+ * an entry or a barrier.  Nothing waits while holding it (folding reads the
+ * commit log, a barrier's start the process array); whether a barrier's
+ * transactions have ended is asked without it.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,6 +37,7 @@
 
 #include "access/htup_details.h"
 #include "access/transam.h"
+#include "access/twophase.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
@@ -37,7 +46,10 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
 #include "utils/snapmgr.h"
@@ -51,6 +63,9 @@
 #define COUNT_TOPICS 4096		/* topics with counts not yet written */
 #define COUNT_SHARE (COUNT_TOPICS / 8)	/* of them, one role's at most */
 #define COUNT_DELTAS 16			/* transactions per topic not yet folded */
+#define COUNT_CROWDED (COUNT_DELTAS / 2)	/* deltas that start a barrier */
+#define COUNT_BARRIERS 32		/* topics with a barrier at once */
+#define BARRIERS_NAME "idempotency outbox count barriers"
 
 typedef struct CountKey
 {
@@ -62,6 +77,7 @@ typedef struct CountKey
 typedef struct CountDelta
 {
 	TransactionId xid;			/* the (sub)transaction that made it */
+	uint32		mark;			/* the barrier that folds it; 0: none */
 	int64		delivered;
 	int64		retried;
 } CountDelta;
@@ -76,6 +92,28 @@ typedef struct CountEntry
 	CountDelta	deltas[COUNT_DELTAS];
 } CountEntry;
 
+/*
+ * A barrier of one topic's entry: once each of its transactions has ended,
+ * every snapshot of the entry's database sees the deltas marked with its
+ * mark as ended.
+ */
+typedef struct CountBarrier
+{
+	CountKey	key;			/* key.db InvalidOid: a free place */
+	uint32		mark;
+	int			nvxids;
+	VirtualTransactionId vxids[FLEXIBLE_ARRAY_MEMBER];
+} CountBarrier;
+
+typedef struct CountBarriers
+{
+	uint32		last_mark;
+	char		places[FLEXIBLE_ARRAY_MEMBER];	/* COUNT_BARRIERS of
+												 * barrier_size() */
+} CountBarriers;
+
+static CountBarriers *barriers = NULL;
+
 static IdemSharedHash counts = {
 	.name = COUNTS_TRANCHE,
 	.hash_name = "idempotency outbox counts hash",
@@ -88,18 +126,53 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
  * Shared memory
  * ---------------------------------------------------------------------
  */
+/* the transactions a barrier may wait for: every process that has a vxid */
+static int
+barrier_capacity(void)
+{
+	return MaxBackends + max_prepared_xacts + 1;
+}
+
+static Size
+barrier_size(void)
+{
+	return MAXALIGN(offsetof(CountBarrier, vxids) +
+					sizeof(VirtualTransactionId) * barrier_capacity());
+}
+
+static Size
+barriers_size(void)
+{
+	return MAXALIGN(offsetof(CountBarriers, places)) + COUNT_BARRIERS * barrier_size();
+}
+
+static CountBarrier *
+barrier_place(int i)
+{
+	return (CountBarrier *) ((char *) barriers + MAXALIGN(offsetof(CountBarriers, places)) +
+							 i * barrier_size());
+}
+
 static void
 counts_shmem_request(void)
 {
 	idem_sharedhash_request(&counts, COUNT_TOPICS);
+	RequestAddinShmemSpace(barriers_size());
 }
 
 static void
 counts_shmem_startup(void)
 {
+	bool		found;
+
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	(void) idem_sharedhash_attach(&counts, COUNT_TOPICS);
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	barriers = ShmemInitStruct(BARRIERS_NAME, barriers_size(), &found);
+	if (!found)
+		memset(barriers, 0, barriers_size());
+	LWLockRelease(AddinShmemInitLock);
 }
 
 /* from _PG_init: preloaded, the shared memory */
@@ -131,11 +204,13 @@ count_key(Oid gen, int32 topic_id)
 
 /*
  * Fold into the base the deltas every snapshot sees as ended (those of an
- * aborted transaction are dropped).  Needs a snapshot of this transaction
- * (RecentXmin) for the horizon.  Returns whether the entry is empty now.
+ * aborted transaction are dropped): by the cluster's horizon, or marked
+ * with mark (not 0) by a barrier that has passed.  Needs a snapshot of this
+ * transaction (RecentXmin) for the horizon.  Returns whether the entry is
+ * empty now.
  */
 static bool
-count_fold(CountEntry *c)
+count_fold(CountEntry *c, uint32 mark)
 {
 	int			i = 0;
 
@@ -143,7 +218,8 @@ count_fold(CountEntry *c)
 	{
 		CountDelta *d = &c->deltas[i];
 
-		if (!GlobalVisCheckRemovableXid(NULL, d->xid))
+		if (!(mark != 0 && d->mark == mark) &&
+			!GlobalVisCheckRemovableXid(NULL, d->xid))
 		{
 			i++;
 			continue;
@@ -182,7 +258,7 @@ count_sweep(void)
 
 	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
-		if (count_fold(c))
+		if (count_fold(c, 0))
 			hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 }
 
@@ -193,7 +269,7 @@ count_sweep(void)
  */
 static bool
 count_add(Oid gen, int32 topic_id, Oid owner, TransactionId xid,
-		  int64 delivered, int64 retried)
+		  int64 delivered, int64 retried, bool *crowded)
 {
 	CountKey	k = count_key(gen, topic_id);
 	CountEntry *c;
@@ -224,20 +300,189 @@ count_add(Oid gen, int32 topic_id, Oid owner, TransactionId xid,
 			break;
 	if (i == c->ndeltas && i == COUNT_DELTAS)
 	{
-		(void) count_fold(c);
+		(void) count_fold(c, 0);
 		i = c->ndeltas;
 	}
 	if (i == COUNT_DELTAS)
+	{
+		if (crowded)
+			*crowded = true;
 		return false;
+	}
 	if (i == c->ndeltas)
 	{
 		c->deltas[i].xid = xid;
+		c->deltas[i].mark = 0;
 		c->deltas[i].delivered = c->deltas[i].retried = 0;
 		c->ndeltas++;
 	}
 	c->deltas[i].delivered += delivered;
 	c->deltas[i].retried += retried;
+	if (crowded && c->ndeltas >= COUNT_CROWDED)
+	{
+		(void) count_fold(c, 0);
+		*crowded = c->ndeltas >= COUNT_CROWDED;
+	}
 	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * Barriers: folding by this database's snapshots (the file's head)
+ * ---------------------------------------------------------------------
+ */
+
+/* the barrier of entry k, or NULL (lock held) */
+static CountBarrier *
+barrier_of(const CountKey *k)
+{
+	for (int i = 0; i < COUNT_BARRIERS; i++)
+	{
+		CountBarrier *b = barrier_place(i);
+
+		if (OidIsValid(b->key.db) && memcmp(&b->key, k, sizeof(CountKey)) == 0)
+			return b;
+	}
+	return NULL;
+}
+
+/*
+ * Whether barrier b has nothing left to fold: its entry is gone, or holds no
+ * delta it marked (the horizon folded them); its place can be taken.
+ */
+static bool
+barrier_idle(const CountBarrier *b)
+{
+	CountEntry *c = (CountEntry *) hash_search(counts.hash, &b->key, HASH_FIND, NULL);
+
+	if (c == NULL)
+		return true;
+	for (int i = 0; i < c->ndeltas; i++)
+		if (c->deltas[i].mark == b->mark)
+			return false;
+	return true;
+}
+
+/*
+ * Start a barrier of entry c, if a place is free (exclusive lock held):
+ * mark the deltas whose transactions snapshot snap sees as ended, then
+ * record the transactions of this database that hold a snapshot, this one
+ * included.  A snapshot that does not see a marked delta's transaction as
+ * ended was taken before it ended, so before snap was: its process holds
+ * it still (its xmin is set while it holds any snapshot) and its
+ * transaction is recorded.  Vacuums, whose snapshots read no counts, are
+ * not.  Limit: a snapshot imported (SET TRANSACTION SNAPSHOT) from a
+ * recorded transaction may outlive it; it could read a marked delta folded.
+ */
+static void
+barrier_start(CountEntry *c, Snapshot snap)
+{
+	CountBarrier *b = NULL;
+	uint32		mark;
+	bool		marked = false;
+	VirtualTransactionId *vxids;
+	int			n;
+	int			i;
+
+	for (i = 0; i < COUNT_BARRIERS && b == NULL; i++)
+		if (!OidIsValid(barrier_place(i)->key.db) || barrier_idle(barrier_place(i)))
+			b = barrier_place(i);
+	if (b == NULL)
+		return;					/* every place is taken: the horizon folds */
+	mark = ++barriers->last_mark;
+	if (mark == 0)
+		mark = ++barriers->last_mark;
+	for (i = 0; i < c->ndeltas; i++)
+	{
+		CountDelta *d = &c->deltas[i];
+
+		if (!TransactionIdIsCurrentTransactionId(d->xid) &&
+			!XidInMVCCSnapshot(d->xid, snap))
+		{
+			d->mark = mark;
+			marked = true;
+		}
+	}
+	if (!marked)
+		return;
+	vxids = GetCurrentVirtualXIDs(InvalidTransactionId, true, false,
+								  PROC_IS_AUTOVACUUM | PROC_IN_VACUUM, &n);
+	if (n < barrier_capacity())
+	{
+		memcpy(b->vxids, vxids, sizeof(VirtualTransactionId) * n);
+		GET_VXID_FROM_PGPROC(b->vxids[n], *MyProc);
+		b->nvxids = n + 1;
+		b->mark = mark;
+		b->key = c->key;
+	}
+	pfree(vxids);
+}
+
+/*
+ * Entry k is crowded: if its barrier has passed (each of its transactions
+ * has ended), fold the deltas it marked and free its place; then start
+ * the next barrier if the entry is still crowded.  Whether a transaction
+ * has ended is asked without the lock (it may look up a prepared
+ * transaction's lock).
+ */
+static void
+count_barrier_step(const CountKey *k)
+{
+	CountBarrier *b;
+	CountEntry *c;
+	VirtualTransactionId *seen = palloc(sizeof(VirtualTransactionId) * barrier_capacity());
+	int			nseen = 0;
+	uint32		mark = 0;
+	int			nended = 0;
+	int			i;
+	int			j;
+
+	LWLockAcquire(counts.lock, LW_SHARED);
+	b = barrier_of(k);
+	if (b != NULL)
+	{
+		mark = b->mark;
+		nseen = b->nvxids;
+		memcpy(seen, b->vxids, sizeof(VirtualTransactionId) * nseen);
+	}
+	LWLockRelease(counts.lock);
+
+	/* keep in seen[] the transactions that have ended */
+	for (i = 0; i < nseen; i++)
+		if (VirtualXactLock(seen[i], false))
+			seen[nended++] = seen[i];
+
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
+	b = barrier_of(k);
+	if (b != NULL && b->mark == mark && nended > 0)
+	{
+		j = 0;
+		for (i = 0; i < b->nvxids; i++)
+		{
+			bool		ended = false;
+
+			for (int e = 0; e < nended && !ended; e++)
+				ended = VirtualTransactionIdEquals(b->vxids[i], seen[e]);
+			if (!ended)
+				b->vxids[j++] = b->vxids[i];
+		}
+		b->nvxids = j;
+		if (j == 0)
+		{
+			c = (CountEntry *) hash_search(counts.hash, k, HASH_FIND, NULL);
+			if (c != NULL && count_fold(c, mark))
+				hash_search(counts.hash, k, HASH_REMOVE, NULL);
+			memset(&b->key, 0, sizeof(CountKey));
+			b = NULL;
+		}
+	}
+	if (b == NULL && ActiveSnapshotSet())
+	{
+		c = (CountEntry *) hash_search(counts.hash, k, HASH_FIND, NULL);
+		if (c != NULL && c->ndeltas >= COUNT_CROWDED)
+			barrier_start(c, GetActiveSnapshot());
+	}
+	LWLockRelease(counts.lock);
+	pfree(seen);
 }
 
 /* ---------------------------------------------------------------------
@@ -259,14 +504,27 @@ idem_outbox_count_acked(Oid gen, int32 topic_id, Oid owner, int64 delivered,
 {
 	TransactionId xid = GetCurrentTransactionId();	/* assigned: rows deleted */
 	bool		done;
+	bool		crowded = false;
 	Oid			types[3] = {INT4OID, INT8OID, INT8OID};
 	Datum		values[3];
 
 	if (counts.hash == NULL || delivered == 0)
 		return;
 	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
-	done = count_add(gen, topic_id, owner, xid, delivered, retried);
+	done = count_add(gen, topic_id, owner, xid, delivered, retried, &crowded);
 	LWLockRelease(counts.lock);
+	if (crowded)
+	{
+		CountKey	k = count_key(gen, topic_id);
+
+		count_barrier_step(&k);
+		if (!done)
+		{
+			LWLockAcquire(counts.lock, LW_EXCLUSIVE);
+			done = count_add(gen, topic_id, owner, xid, delivered, retried, NULL);
+			LWLockRelease(counts.lock);
+		}
+	}
 	if (done)
 		return;
 	/* no place: into the row, as the purge writes them */
@@ -323,7 +581,7 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 		}
 		if (OidIsValid(owner) && c->owner != owner)
 			continue;
-		if (count_fold(c))
+		if (count_fold(c, 0))
 		{
 			hash_search(counts.hash, &c->key, HASH_REMOVE, NULL);
 			continue;
@@ -349,7 +607,7 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 			continue;
 		if (!TransactionIdIsValid(xid))
 			xid = GetCurrentTransactionId();
-		if (!count_add(gen, c->key.topic_id, c->owner, xid, -d, -r))
+		if (!count_add(gen, c->key.topic_id, c->owner, xid, -d, -r, NULL))
 			continue;			/* no delta free: the next purge */
 		topic_ids[n] = c->key.topic_id;
 		delivered[n] = d;
@@ -369,7 +627,7 @@ idem_outbox_counts_put_back(int32 topic_id, int64 delivered, int64 retried)
 	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
 	/* the taking delta exists: this only adds to it */
 	(void) count_add(idem_outbox_install(), topic_id, InvalidOid,
-					 GetCurrentTransactionId(), delivered, retried);
+					 GetCurrentTransactionId(), delivered, retried, NULL);
 	LWLockRelease(counts.lock);
 }
 
@@ -457,11 +715,39 @@ void
 idem_outbox_counts_forget(Oid db, Oid gen)
 {
 	idem_sharedhash_forget(&counts, db, gen);
+	if (barriers == NULL)
+		return;
+	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
+	for (int i = 0; i < COUNT_BARRIERS; i++)
+	{
+		CountBarrier *b = barrier_place(i);
+
+		if (OidIsValid(b->key.db) && (!OidIsValid(db) || b->key.db == db) &&
+			(!OidIsValid(gen) || b->key.gen == gen))
+			memset(&b->key, 0, sizeof(CountKey));
+	}
+	LWLockRelease(counts.lock);
 }
 
 /* the databases that have entries here, up to max of them into dbs; how many */
 int
 idem_outbox_counts_databases(Oid *dbs, int max)
 {
-	return idem_sharedhash_databases(&counts, dbs, max);
+	int			n = idem_sharedhash_databases(&counts, dbs, max);
+
+	if (barriers == NULL)
+		return n;
+	LWLockAcquire(counts.lock, LW_SHARED);
+	for (int i = 0; i < COUNT_BARRIERS && n < max; i++)
+	{
+		Oid			db = barrier_place(i)->key.db;
+		bool		listed = !OidIsValid(db);
+
+		for (int j = 0; j < n && !listed; j++)
+			listed = dbs[j] == db;
+		if (!listed)
+			dbs[n++] = db;
+	}
+	LWLockRelease(counts.lock);
+	return n;
 }
