@@ -19,7 +19,7 @@
  * deltas whose transactions have ended and records the transactions of
  * this database that hold a snapshot then, and once each of those has
  * ended, every snapshot of the database sees the marked deltas as ended
- * (see count_barrier_step()).  The table has COUNT_TOPICS entries, a role at most
+ * (see barrier_start()).  The table has COUNT_TOPICS entries, a role at most
  * COUNT_SHARE of them; an ack that finds no place writes its count into
  * the topic's row in its own transaction (slower, never lost).  A crash
  * loses the counts not yet written.  Why purges never write a count twice:
@@ -28,8 +28,8 @@
  * Locking: counts.lock (an LWLock, sharedhash.c) guards the hash table
  * and the barriers: shared to look up, exclusive to add, change or remove
  * an entry or a barrier.  Nothing waits while holding it (folding reads the
- * commit log, a barrier's start the process array); whether a barrier's
- * transactions have ended is asked without it.
+ * commit log, a barrier's start the process array, its end whether its
+ * transactions' processes have moved on).
  *
  *-------------------------------------------------------------------------
  */
@@ -65,6 +65,7 @@
 #define COUNT_DELTAS 16			/* transactions per topic not yet folded */
 #define COUNT_CROWDED (COUNT_DELTAS / 2)	/* deltas that start a barrier */
 #define COUNT_BARRIERS 32		/* topics with a barrier at once */
+#define COUNT_DB_BARRIERS (COUNT_BARRIERS / 4)	/* of them, one database's */
 #define BARRIERS_NAME "idempotency outbox count barriers"
 
 typedef struct CountKey
@@ -346,8 +347,59 @@ barrier_of(const CountKey *k)
 }
 
 /*
+ * Whether transaction v has ended: its process runs another transaction or
+ * none (a prepared transaction holds no snapshot, so its process has moved
+ * on too).  Read without the process's lock: a stale value only delays.
+ */
+static bool
+vxid_ended(VirtualTransactionId v)
+{
+	PGPROC	   *proc = IDEM_VXID_PROC(v);
+	VirtualTransactionId now;
+
+	if (proc == NULL)
+		return true;
+	GET_VXID_FROM_PGPROC(now, *proc);
+	return !VirtualTransactionIdEquals(now, v);
+}
+
+/*
+ * Whether barrier b has passed: each transaction it recorded has ended (the
+ * ended ones are dropped from it).  Exclusive lock held.
+ */
+static bool
+barrier_passed(CountBarrier *b)
+{
+	int			j = 0;
+
+	for (int i = 0; i < b->nvxids; i++)
+		if (!vxid_ended(b->vxids[i]))
+			b->vxids[j++] = b->vxids[i];
+	b->nvxids = j;
+	return j == 0;
+}
+
+/*
+ * End barrier b: fold the deltas it marked, if it has passed, and free its
+ * place.  Exclusive lock held.
+ */
+static void
+barrier_end(CountBarrier *b, bool passed)
+{
+	CountEntry *c;
+
+	if (passed)
+	{
+		c = (CountEntry *) hash_search(counts.hash, &b->key, HASH_FIND, NULL);
+		if (c != NULL && count_fold(c, b->mark))
+			hash_search(counts.hash, &b->key, HASH_REMOVE, NULL);
+	}
+	memset(&b->key, 0, sizeof(CountKey));
+}
+
+/*
  * Whether barrier b has nothing left to fold: its entry is gone, or holds no
- * delta it marked (the horizon folded them); its place can be taken.
+ * delta it marked (the horizon folded them).
  */
 static bool
 barrier_idle(const CountBarrier *b)
@@ -363,6 +415,49 @@ barrier_idle(const CountBarrier *b)
 }
 
 /*
+ * End every barrier that has passed or has nothing left to fold, whatever
+ * its topic or database (a quiet or dropped topic's barrier is ended here,
+ * not by an ack of its own).  Exclusive lock held.
+ */
+static void
+barriers_settle(void)
+{
+	for (int i = 0; i < COUNT_BARRIERS; i++)
+	{
+		CountBarrier *b = barrier_place(i);
+
+		if (!OidIsValid(b->key.db))
+			continue;
+		if (barrier_idle(b))
+			barrier_end(b, false);
+		else if (barrier_passed(b))
+			barrier_end(b, true);
+	}
+}
+
+/* a free place for a barrier of this database, or NULL (lock held) */
+static CountBarrier *
+barrier_free_place(void)
+{
+	CountBarrier *free_place = NULL;
+	int			mine = 0;
+
+	for (int i = 0; i < COUNT_BARRIERS; i++)
+	{
+		CountBarrier *b = barrier_place(i);
+
+		if (!OidIsValid(b->key.db))
+		{
+			if (free_place == NULL)
+				free_place = b;
+		}
+		else if (b->key.db == MyDatabaseId)
+			mine++;
+	}
+	return mine < COUNT_DB_BARRIERS ? free_place : NULL;
+}
+
+/*
  * Start a barrier of entry c, if a place is free (exclusive lock held):
  * mark the deltas whose transactions snapshot snap sees as ended, then
  * record the transactions of this database that hold a snapshot, this one
@@ -370,24 +465,28 @@ barrier_idle(const CountBarrier *b)
  * ended was taken before it ended, so before snap was: its process holds
  * it still (its xmin is set while it holds any snapshot) and its
  * transaction is recorded.  Vacuums, whose snapshots read no counts, are
- * not.  Limit: a snapshot imported (SET TRANSACTION SNAPSHOT) from a
- * recorded transaction may outlive it; it could read a marked delta folded.
+ * not.  A database has at most COUNT_DB_BARRIERS places, so a long reader
+ * in one database leaves places to the others.  Limit: a snapshot
+ * imported (SET TRANSACTION SNAPSHOT) from a recorded transaction may
+ * outlive it; it could read a marked delta folded.
  */
 static void
 barrier_start(CountEntry *c, Snapshot snap)
 {
-	CountBarrier *b = NULL;
+	CountBarrier *b = barrier_free_place();
 	uint32		mark;
 	bool		marked = false;
 	VirtualTransactionId *vxids;
 	int			n;
 	int			i;
 
-	for (i = 0; i < COUNT_BARRIERS && b == NULL; i++)
-		if (!OidIsValid(barrier_place(i)->key.db) || barrier_idle(barrier_place(i)))
-			b = barrier_place(i);
 	if (b == NULL)
-		return;					/* every place is taken: the horizon folds */
+	{
+		barriers_settle();
+		b = barrier_free_place();
+	}
+	if (b == NULL)
+		return;					/* no place: the horizon folds */
 	mark = ++barriers->last_mark;
 	if (mark == 0)
 		mark = ++barriers->last_mark;
@@ -418,62 +517,22 @@ barrier_start(CountEntry *c, Snapshot snap)
 }
 
 /*
- * Entry k is crowded: if its barrier has passed (each of its transactions
- * has ended), fold the deltas it marked and free its place; then start
- * the next barrier if the entry is still crowded.  Whether a transaction
- * has ended is asked without the lock (it may look up a prepared
- * transaction's lock).
+ * Entry k is crowded: if its barrier has passed, fold the deltas it marked
+ * and free its place; then start the next barrier if the entry is still
+ * crowded.
  */
 static void
 count_barrier_step(const CountKey *k)
 {
 	CountBarrier *b;
 	CountEntry *c;
-	VirtualTransactionId *seen = palloc(sizeof(VirtualTransactionId) * barrier_capacity());
-	int			nseen = 0;
-	uint32		mark = 0;
-	int			nended = 0;
-	int			i;
-	int			j;
-
-	LWLockAcquire(counts.lock, LW_SHARED);
-	b = barrier_of(k);
-	if (b != NULL)
-	{
-		mark = b->mark;
-		nseen = b->nvxids;
-		memcpy(seen, b->vxids, sizeof(VirtualTransactionId) * nseen);
-	}
-	LWLockRelease(counts.lock);
-
-	/* keep in seen[] the transactions that have ended */
-	for (i = 0; i < nseen; i++)
-		if (VirtualXactLock(seen[i], false))
-			seen[nended++] = seen[i];
 
 	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
 	b = barrier_of(k);
-	if (b != NULL && b->mark == mark && nended > 0)
+	if (b != NULL && barrier_passed(b))
 	{
-		j = 0;
-		for (i = 0; i < b->nvxids; i++)
-		{
-			bool		ended = false;
-
-			for (int e = 0; e < nended && !ended; e++)
-				ended = VirtualTransactionIdEquals(b->vxids[i], seen[e]);
-			if (!ended)
-				b->vxids[j++] = b->vxids[i];
-		}
-		b->nvxids = j;
-		if (j == 0)
-		{
-			c = (CountEntry *) hash_search(counts.hash, k, HASH_FIND, NULL);
-			if (c != NULL && count_fold(c, mark))
-				hash_search(counts.hash, k, HASH_REMOVE, NULL);
-			memset(&b->key, 0, sizeof(CountKey));
-			b = NULL;
-		}
+		barrier_end(b, true);
+		b = NULL;
 	}
 	if (b == NULL && ActiveSnapshotSet())
 	{
@@ -482,7 +541,6 @@ count_barrier_step(const CountKey *k)
 			barrier_start(c, GetActiveSnapshot());
 	}
 	LWLockRelease(counts.lock);
-	pfree(seen);
 }
 
 /* ---------------------------------------------------------------------
@@ -563,6 +621,7 @@ idem_outbox_counts_take(Oid owner, int32 *topic_ids, int64 *delivered,
 		return 0;
 	gen = idem_outbox_install();
 	LWLockAcquire(counts.lock, LW_EXCLUSIVE);
+	barriers_settle();
 	hash_seq_init(&seq, counts.hash);
 	while ((c = (CountEntry *) hash_seq_search(&seq)) != NULL)
 	{

@@ -1,11 +1,8 @@
-# Attack on the count barriers (144039d): a barrier's place is given back
-# only when its own topic is acked again while crowded (count_barrier_step)
-# or when its marked deltas were folded otherwise (barrier_idle).  With a
-# transaction open in another database (the very case barriers are for),
-# 32 topics that each became crowded once and then went quiet hold every
-# place for good, though each barrier has long passed (the transactions
-# it recorded ended).  A busy topic afterwards gets no barrier and its acks
-# write their counts into the topic's row, as before the feature.
+# The acked counts' barriers (src/outbox_counts.c): a barrier's place comes
+# back once it has passed, even if its topic is never acked again.  With a
+# transaction open in another database (the case barriers are for), 32
+# topics each crowded once and then quiet must not keep the places from a
+# busy topic, whose acks would otherwise write their counts into its row.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

@@ -1,4 +1,4 @@
-# Attack on the count barriers (144039d) under concurrency, with a
+# The acked counts' barriers (src/outbox_counts.c) under concurrency, with a
 # transaction open in another database so that every fold of topic t goes
 # through a barrier.  Clients ack t in many ways (commit, rollback, a
 # savepoint rolled back or released, PREPARE then COMMIT/ROLLBACK PREPARED),

@@ -1,10 +1,10 @@
-# Attack on the count barriers (144039d): places held by barriers of a
-# database or an install that is dropped come back (DROP DATABASE, DROP
-# EXTENSION then CREATE EXTENSION), and are reused: 40 topics crowded one
-# after the other each fold through a barrier, none writes into its row.
-# A transaction stays open in database elsewhere all along, so only the
-# barriers fold.  Each quiet topic is crowded once (8 acks) and never acked
-# again, so its barrier keeps its place (see 052) until its drop frees it.
+# The acked counts' barriers (src/outbox_counts.c): places held by barriers
+# of a database or an install that is dropped come back (DROP DATABASE,
+# DROP EXTENSION then CREATE EXTENSION), and are reused: 40 topics crowded
+# one after the other each fold through a barrier, none writes into its
+# row.  A transaction stays open in database elsewhere all along, so only
+# the barriers fold.  Dropped topics (drop_topic()) give their places back
+# once their barriers have passed.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

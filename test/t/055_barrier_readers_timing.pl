@@ -1,4 +1,4 @@
-# Attack on the count barriers (144039d), deterministic: readers of the
+# The acked counts' barriers (src/outbox_counts.c), deterministic: readers of the
 # database whose snapshots are taken before, between and after the barrier
 # marks, a READ COMMITTED cursor declared before the acks and fetched after
 # many, acks in a savepoint rolled back, PREPARE TRANSACTION then COMMIT or

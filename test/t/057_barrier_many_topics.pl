@@ -1,4 +1,4 @@
-# Attack on the count barriers (144039d) with more crowded topics than
+# The acked counts' barriers (src/outbox_counts.c) with more crowded topics than
 # barrier places (32): 48 topics acked at random by 16 clients beside a
 # transaction open in another database, with purges and REPEATABLE READ
 # readers.  Every acking transaction logs (topic, acked) in ack_log; for any

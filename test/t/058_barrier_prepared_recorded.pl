@@ -1,12 +1,11 @@
-# Attack on the count barriers (144039d): a transaction that held a snapshot
-# when a barrier started, then was prepared (PREPARE TRANSACTION), holds no
-# snapshot any more, yet VirtualXactLock(vxid, false) reports its vxid as
-# running until COMMIT/ROLLBACK PREPARED (PostgreSQL waits for a prepared
-# transaction through its vxid).  The barrier then waits for an in-doubt
-# prepared transaction as for a snapshot, and the topic's acks write their
-# counts into its row.  The same prepared transaction prepared before the
-# barrier started (never recorded) does not hold the barrier: the horizon
-# is held back by the prepared xid in both cases, only the barrier differs.
+# The acked counts' barriers (src/outbox_counts.c): a transaction that held
+# a snapshot when a barrier started and was then prepared (PREPARE
+# TRANSACTION) holds no snapshot any more, so it does not hold the barrier
+# (the barrier asks whether the recorded process has moved on to another
+# transaction, not whether the prepared transaction has ended), and the
+# topic's acks fold.  The same prepared transaction prepared before the
+# barrier started holds nothing either; the cluster's horizon is held back
+# by the prepared xid in both cases.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

@@ -1,11 +1,9 @@
-# Attack on the count barriers (144039d): the 32 barrier places are shared
-# by the whole cluster.  A long REPEATABLE READ reader in database a (a
-# report, a pg_dump) rightly holds the barriers of a's crowded topics until
-# it ends; with 32 such topics it holds every place.  It also holds the
-# cluster's horizon back, so database b's topics need barriers too: b has
-# no snapshot open, yet its busy topic finds no place and its acks write
-# their counts into its row, as before the feature ("a transaction open in
-# another database no longer sends every ack's count into the topic's row").
+# The acked counts' barriers (src/outbox_counts.c): a long REPEATABLE READ
+# reader in database a (a report, a pg_dump) rightly holds the barriers of
+# a's crowded topics until it ends, but a database takes at most a quarter
+# of the places.  The reader also holds the cluster's horizon back, so
+# database b's topics need barriers too: b has no snapshot open, and its
+# busy topic finds a place and writes nothing into its row.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

@@ -1,4 +1,4 @@
-# Attack on the count barriers (144039d), read-heavy: 8 topics acked by 16
+# The acked counts' barriers (src/outbox_counts.c), read-heavy: 8 topics acked by 16
 # clients (savepoints, 2PC) beside a transaction open in another database,
 # so barriers start and pass all the time, while most transactions are
 # readers taking snapshots (REPEATABLE READ read twice with no pause,

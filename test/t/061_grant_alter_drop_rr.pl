@@ -1,8 +1,8 @@
-# Attack on e89dd7e (grant_topic() and alter_topic() racing drop_topic()):
-# the C edition's grant locks the topic's row FOR KEY SHARE in its own
-# statement and the alter checks it changed a row.  Under REPEATABLE READ
-# the grant and the alter that wait for a drop_topic() that commits must
-# fail with a serialization failure (40001) or find the topic gone (42704),
+# grant_topic() and alter_topic() racing drop_topic(): the C edition's grant
+# locks the topic's row FOR KEY SHARE in its own statement and the alter
+# checks it changed a row.  Under REPEATABLE READ the grant and the alter
+# that wait for a drop_topic() that commits fail with a serialization
+# failure (40001), under READ COMMITTED they find the topic gone (42704),
 # never a foreign-key violation (23503) or silence; a drop that rolls back
 # lets them through.
 use strict;

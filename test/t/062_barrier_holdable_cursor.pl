@@ -1,4 +1,4 @@
-# Attack on the count barriers (144039d): cursors whose rows outlive the
+# The acked counts' barriers (src/outbox_counts.c): cursors whose rows outlive the
 # snapshot's transaction.  A cursor WITH HOLD is read to its end at COMMIT
 # with the snapshot of its DECLARE; barriers that start meanwhile must wait
 # for it.  A procedure looping over outbox_stats with COMMIT inside the
