@@ -44,7 +44,7 @@ my $check = q{(SELECT delivered FROM idempotency.outbox_stats WHERE topic = 't')
  (SELECT coalesce(sum(n), 0) FROM ack_log)};
 
 $node->pgbench(
-	'--no-vacuum -c 16 -j 16 -T 25 --max-tries=1000',
+	'--no-vacuum -c 16 -j 16 -T 8 --max-tries=1000',
 	0,
 	[qr{processed}],
 	[qr{.*}],

@@ -40,7 +40,7 @@ my $ack = q{WITH c AS (SELECT c.claim, c.id FROM idempotency.claim('t' || :t, 1)
  INSERT INTO ack_log SELECT 't' || :t, n FROM a WHERE n > 0;};
 
 $node->pgbench(
-	'--no-vacuum -c 16 -j 16 -T 20 --max-tries=1000',
+	'--no-vacuum -c 16 -j 16 -T 8 --max-tries=1000',
 	0,
 	[qr{processed}],
 	[qr{.*}],
