@@ -45,7 +45,8 @@ _PG_init(void)
 	idem_worker_init();			/* purge_*, database; the worker, preloaded */
 	idem_stats_init();			/* stats_max (preloaded) */
 	idem_outbox_claims_init();	/* outbox_claims, shared memory (preloaded) */
-	idem_outbox_counts_init();	/* shared memory (preloaded) */
+	idem_outbox_counts_init();	/* outbox_count_deltas, shared memory
+								 * (preloaded) */
 	idem_outbox_vacuum_init();	/* outbox_vacuum_after, shared memory
 								 * (preloaded) */
 

@@ -9,7 +9,7 @@
  * here; the purge (lifecycle.c) moves the counts into the topic's purged_*
  * columns, and outbox_stats adds them to what its snapshot sees of the
  * rows through idempotency._outbox_counts(topic_id).  Each topic's entry
- * holds a base, which every snapshot sees, and up to COUNT_DELTAS deltas,
+ * holds a base, which every snapshot sees, and up to outbox_count_deltas deltas,
  * each tagged with the xid of the ack (+) or purge (-) that made it and
  * seen by a snapshot exactly when that xid's rows are; a delta every
  * snapshot sees as ended is folded into the base, or dropped if it
@@ -62,8 +62,7 @@
 #define COUNTS_TRANCHE "idempotency outbox counts"
 #define COUNT_TOPICS 4096		/* topics with counts not yet written */
 #define COUNT_SHARE (COUNT_TOPICS / 8)	/* of them, one role's at most */
-#define COUNT_DELTAS 16			/* transactions per topic not yet folded */
-#define COUNT_CROWDED (COUNT_DELTAS / 2)	/* deltas that start a barrier */
+#define COUNT_CROWDED (count_deltas / 2)	/* deltas that start a barrier */
 #define COUNT_BARRIERS 32		/* topics with a barrier at once */
 #define COUNT_DB_BARRIERS (COUNT_BARRIERS / 4)	/* of them, one database's */
 #define BARRIERS_NAME "idempotency outbox count barriers"
@@ -90,8 +89,11 @@ typedef struct CountEntry
 	int64		delivered;		/* the base: every snapshot sees it */
 	int64		retried;
 	int			ndeltas;
-	CountDelta	deltas[COUNT_DELTAS];
+	CountDelta	deltas[FLEXIBLE_ARRAY_MEMBER];	/* count_deltas of them */
 } CountEntry;
+
+/* GUC idempotency.outbox_count_deltas: transactions per topic not yet folded */
+static int	count_deltas = 64;
 
 /*
  * A barrier of one topic's entry: once each of its transactions has ended,
@@ -119,7 +121,7 @@ static IdemSharedHash counts = {
 	.name = COUNTS_TRANCHE,
 	.hash_name = "idempotency outbox counts hash",
 	.keysize = sizeof(CountKey),
-	.entrysize = sizeof(CountEntry)
+	.entrysize = 0				/* count_entry_size(), once the GUC is read */
 };
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -127,6 +129,12 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
  * Shared memory
  * ---------------------------------------------------------------------
  */
+static Size
+count_entry_size(void)
+{
+	return MAXALIGN(offsetof(CountEntry, deltas) + sizeof(CountDelta) * count_deltas);
+}
+
 /* the transactions a barrier may wait for: every process that has a vxid */
 static int
 barrier_capacity(void)
@@ -157,6 +165,7 @@ barrier_place(int i)
 static void
 counts_shmem_request(void)
 {
+	counts.entrysize = count_entry_size();
 	idem_sharedhash_request(&counts, COUNT_TOPICS);
 	RequestAddinShmemSpace(barriers_size());
 }
@@ -168,6 +177,7 @@ counts_shmem_startup(void)
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
+	counts.entrysize = count_entry_size();
 	(void) idem_sharedhash_attach(&counts, COUNT_TOPICS);
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	barriers = ShmemInitStruct(BARRIERS_NAME, barriers_size(), &found);
@@ -176,12 +186,19 @@ counts_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* from _PG_init: preloaded, the shared memory */
+/* from _PG_init, before the prefix is reserved: preloaded, the GUC and the shared memory */
 void
 idem_outbox_counts_init(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
+	DefineCustomIntVariable("idempotency.outbox_count_deltas",
+							"Ack transactions per topic whose counts are kept apart until every snapshot sees them ended.",
+							"Beyond them an ack writes its count into the topic's row; more concurrent relays of one topic need more.",
+							&count_deltas,
+							64, 4, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
 	idem_request_shmem(counts_shmem_request);
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = counts_shmem_startup;
@@ -299,12 +316,12 @@ count_add(Oid gen, int32 topic_id, Oid owner, TransactionId xid,
 	for (i = 0; i < c->ndeltas; i++)
 		if (TransactionIdEquals(c->deltas[i].xid, xid))
 			break;
-	if (i == c->ndeltas && i == COUNT_DELTAS)
+	if (i == c->ndeltas && i == count_deltas)
 	{
 		(void) count_fold(c, 0);
 		i = c->ndeltas;
 	}
-	if (i == COUNT_DELTAS)
+	if (i == count_deltas)
 	{
 		if (crowded)
 			*crowded = true;
@@ -706,7 +723,7 @@ counts_read(int32 topic_id, Snapshot snap, int64 *delivered, int64 *retried)
 {
 	CountKey	k;
 	CountEntry *c;
-	CountEntry	copy;
+	CountEntry *copy;
 	bool		found = false;
 	int			i;
 
@@ -714,21 +731,25 @@ counts_read(int32 topic_id, Snapshot snap, int64 *delivered, int64 *retried)
 	if (counts.hash == NULL)
 		return;
 	k = count_key(idem_outbox_install(), topic_id);
+	copy = palloc(count_entry_size());
 	LWLockAcquire(counts.lock, LW_SHARED);
 	c = (CountEntry *) hash_search(counts.hash, &k, HASH_FIND, NULL);
 	if (c != NULL)
 	{
-		copy = *c;
+		memcpy(copy, c, offsetof(CountEntry, deltas) + sizeof(CountDelta) * c->ndeltas);
 		found = true;
 	}
 	LWLockRelease(counts.lock);
 	if (!found)
-		return;
-	*delivered = copy.delivered;
-	*retried = copy.retried;
-	for (i = 0; i < copy.ndeltas; i++)
 	{
-		CountDelta *d = &copy.deltas[i];
+		pfree(copy);
+		return;
+	}
+	*delivered = copy->delivered;
+	*retried = copy->retried;
+	for (i = 0; i < copy->ndeltas; i++)
+	{
+		CountDelta *d = &copy->deltas[i];
 
 		if (TransactionIdIsCurrentTransactionId(d->xid) ||
 			(!XidInMVCCSnapshot(d->xid, snap) && TransactionIdDidCommit(d->xid)))
@@ -737,6 +758,7 @@ counts_read(int32 topic_id, Snapshot snap, int64 *delivered, int64 *retried)
 			*retried += d->retried;
 		}
 	}
+	pfree(copy);
 }
 
 /*

@@ -20,9 +20,12 @@ my $node = PostgreSQL::Test::Cluster->new('counts_horizon');
 $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
+idempotency.outbox_count_deltas = 16
 idempotency.purge_interval = 0
 });
 $node->start;
+is($node->safe_psql('postgres', q{SHOW idempotency.outbox_count_deltas}), '16',
+	'16 ack transactions per topic kept apart, as set (64 by default)');
 $node->safe_psql('postgres', q{CREATE DATABASE elsewhere});
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION idempotency;

@@ -15,6 +15,7 @@ my $node = PostgreSQL::Test::Cluster->new('barrier_places_drops');
 $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
+idempotency.outbox_count_deltas = 16
 idempotency.purge_interval = 0
 });
 $node->start;

@@ -18,6 +18,7 @@ my $node = PostgreSQL::Test::Cluster->new('barrier_imported');
 $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
+idempotency.outbox_count_deltas = 16
 idempotency.purge_interval = 0
 });
 $node->start;

@@ -16,6 +16,7 @@ my $node = PostgreSQL::Test::Cluster->new('barrier_prepared');
 $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
+idempotency.outbox_count_deltas = 16
 idempotency.purge_interval = 0
 max_prepared_transactions = 5
 });
