@@ -11,7 +11,7 @@
 #       (OUTBOX_CALLGRIND=1) instructions per request (callgrind, postgres
 #       --single, as bench/instructions.sh)
 #   (b) relay throughput, claim + ack of a batch in one statement, batch 1,
-#       10, 100, with 1 and 4 relays (pgbench clients), against pgmq 1.5.1
+#       10, 100, with 1 and 4 relays (pgbench clients; OUTBOX_B_RELAYS), against pgmq 1.5.1
 #       read + delete of the same batches (messages per second; unkeyed
 #       messages, and ours also with 1000 message keys)
 #   (bi) the same claim + ack / read + delete, counted instead of timed:
@@ -40,9 +40,11 @@
 # Environment: OUTBOX_SECS (5), OUTBOX_ROUNDS (3; OUTBOX_B_ROUNDS (1) for b), OUTBOX_CLIENTS (4),
 # OUTBOX_N (2000 callgrind requests), OUTBOX_TOTAL (1000000),
 # OUTBOX_PARTS ("a b bi bc c d e"), OUTBOX_B_BATCHES ("1 10 100"), OUTBOX_B_RATE (8000),
+# OUTBOX_B_MAX (200000 messages at most per queue in b), OUTBOX_B_RELAYS ("1 4"),
 # OUTBOX_BI_MSGS (20000), OUTBOX_A_CLIENTS ("1 4 16"), OUTBOX_CALLGRIND (0),
 # OUTBOX_WAL_N (5000), OUTBOX_E_VACUUM_AFTER (for (e); unset: the default of
-# idempotency.outbox_vacuum_after; 0: autovacuum alone).  Prints a Markdown report (and appends it to
+# idempotency.outbox_vacuum_after; 0: autovacuum alone), OUTBOX_CONF (one more
+# postgresql.conf line, e.g. "idempotency.outbox_count_deltas = 16").  Prints a Markdown report (and appends it to
 # OUTBOX_REPORT when set).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -56,7 +58,9 @@ N=${OUTBOX_N:-2000}
 TOTAL=${OUTBOX_TOTAL:-1000000}
 PARTS=${OUTBOX_PARTS:-a b bi bc c d e}
 B_BATCHES=${OUTBOX_B_BATCHES:-1 10 100}
-B_RATE=${OUTBOX_B_RATE:-8000}	# (b) fills batch x B_RATE x OUTBOX_SECS messages (at most 200000)
+B_RATE=${OUTBOX_B_RATE:-8000}	# (b) fills batch x B_RATE x OUTBOX_SECS messages (at most B_MAX)
+B_MAX=${OUTBOX_B_MAX:-200000}
+B_RELAYS=${OUTBOX_B_RELAYS:-1 4}
 BI_MSGS=${OUTBOX_BI_MSGS:-20000}
 A_CLIENTS=${OUTBOX_A_CLIENTS:-1 4 16}
 CALLGRIND=${OUTBOX_CALLGRIND:-0}
@@ -76,7 +80,7 @@ fi
 	{ apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 
 bench_start "shared_preload_libraries = 'idempotency'" "idempotency.purge_interval = 1" \
-	"idempotency.purge_batch = 10000" "max_connections = 100"
+	"idempotency.purge_batch = 10000" "max_connections = 100" ${OUTBOX_CONF:+"$OUTBOX_CONF"}
 R=$WORK/report.md
 echo "## The outbox (bench/outbox.sh, $(date -u +%F), $(nproc) cores, $(psql --version | awk '{print $3}'))" >"$R"
 echo >>"$R"
@@ -254,9 +258,9 @@ part_b() {
 	: >"$WORK/b.dat"
 	for r in $(seq "$B_ROUNDS"); do
 		for b in $B_BATCHES; do
-			for c in 1 4; do
+			for c in $B_RELAYS; do
 				local need=$(( b * B_RATE * SECS ))
-				[ $need -gt 200000 ] && need=200000
+				[ $need -gt $B_MAX ] && need=$B_MAX
 				for sys in ours keyed pgmq; do
 					psql -qX -c "DELETE FROM idempotency.outbox_message" -c "DELETE FROM pgmq.q_relay" >/dev/null
 					psql -qX -c "VACUUM ANALYZE idempotency.outbox_message" -c "VACUUM ANALYZE pgmq.q_relay" >/dev/null
@@ -284,7 +288,7 @@ part_b() {
 		echo "| batch | relays | ours | ours, 1000 keys | pgmq 1.5.1 | ours / pgmq |"
 		echo "|---:|---:|---:|---:|---:|---:|"
 		for b in $B_BATCHES; do
-			for c in 1 4; do
+			for c in $B_RELAYS; do
 				local o k p
 				o=$(awk -v b=$b -v c=$c '$2 == "ours" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
 				k=$(awk -v b=$b -v c=$c '$2 == "keyed" && $3 == b && $4 == c { print $5 }' "$WORK/b.dat" | median)
@@ -293,7 +297,7 @@ part_b() {
 			done
 		done
 		echo
-		echo "One statement per batch (claim and ack, or read and delete, in one transaction), pgbench -M prepared, ${SECS} s, median of $B_ROUNDS rounds, each from a freshly filled and vacuumed queue of batch × $B_RATE × ${SECS} messages, at most 200000, with a 100-byte pad; target ours / pgmq ≥ 1.5."
+		echo "One statement per batch (claim and ack, or read and delete, in one transaction), pgbench -M prepared, ${SECS} s, median of $B_ROUNDS rounds, each from a freshly filled and vacuumed queue of batch × $B_RATE × ${SECS} messages, at most $B_MAX, with a 100-byte pad; target ours / pgmq ≥ 1.5."
 		[ -s "$WORK/b.dry" ] && echo "Ran dry (the queue emptied before the ${SECS} s were up, so the rate is a lower bound): $(paste -sd ';' "$WORK/b.dry" | sed 's/;/; /g')." 
 	} >>"$R"
 }
