@@ -25,7 +25,8 @@
  * key store's entries, StoredKey), keycitus.h (the Citus module's),
  * stats.h (what idempotency.stats counts), one per outbox module that
  * exports (outbox_topics.h, outbox_claims.h, outbox_counts.h,
- * outbox_vacuum.h, wakeup.h), target.h (the write helpers'), compat.h (every PostgreSQL version difference).  Each file
+ * outbox_vacuum.h, wakeup.h), target.h (the write helpers'), compat.h
+ * (every PostgreSQL version difference).  Each file
  * defines the GUCs it reads in its idem_xxx_init().  Every non-static
  * symbol starts with idem_ (SQL-callable functions with idempotency_).
  *
