@@ -33,17 +33,24 @@ $node->safe_psql('postgres', q{
 	SELECT idempotency.publish('busy', '{}') FROM generate_series(1, 40);
 });
 
+# n acks of the topic, each in its own transaction (after publishing n
+# more messages when asked)
+sub acks
+{
+	my ($n, $publish) = @_;
+	$node->safe_psql('postgres', qq{SELECT idempotency.publish('busy', '{}') FROM generate_series(1, $n)})
+	  if $publish;
+	$node->safe_psql('postgres', q{
+		SELECT idempotency.ack(c.claim, ARRAY[c.id])
+		  FROM idempotency.claim('busy', 1) AS c}) for 1 .. $n;
+}
+
 # a transaction with an xid, left open in another database
 my $open = $node->background_psql('elsewhere', on_error_stop => 1);
 $open->query_safe(q{BEGIN; SELECT pg_catalog.txid_current()});
 
 # 40 acks, each in its own transaction
-for my $i (1 .. 40)
-{
-	$node->safe_psql('postgres', q{
-		SELECT idempotency.ack(c.claim, ARRAY[c.id])
-		  FROM idempotency.claim('busy', 1) AS c});
-}
+acks(40);
 is($node->safe_psql('postgres', q{SELECT delivered FROM idempotency.outbox_stats}),
 	'40', 'every ack is counted');
 is($node->safe_psql('postgres', q{SELECT purged_delivered FROM idempotency.outbox_topic}),
@@ -56,13 +63,7 @@ my $reader = $node->background_psql('postgres', on_error_stop => 1);
 $reader->query_safe(q{BEGIN ISOLATION LEVEL REPEATABLE READ});
 is($reader->query_safe(q{SELECT delivered FROM idempotency.outbox_stats}),
 	'40', 'a reader holds its snapshot');
-$node->safe_psql('postgres', q{SELECT idempotency.publish('busy', '{}') FROM generate_series(1, 30)});
-for my $i (1 .. 30)
-{
-	$node->safe_psql('postgres', q{
-		SELECT idempotency.ack(c.claim, ARRAY[c.id])
-		  FROM idempotency.claim('busy', 1) AS c});
-}
+acks(30, 1);
 is($reader->query_safe(q{SELECT delivered FROM idempotency.outbox_stats}),
 	'40', 'the reader sees none of the 30 acks committed since its snapshot');
 is($node->safe_psql('postgres', q{SELECT delivered FROM idempotency.outbox_stats}),
@@ -71,13 +72,7 @@ $reader->query_safe(q{COMMIT});
 is($reader->query_safe(q{SELECT delivered FROM idempotency.outbox_stats}),
 	'70', 'and so does the reader once its transaction ended');
 $reader->quit;
-$node->safe_psql('postgres', q{SELECT idempotency.publish('busy', '{}') FROM generate_series(1, 20)});
-for my $i (1 .. 20)
-{
-	$node->safe_psql('postgres', q{
-		SELECT idempotency.ack(c.claim, ARRAY[c.id])
-		  FROM idempotency.claim('busy', 1) AS c});
-}
+acks(20, 1);
 is($node->safe_psql('postgres', q{SELECT delivered FROM idempotency.outbox_stats}),
 	'90', 'the acks after the reader ended are counted');
 
@@ -85,13 +80,7 @@ is($node->safe_psql('postgres', q{SELECT delivered FROM idempotency.outbox_stats
 $open->quit;
 $open = $node->background_psql('postgres', on_error_stop => 1);
 $open->query_safe(q{BEGIN; SELECT pg_catalog.txid_current()});
-$node->safe_psql('postgres', q{SELECT idempotency.publish('busy', '{}') FROM generate_series(1, 20)});
-for my $i (1 .. 20)
-{
-	$node->safe_psql('postgres', q{
-		SELECT idempotency.ack(c.claim, ARRAY[c.id])
-		  FROM idempotency.claim('busy', 1) AS c});
-}
+acks(20, 1);
 is($node->safe_psql('postgres', q{SELECT delivered FROM idempotency.outbox_stats}),
 	'110', 'every ack is counted beside an open transaction of this database');
 $open->query_safe(q{COMMIT});
