@@ -30,6 +30,7 @@ DECLARE
     p_args ALIAS FOR $4;
     v_name pg_catalog.text;
     v_nname pg_catalog.text;
+    v_hash pg_catalog.text;
     v_kept pg_catalog.text;
     v_arg pg_catalog.text;
     v_vals pg_catalog.jsonb;
@@ -65,10 +66,10 @@ BEGIN
     -- the search_path with the text: the server analysed the statement
     -- (names, schemas' USAGE) for them, so another role or search_path
     -- prepares its own, as the C edition keys its plans by both.
-    v_nname := pg_catalog.md5(pg_catalog.concat_ws(E'\n', CURRENT_USER::pg_catalog.text,
-                                                   pg_catalog.current_setting('search_path'), p_sql));
-    v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) v_nname;
-    v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) v_nname;
+    v_hash := pg_catalog.md5(pg_catalog.concat_ws(E'\n', CURRENT_USER::pg_catalog.text,
+                                                  pg_catalog.current_setting('search_path'), p_sql));
+    v_name := 'idempotency_once_r_' OPERATOR(pg_catalog.||) v_hash;
+    v_nname := 'idempotency_once_n_' OPERATOR(pg_catalog.||) v_hash;
     SELECT s.name, coalesce(pg_catalog.cardinality(s.parameter_types), 0) INTO v_kept, v_nparams
       FROM pg_catalog.pg_prepared_statements AS s
      WHERE (s.name OPERATOR(pg_catalog.=) v_name
