@@ -664,13 +664,14 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, const Interval *ttl,
 
 	held = idem_held_lookup(&id);
 	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
+	{
 		idem_stats_count(&id, IDEM_STAT_IK002);
-	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 				 errmsg("%s is already in progress in this transaction", idem_describe_key(&id)),
 				 errdetail("This transaction began it and has not completed or failed it yet."),
 				 errhint("Call idempotency.complete() or idempotency.fail() before beginning it again.")));
+	}
 
 	if (request != NULL)
 	{
@@ -700,14 +701,14 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, const Interval *ttl,
 
 	if (live && has_hash && stored->has_hash &&
 		memcmp(hash, stored->request_hash, FINGERPRINT_LEN) != 0)
+	{
 		idem_stats_count(&id, IDEM_STAT_IK001);
-	if (live && has_hash && stored->has_hash &&
-		memcmp(hash, stored->request_hash, FINGERPRINT_LEN) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_REUSED),
 				 errmsg("%s was already used with a different request", idem_describe_key(&id)),
 				 errdetail("The key's stored request and this one differ; neither, nor anything computed from them, is shown."),
 				 errhint("Use a new idempotency key for a new request (HTTP 422).")));
+	}
 
 	if (open.finished)
 	{
@@ -729,8 +730,8 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, const Interval *ttl,
 		if (clock == 0)
 			clock = GetCurrentTimestamp();
 		if (stored->locked_until > clock)
+		{
 			idem_stats_count(&id, IDEM_STAT_IK002);
-		if (stored->locked_until > clock)
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_KEY_IN_PROGRESS),
 					 errmsg("%s is in progress under a lease", idem_describe_key(&id)),
@@ -738,6 +739,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, const Interval *ttl,
 							   stored->attempts, iso8601_utc(stored->locked_until),
 							   idem_seconds_until(stored->locked_until, clock)),
 					 errhint("Retry after the lease ends (HTTP 409 with Retry-After); the first begin() after that takes the key over.")));
+		}
 	}
 
 	/*
@@ -850,54 +852,56 @@ static void
 lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 {
 	StoredKey	stored;
+	bool		gone;
 
 	/* on Citus, the row lock on the shard is what keeps a takeover out */
 	idem_keystore_hold(id, &stored, CurrentMemoryContext);
-	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp() ||
-		stored.status != 'i' || stored.attempts != attempt) /* IK004 below */
-		idem_stats_count(id, IDEM_STAT_IK004);
-	if (stored.found && stored.expires_at > GetCurrentTransactionStartTimestamp() &&
-		stored.attempts > attempt)	/* a zombie: taken over */
-		idem_stats_count(id, IDEM_STAT_ZOMBIE);
+	gone = !stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp();
+	if (gone || stored.status != 'i' || stored.attempts != attempt)
+	{
+		const char *what = idem_describe_key(id);
 
-	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
+		idem_stats_count(id, IDEM_STAT_IK004);
+		if (!gone && stored.attempts > attempt) /* a zombie: taken over */
+			idem_stats_count(id, IDEM_STAT_ZOMBIE);
+		if (gone)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+					 errmsg("%s is not held by attempt %d", what, attempt),
+					 errdetail("No such key exists for this role, or it expired.")));
+		if (stored.status != 'i' && stored.attempts == attempt)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+					 errmsg("%s is not held by attempt %d", what, attempt),
+					 errdetail("This attempt (%d) already %s the key; the stored outcome stands.",
+							   attempt, stored.status == 'c' ? "completed" : "failed"),
+					 errhint("A second complete() or fail() of the same attempt, e.g. after a lost acknowledgement, changes nothing.")));
+		if (stored.status != 'i' && stored.attempts > attempt)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+					 errmsg("%s is not held by attempt %d", what, attempt),
+					 errdetail("Attempt %d took the key over after the lease of attempt %d ended, and %s it; this result is discarded.",
+							   stored.attempts, attempt,
+							   stored.status == 'c' ? "completed" : "failed"),
+					 errhint("Make leases longer than the work takes.")));
+		if (stored.status != 'i')
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+					 errmsg("%s is not held by attempt %d", what, attempt),
+					 errdetail("The key is already %s, at attempt %d.",
+							   stored.status == 'c' ? "completed" : "failed", stored.attempts)));
+		if (stored.attempts > attempt)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+					 errmsg("%s is not held by attempt %d", what, attempt),
+					 errdetail("Attempt %d took the key over after the lease of attempt %d ended; this result is discarded.",
+							   stored.attempts, attempt),
+					 errhint("Make leases longer than the work takes.")));
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
-				 errdetail("No such key exists for this role, or it expired.")));
-	if (stored.status != 'i' && stored.attempts == attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
-				 errdetail("This attempt (%d) already %s the key; the stored outcome stands.",
-						   attempt, stored.status == 'c' ? "completed" : "failed"),
-				 errhint("A second complete() or fail() of the same attempt, e.g. after a lost acknowledgement, changes nothing.")));
-	if (stored.status != 'i' && stored.attempts > attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
-				 errdetail("Attempt %d took the key over after the lease of attempt %d ended, and %s it; this result is discarded.",
-						   stored.attempts, attempt,
-						   stored.status == 'c' ? "completed" : "failed"),
-				 errhint("Make leases longer than the work takes.")));
-	if (stored.status != 'i')
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
-				 errdetail("The key is already %s, at attempt %d.",
-						   stored.status == 'c' ? "completed" : "failed", stored.attempts)));
-	if (stored.attempts > attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
-				 errdetail("Attempt %d took the key over after the lease of attempt %d ended; this result is discarded.",
-						   stored.attempts, attempt),
-				 errhint("Make leases longer than the work takes.")));
-	if (stored.attempts != attempt)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by attempt %d", idem_describe_key(id), attempt),
+				 errmsg("%s is not held by attempt %d", what, attempt),
 				 errdetail("The key is at attempt %d.", stored.attempts)));
+	}
 
 	memset(h, 0, sizeof(HeldKey));
 	h->id = *id;
@@ -926,34 +930,38 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 
 	check_not_parallel(&id);
 	held = idem_held_lookup(&id);
-	if ((held && (held->state == HELD_BEGUN || held->state == HELD_LEASED)) ?
-		has_attempt && attempt != held->attempts : !has_attempt)	/* IK004 below */
-		idem_stats_count(&id, IDEM_STAT_IK004);
-
 	if (held && (held->state == HELD_BEGUN || held->state == HELD_LEASED))
 	{
 		/* begun in this transaction */
 		if (has_attempt && attempt != held->attempts)
+		{
+			idem_stats_count(&id, IDEM_STAT_IK004);
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
 					 errmsg("%s is not held by attempt %d", idem_describe_key(&id), attempt),
 					 errdetail("This transaction began attempt %d.", held->attempts)));
+		}
 		next = *held;
 	}
 	else if (has_attempt)
 		lease_holder(&id, attempt, &next);	/* begun earlier, with a lease */
-	else if (held)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by this transaction", idem_describe_key(&id)),
-				 errdetail("This transaction already %s it.",
-						   held->state == HELD_COMPLETED ? "completed" : "failed")));
 	else
+	{
+		const char *what = idem_describe_key(&id);
+
+		idem_stats_count(&id, IDEM_STAT_IK004);
+		if (held)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
+					 errmsg("%s is not held by this transaction", what),
+					 errdetail("This transaction already %s it.",
+							   held->state == HELD_COMPLETED ? "completed" : "failed")));
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEMPOTENCY_KEY_NOT_HELD),
-				 errmsg("%s is not held by this transaction", idem_describe_key(&id)),
+				 errmsg("%s is not held by this transaction", what),
 				 errdetail("%s() needs a begin() in the same transaction, by the same role, that returned new or retry.", fn),
 				 errhint("A begin() in a savepoint that was rolled back no longer holds its key. For a key begun with a lease in another transaction, pass attempt => the attempts value that begin() returned.")));
+	}
 
 	next.locked_until = 0;
 	idem_keystore_write(&next, newstate == HELD_COMPLETED ? "completed" : "failed",
