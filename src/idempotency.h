@@ -102,7 +102,6 @@ extern void idem_as_caller(const SavedUser *saved);
 extern uint64 idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs,
 								Oid *argtypes, Datum *values,
 								const char *nulls, int expect_rc);
-extern Datum idem_owner_ref(Oid owner);
 extern uint64 idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql,
 						  int nargs, Oid *argtypes, Datum *values,
 						  const char *nulls, int expect_rc);

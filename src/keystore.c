@@ -1678,9 +1678,8 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 	idem_store_key_values(id, values);
 	if (idem_store.citus)
 	{
-		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
+		/* the owner as a regrole (keycitus.h: IDEM_OWNER_EQ_CITUS) */
 		argtypes[0] = REGROLEOID;
-		values[0] = idem_owner_ref(id->owner);
 		sp = idem_store_shard(idem_store.relid, id);
 	}
 	SPI_connect();
@@ -1914,8 +1913,7 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
 	SPI_connect();
 	if (idem_store.citus)
 	{
-		argtypes[0] = REGROLEOID;
-		values[0] = idem_owner_ref(id->owner);
+		argtypes[0] = REGROLEOID;	/* keycitus.h: IDEM_OWNER_EQ_CITUS */
 		n = idem_run_as(false, &plan_seed_citus,
 						SELECT_SEED KEY_WHERE_CITUS LIVE_SEED, 4, argtypes,
 						values, NULL, SPI_OK_SELECT);
@@ -2229,9 +2227,8 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 	SPI_connect();
 	if (idem_store.citus)
 	{
-		/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
+		/* the owner as a regrole (keycitus.h: IDEM_OWNER_EQ_CITUS) */
 		argtypes[0] = REGROLEOID;
-		values[0] = idem_owner_ref(id->owner);
 		n = idem_store_citus_run(sp, SS_CHECKPOINT, 6, argtypes, values, nulls,
 								 SPI_OK_UPDATE);
 	}
@@ -2304,9 +2301,8 @@ idem_keystore_delete_citus(const KeyId *id)
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
+	/* the owner as a regrole (keycitus.h: IDEM_OWNER_EQ_CITUS) */
 	idem_store_key_values(id, values);
-	/* the owner by name (idempotency.h: IDEM_OWNER_EQ_CITUS) */
-	values[0] = idem_owner_ref(id->owner);
 	idem_store_resolve();
 	sp = idem_store_shard(idem_store.relid, id);
 	SPI_connect();

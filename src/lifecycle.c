@@ -390,7 +390,7 @@ idem_purge_expired(Oid owner, int batch_size, TimestampTz now, int64 *counts)
 		if (!all)
 		{
 			argtypes[2] = REGROLEOID;	/* the owner by roleref */
-			values[2] = idem_owner_ref(owner);
+			values[2] = ObjectIdGetDatum(owner);
 		}
 		sql = psprintf(purge_sql_citus, purge_tables[i], purge_keys[i],
 					   purge_keys[i], purge_tables[i],
@@ -483,7 +483,7 @@ idempotency_issue_token(PG_FUNCTION_ARGS)
 		int			draws = idem_route_arrived() ? 4096 : 16;
 
 		argtypes[1] = REGROLEOID;
-		values[1] = idem_owner_ref(GetUserId());
+		values[1] = ObjectIdGetDatum(GetUserId());
 		stored = false;
 		for (int i = 0; i < draws && !stored; i++)
 		{
@@ -554,7 +554,7 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 		 * idempotency.h)
 		 */
 		argtypes[1] = REGROLEOID;
-		values[1] = idem_owner_ref(GetUserId());
+		values[1] = ObjectIdGetDatum(GetUserId());
 		if (!idem_shard_exec(IDEM_TABLE_TOKEN, s, strlen(s), "idempotency.token",
 							 CONSUME_SQL(IDEM_OWNER_EQ_CITUS), 4, argtypes, values,
 							 NULL, SPI_OK_DELETE, &n))

@@ -210,16 +210,6 @@ idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql, int nargs,
 }
 
 /*
- * Role owner as the parameter a Citus statement compares an owner column
- * with (a regrole: idempotency.h, IDEM_OWNER_EQ_CITUS).
- */
-Datum
-idem_owner_ref(Oid owner)
-{
-	return ObjectIdGetDatum(owner);
-}
-
-/*
  * roleref_out(roleref) -> cstring: the role's name, as regrole prints it,
  * and "-" (nobody) for an oid that names no role.  regrole prints a
  * dropped role's oid as a bare number, which regrolein (and so roleref_in)
