@@ -106,6 +106,8 @@ endif
 $(OBJS): src/idempotency.h src/compat.h
 src/guard.o src/idempotency.o src/keystore.o src/lifecycle.o src/ops.o src/owners.o src/recovery.o src/stats.o: src/stats.h
 src/target.o src/machine.o src/versioned.o src/insert_once.o: src/target.h
+src/guard.o src/once.o src/ops.o src/recovery.o src/idempotency.o: src/guard.h
+src/lifecycle.o src/worker.o src/idempotency.o: src/lifecycle.h
 src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_topics.o src/outbox_publish.o: src/keystore.h
 src/keycitus.o src/keystore.o src/guard.o src/idempotency.o src/ops.o src/recovery.o src/lookup.o src/once.o src/lifecycle.o src/machine.o src/insert_once.o src/outbox_publish.o: src/keycitus.h
 src/outbox_topics.o src/outbox_publish.o src/outbox_relay.o src/wakeup.o: src/outbox_topics.h

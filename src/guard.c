@@ -35,6 +35,7 @@
 #include "utils/typcache.h"
 
 #include "compat.h"
+#include "guard.h"
 #include "idempotency.h"
 #include "keystore.h"
 #include "stats.h"

@@ -18,8 +18,10 @@
 #include "utils/guc.h"
 
 #include "compat.h"
+#include "guard.h"
 #include "idempotency.h"
 #include "keystore.h"
+#include "lifecycle.h"
 #include "outbox_claims.h"
 #include "outbox_counts.h"
 #include "outbox_topics.h"

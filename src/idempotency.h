@@ -20,15 +20,18 @@
  *	  floor citus:    keycitus.c
  *	  floor ground:   stats.c sharedhash.c wakeup.c outbox_claims.c runas.c cache.c
  *
- * Headers: this one (the ground floor's, the guard's and the features'
- * exported declarations, the SQLSTATEs, KeyId, HeldKey), keystore.h (the
- * key store's entries, StoredKey), keycitus.h (the Citus module's),
- * stats.h (what idempotency.stats counts), one per outbox module that
- * exports (outbox_topics.h, outbox_claims.h, outbox_counts.h,
+ * Headers: this one (what every floor needs: the SQLSTATEs, KeyId, the
+ * ground floor's runas.c, sharedhash.c and cache.c, and owners.c's entries
+ * for the library's load and the workers), guard.h (the guard's begin and
+ * finish, GuardBegin), keystore.h (the key store's entries, StoredKey,
+ * HeldKey), keycitus.h (the Citus module's), lifecycle.h (the purge and
+ * the workers), stats.h (what idempotency.stats counts), one per outbox
+ * module that exports (outbox_topics.h, outbox_claims.h, outbox_counts.h,
  * outbox_vacuum.h, wakeup.h), target.h (the write helpers'), compat.h
- * (every PostgreSQL version difference).  Each file
- * defines the GUCs it reads in its idem_xxx_init().  Every non-static
- * symbol starts with idem_ (SQL-callable functions with idempotency_).
+ * (every PostgreSQL version difference).  Each file defines the GUCs it
+ * reads in its idem_xxx_init(), as statics where no other file reads them.
+ * Every non-static symbol starts with idem_ (SQL-callable functions with
+ * idempotency_).
  *
  *-------------------------------------------------------------------------
  */
@@ -57,13 +60,6 @@
 
 /* Upper bound of key + scope in bytes, well below the btree tuple limit */
 #define MAX_KEY_BYTES 2048
-
-/* GUCs, each defined by the file named */
-extern int	idem_purge_interval_s;	/* worker.c */
-extern int	idem_purge_batch;	/* worker.c */
-extern int	idem_purge_timeout_s;	/* worker.c */
-extern char *idem_database;		/* worker.c */
-extern int	idem_stats_max;		/* stats.c */
 
 /*
  * The identity of one key: (owner role, scope, key).  hash is a keyed 64-bit
@@ -134,86 +130,11 @@ extern bool idem_sharedhash_attach(IdemSharedHash *t, long max);
 extern void idem_sharedhash_forget(const IdemSharedHash *t, Oid db, Oid owner);
 extern int	idem_sharedhash_databases(const IdemSharedHash *t, Oid *dbs, int max);
 
-/*
- * A key's record in this transaction: the guard's held keys (guard.c), from
- * which the key store writes a row
- */
-typedef enum HeldState
-{
-	HELD_BEGUN,					/* begin() returned new/retry; work pending */
-	HELD_LEASED,				/* begin(lease) wrote an in_progress row */
-	HELD_COMPLETED,				/* complete() wrote the row */
-	HELD_FAILED					/* fail() wrote the row */
-} HeldState;
-
-typedef struct HeldKey
-{
-	struct HeldKey *below;		/* next older record of this transaction */
-	struct HeldKey *older;		/* next older record with the same hash */
-	SubTransactionId subid;		/* subtransaction that made this record */
-	KeyId		id;				/* strings live in TopTransactionContext */
-	HeldState	state;
-	bool		row_exists;		/* a row (maybe expired) is in the table */
-	int32		attempts;
-	TimestampTz created_at;
-	TimestampTz expires_at;
-	TimestampTz locked_until;	/* lease end; 0 = none */
-	bool		reset_point;	/* new work over an expired row: the next
-								 * write clears its recovery point */
-	bool		has_hash;
-	uint8		request_hash[FINGERPRINT_LEN];
-} HeldKey;
-
 /* ---- features ---- */
 
 /* owners.c */
 extern void idem_owners_init(void);
 extern void idem_owners_sweep(void);
 extern void idem_owners_topic_gone(int32 topic_id);
-
-/* lifecycle.c */
-#define PURGE_NTABLES 4			/* keys, tokens, seen messages, outbox
-								 * messages */
-extern int64 idem_purge_expired(Oid owner, int batch_size, TimestampTz now,
-								int64 *counts);
-
-/* guard.c */
-typedef enum GuardOutcome
-{
-	GUARD_NEW,					/* first time: do the work */
-	GUARD_RETRY,				/* an earlier attempt failed retryably or
-								 * lapsed */
-	GUARD_REPLAY,				/* finished: return the stored response */
-	GUARD_ROUTED				/* Citus: the key's shard is on another node;
-								 * the caller carries the call there */
-} GuardOutcome;
-
-typedef struct GuardBegin
-{
-	GuardOutcome outcome;
-	char		status;			/* 'i'n_progress, 'c'ompleted, 'f'ailed */
-	Jsonb	   *response;		/* stored response (replay, retry), or NULL */
-	int32		attempts;
-	TimestampTz created_at;
-	text	   *recovery_point; /* last checkpoint (retry, replay), or NULL */
-	Jsonb	   *recovery_state;
-} GuardBegin;
-
-extern void idem_guard_init(void);
-extern HeldKey *idem_held_lookup(const KeyId *id);
-extern TupleDesc idem_result_desc(FunctionCallInfo fcinfo);
-extern void idem_guard_begin(const KeyId *id, Jsonb *request,
-							 const Interval *ttl, const Interval *lease,
-							 GuardBegin *out);
-extern void idem_guard_finish(const KeyId *id, HeldState newstate,
-							  Jsonb *payload, bool retryable,
-							  bool has_attempt, int32 attempt);
-extern void idem_guard_lease_holder(const KeyId *id, int32 attempt,
-									HeldKey *h);
-
-/* ---- top ---- */
-
-/* worker.c */
-extern void idem_worker_init(void);
 
 #endif							/* IDEMPOTENCY_H */

@@ -15,6 +15,36 @@
 
 extern void idem_keystore_init(void);
 
+/*
+ * A key's record in this transaction: the guard keeps them (guard.c, its
+ * held keys); the key store writes a row from one (idem_keystore_write())
+ */
+typedef enum HeldState
+{
+	HELD_BEGUN,					/* begin() returned new/retry; work pending */
+	HELD_LEASED,				/* begin(lease) wrote an in_progress row */
+	HELD_COMPLETED,				/* complete() wrote the row */
+	HELD_FAILED					/* fail() wrote the row */
+} HeldState;
+
+typedef struct HeldKey
+{
+	struct HeldKey *below;		/* next older record of this transaction */
+	struct HeldKey *older;		/* next older record with the same hash */
+	SubTransactionId subid;		/* subtransaction that made this record */
+	KeyId		id;				/* strings live in TopTransactionContext */
+	HeldState	state;
+	bool		row_exists;		/* a row (maybe expired) is in the table */
+	int32		attempts;
+	TimestampTz created_at;
+	TimestampTz expires_at;
+	TimestampTz locked_until;	/* lease end; 0 = none */
+	bool		reset_point;	/* new work over an expired row: the next
+								 * write clears its recovery point */
+	bool		has_hash;
+	uint8		request_hash[FINGERPRINT_LEN];
+} HeldKey;
+
 /* a key's identity: built, validated (IK003), hashed, described */
 extern int	idem_default_ttl_s;
 extern int	idem_max_key_length;

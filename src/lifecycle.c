@@ -46,6 +46,7 @@
 
 #include "idempotency.h"
 #include "keystore.h"
+#include "lifecycle.h"
 #include "outbox_counts.h"
 #include "stats.h"
 

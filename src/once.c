@@ -55,6 +55,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "guard.h"
 #include "idempotency.h"
 #include "keystore.h"
 

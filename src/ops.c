@@ -42,6 +42,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "guard.h"
 #include "idempotency.h"
 #include "keystore.h"
 #include "stats.h"

@@ -46,6 +46,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 
+#include "guard.h"
 #include "idempotency.h"
 #include "keystore.h"
 #include "stats.h"

@@ -67,7 +67,7 @@
  * GUCs
  * ---------------------------------------------------------------------
  */
-int			idem_stats_max = 1000;
+static int	idem_stats_max = 1000;
 
 #define STATS_SCOPE_BYTES 64	/* scope kept in an entry, clipped */
 #define STATS_DEALLOC_PCT 5		/* entries evicted when the table is full */

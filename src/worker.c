@@ -54,16 +54,17 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "lifecycle.h"
 #include "outbox_vacuum.h"
 
 /* ---------------------------------------------------------------------
  * GUCs
  * ---------------------------------------------------------------------
  */
-int			idem_purge_interval_s = 60;
-int			idem_purge_batch = 10000;
-int			idem_purge_timeout_s = 60;
-char	   *idem_database = NULL;
+static int	idem_purge_interval_s = 60;
+static int	idem_purge_batch = 10000;
+static int	idem_purge_timeout_s = 60;
+static char *idem_database = NULL;
 
 #define LAUNCHER_NAME "idempotency purge launcher"
 #define WORKER_NAME "idempotency purge worker"
