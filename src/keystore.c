@@ -498,7 +498,7 @@ idem_make_keyid(text *key, text *scope, const char *what)
 
 /*
  * The keyed hash of id as it stands (for a caller that changed its owner:
- * outbox.c names a message key's lock with owner InvalidOid)
+ * outbox_topics.c names a message key's lock with owner InvalidOid)
  */
 uint64
 idem_key_hash(const KeyId *id)
