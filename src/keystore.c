@@ -119,7 +119,7 @@
  */
 
 /* GUCs */
-int			idem_default_ttl_s = 24 * 60 * 60;
+static int	idem_default_ttl_s = 24 * 60 * 60;
 int			idem_max_key_length = 255;
 
 #define DESCRIBE_MAX_BYTES 100

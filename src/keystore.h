@@ -46,7 +46,6 @@ typedef struct HeldKey
 } HeldKey;
 
 /* a key's identity: built, validated (IK003), hashed, described */
-extern int	idem_default_ttl_s;
 extern int	idem_max_key_length;
 extern KeyId idem_make_keyid(text *key, text *scope, const char *what);
 extern KeyId idem_keyid(FunctionCallInfo fcinfo, int keyarg, int scopearg,

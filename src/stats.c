@@ -108,7 +108,8 @@ typedef struct StatsEntry
 	StatsCounters c;
 } StatsEntry;
 
-bool		idem_stats_on = false;
+static bool idem_stats_on = false;	/* preloaded: the counters are in shared
+									 * memory */
 
 static IdemSharedHash stats = {
 	.name = STATS_TRANCHE,

@@ -35,8 +35,6 @@ typedef enum IdemStat
 	IDEM_STAT_NCOUNTERS
 } IdemStat;
 
-extern bool idem_stats_on;		/* preloaded: the counters are in shared
-								 * memory */
 extern void idem_stats_init(void);
 extern void idem_stats_forget(Oid db, Oid role);
 extern int	idem_stats_databases(Oid *dbs, int max);
