@@ -12,8 +12,9 @@
  * are cast to column types by PostgreSQL (jsonb_populate_record() on a row
  * of NULLs: idem_null_row()).  The id argument is converted to the id
  * column's type once, and only if the conversion is exact.  Plans are kept
- * per backend keyed by (table, signature), as ri_triggers.c keeps foreign
- * keys' plans, at most IDEM_HELPER_PLANS_MAX pairs, used only while valid.
+ * per backend keyed by (table, signature), as PostgreSQL's ri_triggers.c
+ * keeps foreign keys' plans, at most IDEM_HELPER_PLANS_MAX pairs, used only
+ * while valid.
  * Why each, and how a plan is freed under a nested helper call:
  * src/README.md, "The write helpers' statements and plans".
  *

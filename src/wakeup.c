@@ -16,7 +16,7 @@
  * "idempotency.outbox.<topic>", among them relays written for the portable
  * edition, whose only wake-up is LISTEN/NOTIFY (or polling): the same LISTEN
  * works against either edition.  Its price is that PostgreSQL serialises
- * the commits of all notifying transactions (async.c takes a cluster-wide
+ * the commits of all notifying transactions (its async.c takes a cluster-wide
  * lock before the commit record and holds it past the WAL flush), which is
  * why a topic asks for it.
  *
