@@ -38,7 +38,7 @@ EXTENSION = idempotency
 DATA = $(notdir $(wildcard $(if $(VPATH),$(VPATH)/)idempotency--*.sql))
 
 # pg_regress suites (sql/, expected/); run in this order against one database.
-REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http review_transition review_retry_after review_schema review_purge review_insert_path review_once_evict recovery citus outbox outbox_publish outbox_window wakeup wakeup_slots identity review_helpers_rls key_health outbox_dropped_owner
+REGRESS = setup guard errors fingerprint savepoint security wal lease lifecycle helpers helpers_hardening helpers_plans hardening partitioned upgrade stats once lookup http transition retry_after schema purge insert_path once_evict recovery citus outbox outbox_publish outbox_window wakeup wakeup_slots identity helpers_rls key_health outbox_dropped_owner
 REGRESS_OPTS = --inputdir=. --load-extension=idempotency
 # isolation specs (test/specs, expected output in test/expected)
 ISOLATION = same_key lock_wait lease lifecycle helpers upgrade lock_namespace cic forget_begin forget_new renew_takeover once secret_rotation secret_snapshot purge_partitioned purge_topic target_lock recovery outbox wakeup outbox_drop outbox_redrive outbox_revoke outbox_counts outbox_takeover outbox_snapshot outbox_serializable outbox_barrier

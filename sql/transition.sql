@@ -1,4 +1,4 @@
--- review_transition: transition() compares the
+-- transition: transition() compares the
 -- current state with to_state by the state column type's equality, not
 -- as text: on an integer column at 5, '05' and ' 5' are 5 (already), with
 -- and without a machine, and nothing is written.

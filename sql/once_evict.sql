@@ -1,4 +1,4 @@
--- review_once_evict: once() keeps at most 64 plans;
+-- once_evict: once() keeps at most 64 plans;
 -- an evicted plan's input functions for domain, array and record arguments
 -- keep state (a domain's constraint reference and ExprContext, an array's
 -- and a record's I/O cache) in the memory they were set up in.  Each plan

@@ -1,4 +1,4 @@
--- review_insert_path: insert_once()'s probe spells a
+-- insert_path: insert_once()'s probe spells a
 -- left-out key column's default as SQL, with names resolved on the current
 -- search_path; its plan must not be shared with another search_path (or
 -- role), where the same text means another function or none.  The INSERT
@@ -14,58 +14,19 @@ CREATE TABLE public.review_codes (
   note text,
   PRIMARY KEY (region, id));
 SHOW search_path;
-   search_path   
------------------
- "$user", public
-(1 row)
-
 SELECT inserted, row FROM idempotency.insert_once('review_codes', '{"id": 1, "note": "first"}');
- inserted |                    row                     
-----------+--------------------------------------------
- t        | {"id": 1, "note": "first", "region": "eu"}
-(1 row)
-
 SELECT inserted, row FROM idempotency.insert_once('review_codes', '{"id": 1, "note": "again"}');
- inserted |                    row                     
-----------+--------------------------------------------
- f        | {"id": 1, "note": "first", "region": "eu"}
-(1 row)
-
 -- a search_path where review_region() is another function
 SET search_path = review_shadow, public;
 SELECT inserted, row FROM idempotency.insert_once('public.review_codes', '{"id": 1, "note": "shadowed"}');
- inserted |                    row                     
-----------+--------------------------------------------
- f        | {"id": 1, "note": "first", "region": "eu"}
-(1 row)
-
 \echo :LAST_ERROR_SQLSTATE
-00000
 -- a search_path without the default's schema
 SET search_path = review_shadow;
 SELECT inserted, row FROM idempotency.insert_once('public.review_codes', '{"id": 1, "note": "elsewhere"}');
- inserted |                    row                     
-----------+--------------------------------------------
- f        | {"id": 1, "note": "first", "region": "eu"}
-(1 row)
-
 \echo :LAST_ERROR_SQLSTATE
-00000
 RESET search_path;
 SELECT inserted, row FROM idempotency.insert_once('review_codes', '{"id": 2, "note": "second"}');
- inserted |                     row                     
-----------+---------------------------------------------
- t        | {"id": 2, "note": "second", "region": "eu"}
-(1 row)
-
 SELECT * FROM public.review_codes ORDER BY id;
- region | id |  note  
---------+----+--------
- eu     |  1 | first
- eu     |  2 | second
-(2 rows)
-
 DROP TABLE public.review_codes;
 DROP FUNCTION public.review_region();
 DROP SCHEMA review_shadow CASCADE;
-NOTICE:  drop cascades to function review_shadow.review_region()

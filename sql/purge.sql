@@ -1,10 +1,10 @@
--- review_purge: purge() on a hash-partitioned key
+-- purge: purge() on a hash-partitioned key
 -- table (the README's recipe, as in partitioned.sql).  A ctid is unique
 -- only within one partition: a role's purge must delete its own expired
 -- rows, never another role's row that shares a ctid in another partition.
 SELECT current_database() AS regress_db \gset
-CREATE DATABASE review_purge;
-\c review_purge
+CREATE DATABASE purge_partitioned;
+\c purge_partitioned
 CREATE EXTENSION idempotency;
 CREATE ROLE regress_purge_a NOLOGIN;
 CREATE ROLE regress_purge_b NOLOGIN;
@@ -58,5 +58,5 @@ RESET ROLE;
 SELECT count(*) AS left_over FROM idempotency.idempotency_key;
 
 \c :regress_db
-DROP DATABASE review_purge;
+DROP DATABASE purge_partitioned;
 DROP ROLE regress_purge_a, regress_purge_b;
