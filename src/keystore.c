@@ -236,7 +236,7 @@ load_secret(void)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table idempotency.lock_secret must hold exactly one row"),
-					 errhint("Insert one random 16-byte secret (see the README, \"Table idempotency.lock_secret\").")));
+					 errhint("Insert one random 16-byte secret (see docs/reference.md, \"Table idempotency.lock_secret\").")));
 		if (secret == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -1004,7 +1004,7 @@ idem_store_bad_table(const char *detail)
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("table idempotency.idempotency_key cannot hold idempotency keys"),
 			 errdetail_internal("%s", detail),
-			 errhint("Restore the table as the extension's install script creates it, or see the README (\"Partitioning the key table\").")));
+			 errhint("Restore the table as the extension's install script creates it, or see docs/reference.md (\"Partitioning the key table\").")));
 }
 
 /* the oid of type idempotency.roleref (InvalidOid before 0.6.0) */

@@ -165,7 +165,7 @@ load_derive_secret(uint8 *secret, DeriveSecret which, const uint8 *tag,
 					 errmsg("the derive secret of %s is not in table idempotency.derive_secret",
 							idem_describe_key(id)),
 					 errdetail("The key's derive_seed names the secret it derives with; no row of the table is that secret."),
-					 errhint("Restore the row from a dump of the database the key came from; another secret would change its derived keys (see the README, \"derive_key()\").")));
+					 errhint("Restore the row from a dump of the database the key came from; another secret would change its derived keys (see docs/reference.md, \"derive_key()\").")));
 	}
 	else if (which == SECRET_RESTORED_050)
 	{
@@ -180,7 +180,7 @@ load_derive_secret(uint8 *secret, DeriveSecret which, const uint8 *tag,
 					 errmsg("table idempotency.derive_secret has no secret restored from 0.5.0"),
 					 errdetail("%s was restored from a dump of 0.5.0 (it has no derive_seed); it derives with the secret restored from that dump.",
 							   idem_describe_key(id)),
-					 errhint("Restore the dump's rows of idempotency.derive_secret too; another secret would change its derived keys (see the README, \"derive_key()\").")));
+					 errhint("Restore the dump's rows of idempotency.derive_secret too; another secret would change its derived keys (see docs/reference.md, \"derive_key()\").")));
 	}
 	else
 	{
@@ -193,7 +193,7 @@ load_derive_secret(uint8 *secret, DeriveSecret which, const uint8 *tag,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table idempotency.derive_secret is empty"),
 					 errdetail("derive_key() needs the secret the extension's install script creates."),
-					 errhint("Restore the row from a dump of this database; a new secret changes every derived key (see the README, \"derive_key()\").")));
+					 errhint("Restore the row from a dump of this database; a new secret changes every derived key (see docs/reference.md, \"derive_key()\").")));
 	}
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	b = isnull ? NULL : DatumGetByteaPP(d);

@@ -169,7 +169,7 @@ BEGIN
             RAISE EXCEPTION 'the derive secret of % is not in table idempotency.derive_secret', idempotency._describe(key, scope)
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'The key''s derive_seed names the secret it derives with; no row of the table is that secret.',
-                      HINT = 'Restore the row from a dump of the database the key came from; another secret would change its derived keys (see the README, "derive_key()").';
+                      HINT = 'Restore the row from a dump of the database the key came from; another secret would change its derived keys (see docs/reference.md, "derive_key()").';
         END IF;
     ELSIF restored THEN
         SELECT d.secret INTO s FROM idempotency.derive_secret AS d
@@ -179,7 +179,7 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = pg_catalog.format('%s was restored from a dump of 0.5.0 (it has no derive_seed); it derives with the secret restored from that dump.',
                                                  idempotency._describe(key, scope)),
-                      HINT = 'Restore the dump''s rows of idempotency.derive_secret too; another secret would change its derived keys (see the README, "derive_key()").';
+                      HINT = 'Restore the dump''s rows of idempotency.derive_secret too; another secret would change its derived keys (see docs/reference.md, "derive_key()").';
         END IF;
     ELSE
         SELECT d.secret INTO s FROM idempotency.derive_secret AS d
@@ -188,7 +188,7 @@ BEGIN
             RAISE EXCEPTION 'table idempotency.derive_secret is empty'
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'derive_key() needs the secret the extension''s install script creates.',
-                      HINT = 'Restore the row from a dump of this database; a new secret changes every derived key (see the README, "derive_key()").';
+                      HINT = 'Restore the row from a dump of this database; a new secret changes every derived key (see docs/reference.md, "derive_key()").';
         END IF;
     END IF;
     IF s IS NULL OR pg_catalog.length(s) OPERATOR(pg_catalog.<>) 32 THEN
