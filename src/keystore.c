@@ -13,7 +13,7 @@
  * The Citus statements themselves are the Citus module's (keycitus.c, one
  * floor below), called from here only.
  *
- * Paths kept, chosen once per table shape (idem_store_resolve()):
+ * Paths kept, chosen once per table shape (store_resolve()):
  *   fast: every request on a table as shipped (a primary key probe, an
  *     executor insert);
  *   SQL (prepared statements): users whose key table is not as shipped,
@@ -625,9 +625,9 @@ typedef enum StoreCol
 #define SEED_ARG NUM_BASE_COLS
 #define NUM_SEED_ARGS (NUM_BASE_COLS + 1)
 static Oid	idem_store_write_types[NUM_SEED_ARGS];
-static bytea *idem_store_new_seed(void);
+static bytea *store_new_seed(void);
 
-/* the key table as idem_store_resolve() found it  */
+/* the key table as store_resolve() found it  */
 typedef struct KeyStore
 {
 	Oid			relid;			/* InvalidOid: not resolved, or changed */
@@ -648,18 +648,18 @@ typedef struct StoreErrorArg
 	const char *doing;			/* "reading", "storing" */
 } StoreErrorArg;
 
-static void idem_store_error_context(void *arg);
-static void idem_store_bad_table(const char *detail);
-static void idem_store_resolve(void);
-static Relation idem_store_open(LOCKMODE lockmode);
-static void idem_store_key_values(const KeyId *id, Datum *values);
-static void idem_store_check_writable(const KeyId *id);
+static void store_error_context(void *arg);
+static void store_bad_table(const char *detail);
+static void store_resolve(void);
+static Relation store_open(LOCKMODE lockmode);
+static void store_key_values(const KeyId *id, Datum *values);
+static void store_check_writable(const KeyId *id);
 
 /* the fast path */
-static bool idem_store_probe(Relation heap, const KeyId *id, Snapshot snap,
-							 StoredKey *out, MemoryContext outcxt,
-							 TransactionId *xmin);
-static void idem_store_insert(Relation rel, Datum *values, const char *nulls);
+static bool store_probe(Relation heap, const KeyId *id, Snapshot snap,
+						StoredKey *out, MemoryContext outcxt,
+						TransactionId *xmin);
+static void store_insert(Relation rel, Datum *values, const char *nulls);
 
 /* =====================================================================
  * The lock that lets one transaction at a time work on a key.
@@ -720,7 +720,7 @@ holder_pid(const LOCKTAG *tag)
 /*
  * IK002 for a key another transaction holds.  The client's DETAIL names no
  * process: behind a connection pooler a backend pid means nothing to the
- * client (One round trip: the pid goes to the server log only).
+ * client, so the pid goes to the server log only.
  */
 static void
 report_in_progress(const KeyId *id, const LOCKTAG *tag)
@@ -744,8 +744,8 @@ report_in_progress(const KeyId *id, const LOCKTAG *tag)
  * KEYLOCK_TAKEN (this call took it), KEYLOCK_HELD (this transaction held it
  * already) or KEYLOCK_BUSY (another transaction holds it).
  */
-KeyLockResult
-idem_keylock_try(const KeyId *id)
+static KeyLockResult
+keylock_try(const KeyId *id)
 {
 	LOCKTAG		tag;
 	LockAcquireResult res;
@@ -823,9 +823,9 @@ keylock_wait(const KeyId *id)
 		report_in_progress(id, &tag);
 }
 
-/* Give back a lock idem_keylock_try() took (a replay, forget() of no key) */
-void
-idem_keylock_release(const KeyId *id)
+/* Give back a lock keylock_try() took (a replay, forget() of no key) */
+static void
+keylock_release(const KeyId *id)
 {
 	LOCKTAG		tag;
 
@@ -834,7 +834,7 @@ idem_keylock_release(const KeyId *id)
 }
 
 /* ---------------------------------------------------------------------
- * One round trip (once.c)
+ * Is the key busy (lookup.c); the lock's GUCs
  * ---------------------------------------------------------------------
  */
 
@@ -854,7 +854,7 @@ idem_keylock_busy(const KeyId *id)
 
 /* from _PG_init: our GUC */
 static void
-idem_keylock_init(void)
+keylock_init(void)
 {
 	DefineCustomIntVariable("idempotency.lock_wait",
 							"How long begin() waits for a key another transaction holds.",
@@ -888,13 +888,13 @@ idem_keylock_init(void)
  * pg_dist_partition: keycitus.c; idem_table_distributed() asks the same of
  * the other tables).  Also here: whether the table has the columns of
  * 0.5.0 (recovery) and 0.6.0 (derive_seed), a new row's derive seed
- * (idem_store_new_seed()), and what every statement shares (its error
+ * (store_new_seed()), and what every statement shares (its error
  * context, the 25006 refusal, the key's values as $1..$3).  Why each
  * path, and the older table versions: src/README.md, "The key table's
  * paths and versions".
  *
  * Locking: AccessShareLock on the table (and its primary key) while its
- * shape is read; idem_store_open() takes the caller's lock and looks again
+ * shape is read; store_open() takes the caller's lock and looks again
  * when taking it revealed a change.
  *
  * =====================================================================
@@ -942,7 +942,7 @@ static bool table_citus[IDEM_NTABLES];
  * ---------------------------------------------------------------------
  */
 /*
- * The tag of the derive secret new seeds carry (idem_store_new_seed()):
+ * The tag of the derive secret new seeds carry (store_new_seed()):
  * the first 8 bytes of the SHA-256 of the oldest row of
  * idempotency.derive_secret, read once per backend (read_secret_tag()).
  * Any row's tag would do (a seed names its own secret), so rows a
@@ -988,7 +988,7 @@ column_of(TupleDesc td, const char *name)
 
 /* error context callback of a statement on the table (arg: StoreErrorArg) */
 static void
-idem_store_error_context(void *arg)
+store_error_context(void *arg)
 {
 	StoreErrorArg *a = (StoreErrorArg *) arg;
 
@@ -998,7 +998,7 @@ idem_store_error_context(void *arg)
 
 /* 55000: the table cannot hold keys, for the reason detail says */
 static void
-idem_store_bad_table(const char *detail)
+store_bad_table(const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -1168,7 +1168,7 @@ read_secret_tag(Oid relid, uint8 *tag)
  * shard) and every node shares the coordinator's one secret.
  */
 static bytea *
-idem_store_new_seed(void)
+store_new_seed(void)
 {
 	bytea	   *seed;
 	uint8	   *p;
@@ -1207,7 +1207,7 @@ idem_store_new_seed(void)
 
 /* the table t (InvalidOid when absent); after idem_table_distributed(t) */
 static Oid
-idem_table_relid(IdemTable t)
+key_table_relid(IdemTable t)
 {
 	(void) idem_table_distributed(t);
 	return table_relid[t];
@@ -1218,7 +1218,7 @@ idem_table_relid(IdemTable t)
  * the file comment).  Cached until the table changes.
  */
 static void
-idem_store_resolve(void)
+store_resolve(void)
 {
 	Oid			nsp,
 				relid = InvalidOid;
@@ -1246,7 +1246,7 @@ idem_store_resolve(void)
 	td = RelationGetDescr(rel);
 	if (rel->rd_rel->relkind != RELKIND_RELATION &&
 		rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
-		idem_store_bad_table("It is not a table.");
+		store_bad_table("It is not a table.");
 	citus = idem_citus_table(relid);
 	if (citus)
 		citus_owner_check(relid, "idempotency_key");
@@ -1267,8 +1267,8 @@ idem_store_resolve(void)
 	/*
 	 * derive_seed came with 0.6.0: a 0.5.0 table (during ALTER EXTENSION
 	 * UPDATE) is served without it, and derive_key() derives as 0.5.0 did.
-	 * Both paths write a new row's seed (idem_store_new_seed()): the column
-	 * has no DEFAULT, so that the rows a dump of 0.5.0 restores have none.
+	 * Both paths write a new row's seed (store_new_seed()): the column has no
+	 * DEFAULT, so that the rows a dump of 0.5.0 restores have none.
 	 */
 	idem_store.seed = idem_store.recovery && column_of(td, col_names[COL_DERIVE_SEED]) > 0;
 	want = idem_store.seed ? NUM_COLS : idem_store.recovery ? COL_DERIVE_SEED : NUM_BASE_COLS;
@@ -1279,7 +1279,7 @@ idem_store_resolve(void)
 		Form_pg_attribute a;
 
 		if (att == InvalidAttrNumber || att < 0)
-			idem_store_bad_table(psprintf("It has no column \"%s\".", col_names[i]));
+			store_bad_table(psprintf("It has no column \"%s\".", col_names[i]));
 		a = TupleDescAttr(td, att - 1);
 
 		/*
@@ -1332,17 +1332,17 @@ idem_store_resolve(void)
 /*
  * Open the key table with lockmode, after any change to it that taking the
  * lock revealed (another session's ALTER TABLE or ALTER EXTENSION UPDATE
- * may have committed since idem_store_resolve() looked).
+ * may have committed since store_resolve() looked).
  */
 static Relation
-idem_store_open(LOCKMODE lockmode)
+store_open(LOCKMODE lockmode)
 {
 	for (;;)
 	{
 		Oid			relid;
 		Relation	rel;
 
-		idem_store_resolve();
+		store_resolve();
 		relid = idem_store.relid;
 		rel = table_open(relid, lockmode);
 		if (idem_store.relid == relid)
@@ -1354,7 +1354,7 @@ idem_store_open(LOCKMODE lockmode)
 
 /* $1..$3 of every statement: the key's owner, scope and key */
 static void
-idem_store_key_values(const KeyId *id, Datum *values)
+store_key_values(const KeyId *id, Datum *values)
 {
 	values[0] = ObjectIdGetDatum(id->owner);
 	values[1] = PointerGetDatum(cstring_to_text_with_len(id->scope, id->scope_len));
@@ -1363,7 +1363,7 @@ idem_store_key_values(const KeyId *id, Datum *values)
 
 /* 25006 unless this transaction may write */
 static void
-idem_store_check_writable(const KeyId *id)
+store_check_writable(const KeyId *id)
 {
 	if (RecoveryInProgress())
 		ereport(ERROR,
@@ -1378,16 +1378,16 @@ idem_store_check_writable(const KeyId *id)
 }
 
 /* ---------------------------------------------------------------------
- * Interface (idempotency.h)
+ * Interface (keystore.h)
  * ---------------------------------------------------------------------
  */
 /*
  * Is the key table distributed by Citus?  Then a key's serialization point
- * is its shard's primary key (a claim, idem_keystore_lock()),
+ * is its shard's primary key (a claim, keystore_lock()),
  * not the node-local key lock.  Cached (see the file comment).
  */
-bool
-idem_keystore_distributed(const KeyId *id)
+static bool
+keystore_distributed(const KeyId *id)
 {
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {id, "reading"};
@@ -1395,11 +1395,11 @@ idem_keystore_distributed(const KeyId *id)
 	if (OidIsValid(idem_store.relid))
 		return idem_store.citus;
 	/* a table that cannot hold keys is reported as the read would */
-	errcb.callback = idem_store_error_context;
+	errcb.callback = store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	idem_store_resolve();
+	store_resolve();
 	error_context_stack = errcb.previous;
 	return idem_store.citus;
 }
@@ -1411,7 +1411,7 @@ idem_keystore_distributed(const KeyId *id)
 bool
 idem_keystore_has_recovery(void)
 {
-	idem_store_resolve();
+	store_resolve();
 	return idem_store.recovery;
 }
 
@@ -1419,13 +1419,13 @@ idem_keystore_has_recovery(void)
 bool
 idem_keystore_has_seed(void)
 {
-	idem_store_resolve();
+	store_resolve();
 	return idem_store.seed;
 }
 
 /* from _PG_init: our relcache callback */
 static void
-idem_keytable_init(void)
+keytable_init(void)
 {
 	idem_relcache_add(keystore_relcache);
 }
@@ -1445,13 +1445,13 @@ idem_keytable_init(void)
  * constraints.  The executor's structures come from the server's
  * constructors (compat.h).
  *
- * Locking: the caller has opened the table (idem_store_open()); the probe
+ * Locking: the caller has opened the table (store_open()); the probe
  * takes AccessShareLock on the primary key.  Snapshots are the caller's.
  *
  * =====================================================================
  */
 /* ---------------------------------------------------------------------
- * Interface
+ * The fast path: a probe of the primary key, an insert through the executor
  * ---------------------------------------------------------------------
  */
 
@@ -1461,8 +1461,8 @@ idem_keytable_init(void)
  * row is visible; fills *out (response copied into outcxt) and *xmin.
  */
 static bool
-idem_store_probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
-				 MemoryContext outcxt, TransactionId *xmin)
+store_probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
+			MemoryContext outcxt, TransactionId *xmin)
 {
 	Relation	index;
 	TupleTableSlot *slot;
@@ -1472,7 +1472,7 @@ idem_store_probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
 
 	/*
 	 * The primary key as the relcache knows it now that the table is locked
-	 * (idem_store_resolve() checked its columns).
+	 * (store_resolve() checked its columns).
 	 */
 	index = index_open(IDEM_PRIMARY_KEY_INDEX(heap), AccessShareLock);
 	slot = table_slot_create(heap, NULL);
@@ -1582,7 +1582,7 @@ idem_store_probe(Relation heap, const KeyId *id, Snapshot snap, StoredKey *out,
  * (the write section's, the seed at SEED_ARG).
  */
 static void
-idem_store_insert(Relation rel, Datum *values, const char *nulls)
+store_insert(Relation rel, Datum *values, const char *nulls)
 {
 	TupleDesc	td = RelationGetDescr(rel);
 	EState	   *estate = CreateExecutorState();
@@ -1625,7 +1625,8 @@ idem_store_insert(Relation rel, Datum *values, const char *nulls)
  * guard reads, or on Citus the same through keycitus.c.  Every statement is
  * schema-qualified, every operator OPERATOR(pg_catalog.=), every value a
  * parameter; it runs as the extension's owner (runas.c) for the caller's
- * own role only (on Citus as the caller).  Errors raised underneath name
+ * own role only (on Citus: on a shard of this node as the owner, through
+ * Citus's route, reads only, as the caller).  Errors raised underneath name
  * the key and the table (an error context).
  *
  * Isolation: under READ COMMITTED every lookup sees the latest committed
@@ -1633,12 +1634,12 @@ idem_store_insert(Relation rel, Datum *values, const char *nulls)
  * after the transaction's snapshot; the lookup then compares with the
  * latest committed version and raises a serialization failure (40001), so
  * the client retries and gets the stored answer.  On Citus the row lives on
- * the shard's node, where idem_keystore_lock()'s locking read raises it.
+ * the shard's node, where keystore_lock()'s locking read raises it.
  *
- * Locking: AccessShareLock on the table.  begin()'s first lookup runs
- * without the key lock: it only acts on a live finished key, which changes
- * only by expiring.  On Citus idem_keystore_lock() locks the row (SELECT
- * ... FOR UPDATE).
+ * Locking: AccessShareLock on the table.  When another transaction holds
+ * the key lock, begin() reads once without waiting for it: it only acts on
+ * a live finished key, which changes only by expiring.  On Citus
+ * keystore_lock() locks the row (SELECT ... FOR UPDATE).
  *
  * =====================================================================
  */
@@ -1675,7 +1676,7 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 
 	ShardPlans *sp = NULL;
 
-	idem_store_key_values(id, values);
+	store_key_values(id, values);
 	if (idem_store.citus)
 	{
 		/* the owner as a regrole (keycitus.h: IDEM_OWNER_EQ_CITUS) */
@@ -1697,7 +1698,7 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		n = idem_run_as_owner_snap(&plan_select, sql_select, 3, argtypes,
 								   values, NULL, SPI_OK_SELECT, snap);
 	if (n > 1)
-		idem_store_bad_table(psprintf("It holds " UINT64_FORMAT " rows for one key: its primary key on (key, scope, owner) is missing.", n));
+		store_bad_table(psprintf("It holds " UINT64_FORMAT " rows for one key: its primary key on (key, scope, owner) is missing.", n));
 	if (n == 0)
 	{
 		SPI_finish();
@@ -1714,7 +1715,7 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		out->found = true;
 		d = SPI_getbinval(tup, td, 1, &isnull);
 		if (isnull)
-			idem_store_bad_table("A row has a null status.");
+			store_bad_table("A row has a null status.");
 		status = TextDatumGetCString(d);
 		out->status = status[0];
 		d = SPI_getbinval(tup, td, 2, &isnull);
@@ -1746,7 +1747,7 @@ sql_probe(const KeyId *id, Snapshot snap, StoredKey *out, MemoryContext outcxt,
 		out->updated_at = isnull ? 0 : DatumGetTimestampTz(d);
 		d = SPI_getbinval(tup, td, 7, &isnull);
 		if (isnull)
-			idem_store_bad_table("A row has a null expires_at.");
+			store_bad_table("A row has a null expires_at.");
 		out->expires_at = DatumGetTimestampTz(d);
 		d = SPI_getbinval(tup, td, 8, &isnull);
 		out->locked_until = isnull ? 0 : DatumGetTimestampTz(d);
@@ -1795,19 +1796,19 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 	StoreErrorArg arg = {id, "reading"};
 	Relation	heap;
 
-	errcb.callback = idem_store_error_context;
+	errcb.callback = store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	heap = idem_store_open(AccessShareLock);
+	heap = store_open(AccessShareLock);
 	memset(out, 0, sizeof(StoredKey));
 	if (idem_store.fast)
 	{
 		CommandCounterIncrement();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		UpdateActiveSnapshotCommandId();
-		(void) idem_store_probe(heap, id, GetActiveSnapshot(), out, outcxt, &xmin);
+		(void) store_probe(heap, id, GetActiveSnapshot(), out, outcxt, &xmin);
 		PopActiveSnapshot();
 	}
 	else
@@ -1824,7 +1825,7 @@ keystore_read(const KeyId *id, StoredKey *out, MemoryContext outcxt,
 		bool		latest;
 
 		if (idem_store.fast)
-			latest = idem_store_probe(heap, id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
+			latest = store_probe(heap, id, GetLatestSnapshot(), NULL, outcxt, &latest_xmin);
 		else
 			latest = sql_probe(id, GetLatestSnapshot(), NULL, outcxt,
 							   &latest_xmin, false);
@@ -1863,10 +1864,10 @@ idem_keystore_peek(const KeyId *id, StoredKey *out, MemoryContext outcxt)
  * the latest committed one.  Without Citus, the same as the lookup (the
  * key lock serialises).
  */
-void
-idem_keystore_lock(const KeyId *id, StoredKey *out, MemoryContext outcxt)
+static void
+keystore_lock(const KeyId *id, StoredKey *out, MemoryContext outcxt)
 {
-	keystore_read(id, out, outcxt, true, idem_keystore_distributed(id));
+	keystore_read(id, out, outcxt, true, keystore_distributed(id));
 }
 
 /*
@@ -1899,16 +1900,16 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {id, "reading the derive seed of"};
 
-	idem_store_resolve();
+	store_resolve();
 	*seed = NULL;
 	*created_at = 0;
 	if (!idem_store.seed)
 		return true;			/* a 0.5.0 table: any key, as 0.5.0 did */
-	errcb.callback = idem_store_error_context;
+	errcb.callback = store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	idem_store_key_values(id, values);
+	store_key_values(id, values);
 	values[3] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	SPI_connect();
 	if (idem_store.citus)
@@ -1960,7 +1961,7 @@ idem_keystore_seed(const KeyId *id, bytea **seed, TimestampTz *created_at)
  *
  * Locking: writers hold the key lock (above), so no other
  * begin()/complete()/fail() writes the same key concurrently; on Citus the
- * row lock on the shard (a claim or idem_keystore_lock()).  RowExclusiveLock
+ * row lock on the shard (a claim or keystore_lock()).  RowExclusiveLock
  * on the table for an insert.
  *
  * =====================================================================
@@ -2053,7 +2054,7 @@ row_values(const HeldKey *h, const char *status, Jsonb *response,
 	bytea	   *hash;
 
 	memset(nulls, ' ', NUM_COLS);
-	idem_store_key_values(&h->id, values);
+	store_key_values(&h->id, values);
 	values[COL_STATUS] = CStringGetTextDatum(status);
 	if (h->has_hash)
 	{
@@ -2083,9 +2084,9 @@ row_values(const HeldKey *h, const char *status, Jsonb *response,
 	 * $13: the seed of a new row or a new life, where the table has one (an
 	 * UPDATE that finds no row falls back to the INSERT)
 	 */
-	idem_store_resolve();
+	store_resolve();
 	if (idem_store.seed)
-		values[SEED_ARG] = PointerGetDatum(idem_store_new_seed());
+		values[SEED_ARG] = PointerGetDatum(store_new_seed());
 	else
 		nulls[SEED_ARG] = 'n';
 }
@@ -2106,14 +2107,14 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {&h->id, "storing"};
 
-	idem_store_check_writable(&h->id);
-	errcb.callback = idem_store_error_context;
+	store_check_writable(&h->id);
+	errcb.callback = store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 	row_values(h, status, response, retryable_null, retryable, values, nulls);
 
-	idem_store_resolve();
+	store_resolve();
 	if (idem_store.citus)
 	{
 		ShardPlans *sp = idem_store_shard(idem_store.relid, &h->id);
@@ -2145,7 +2146,7 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 	}
 	if (!done)
 	{
-		Relation	rel = idem_store_open(RowExclusiveLock);
+		Relation	rel = store_open(RowExclusiveLock);
 
 		if (idem_store.fast)
 		{
@@ -2156,7 +2157,7 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 			 * the owner
 			 */
 			idem_as_owner(&saved);
-			idem_store_insert(rel, values, nulls);
+			store_insert(rel, values, nulls);
 			idem_as_caller(&saved);
 		}
 		table_close(rel, NoLock);
@@ -2186,9 +2187,10 @@ idem_keystore_write(const HeldKey *h, const char *status, Jsonb *response,
 /*
  * checkpoint(): set the recovery point and state of key id, whose lease
  * the caller holds (the key lock too: guard.c's lease holder check; on
- * Citus the row lock on the shard).  In the caller's transaction, as the extension's
- * owner (on Citus as the caller, like every Citus statement).  Returns the
- * rows updated (1, or 0 if the row is gone, which the locks rule out).
+ * Citus the row lock on the shard).  In the caller's transaction, as the
+ * extension's owner (on Citus on the key's shard, which is on this node:
+ * the call was carried here).  Returns the rows updated (1, or 0 if the
+ * row is gone, which the locks rule out).
  */
 uint64
 idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
@@ -2203,26 +2205,26 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {id, "storing the recovery point of"};
 
-	idem_store_check_writable(id);
+	store_check_writable(id);
 	if (!idem_keystore_has_recovery())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table idempotency.idempotency_key has no recovery point columns"),
 				 errdetail("The library is version 0.5.0 or later; the extension's SQL objects are older."),
 				 errhint("Update the extension: ALTER EXTENSION idempotency UPDATE.")));
-	errcb.callback = idem_store_error_context;
+	errcb.callback = store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	idem_store_key_values(id, values);
+	store_key_values(id, values);
 	values[3] = PointerGetDatum(point);
 	if (state)
 		values[4] = JsonbPGetDatum(state);
 	else
 		nulls[4] = 'n';
 	values[5] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	idem_store_resolve();
+	store_resolve();
 	sp = idem_store.citus ? idem_store_shard(idem_store.relid, id) : NULL;
 	SPI_connect();
 	if (idem_store.citus)
@@ -2250,7 +2252,7 @@ idem_keystore_checkpoint(const KeyId *id, text *point, Jsonb *state)
  * the same key from any node waits for it on the shard's primary key, and
  * then finds the row this transaction left (or none, after a rollback).
  * false when a committed row is there (perhaps committed while we waited):
- * the caller locks and reads it (idem_keystore_lock()).  The new row has
+ * the caller locks and reads it (keystore_lock()).  The new row has
  * no recovery point (the columns' default).
  */
 static bool
@@ -2263,13 +2265,13 @@ keystore_claim(const HeldKey *h)
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {&h->id, "claiming"};
 
-	idem_store_check_writable(&h->id);
-	errcb.callback = idem_store_error_context;
+	store_check_writable(&h->id);
+	errcb.callback = store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 	row_values(h, "in_progress", NULL, true, false, values, nulls);
-	idem_store_resolve();
+	store_resolve();
 	sp = idem_store_shard(idem_store.relid, &h->id);
 	SPI_connect();
 	inserted = idem_store_citus_run(sp, SS_CLAIM, NUM_SEED_ARGS,
@@ -2281,33 +2283,40 @@ keystore_claim(const HeldKey *h)
 }
 
 /*
- * Citus: forget() (ops.c): delete key id's row, which the caller has locked
- * (idem_keystore_lock()), on its shard (on this node: the call was carried
- * here, the carried call below), as the extension's owner.  Returns true when a row was
- * deleted.
+ * forget() (ops.c): delete key id's row, which this transaction has taken
+ * (idem_keystore_take()), as the extension's owner: by an SQL DELETE on a
+ * single server, on its shard on Citus (on this node: the call was carried
+ * here, the carried call below).  Returns true when a row was deleted.
  */
+static SPIPlanPtr plan_delete = NULL;
+
 bool
-idem_keystore_delete_citus(const KeyId *id)
+idem_keystore_delete(const KeyId *id)
 {
 	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
 	Datum		values[3];
 	bool		deleted;
-	ShardPlans *sp;
 	ErrorContextCallback errcb;
 	StoreErrorArg arg = {id, "forgetting"};
 
-	idem_store_check_writable(id);
-	errcb.callback = idem_store_error_context;
+	store_check_writable(id);
+	errcb.callback = store_error_context;
 	errcb.arg = &arg;
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
-	/* the owner as a regrole (keycitus.h: IDEM_OWNER_EQ_CITUS) */
-	idem_store_key_values(id, values);
-	idem_store_resolve();
-	sp = idem_store_shard(idem_store.relid, id);
+	/* the owner as a regrole either way (keycitus.h: IDEM_OWNER_EQ_CITUS) */
+	store_key_values(id, values);
+	store_resolve();
 	SPI_connect();
-	deleted = idem_store_citus_run(sp, SS_DELETE, 3, argtypes, values, NULL,
-								   SPI_OK_DELETE) > 0;
+	if (idem_store.citus)
+		deleted = idem_store_citus_run(idem_store_shard(idem_store.relid, id),
+									   SS_DELETE, 3, argtypes, values, NULL,
+									   SPI_OK_DELETE) > 0;
+	else
+		deleted = idem_run_as_owner(&plan_delete,
+									"DELETE" FROM_KEYS KEY_WHERE,
+									3, argtypes, values, NULL,
+									SPI_OK_DELETE) > 0;
 	SPI_finish();
 	error_context_stack = errcb.previous;
 	return deleted;
@@ -2368,7 +2377,7 @@ claim_on_shard(const KeyId *id, const uint8 *hash, TimestampTz expires_at,
 			memset(stored, 0, sizeof(StoredKey));
 			return true;
 		}
-		idem_keystore_lock(id, stored, cxt);
+		keystore_lock(id, stored, cxt);
 		if (stored->found)
 			return false;
 		/* deleted in between (forget(), purge()): claim again */
@@ -2401,7 +2410,7 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 
 	memset(out, 0, sizeof(KeyOpen));
 	out->expires_at = expiry_of(ttl, now);
-	citus = idem_keystore_distributed(id);
+	citus = keystore_distributed(id);
 	if (citus && idem_route_key(id))
 	{
 		out->routed = true;
@@ -2413,7 +2422,7 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 	 * read-only one only looks, and the guard refuses it unless it replays.
 	 */
 	citus = citus && may_write;
-	lock = idem_keylock_try(id);
+	lock = keylock_try(id);
 	took_lock = (lock == KEYLOCK_TAKEN);
 	if (lock == KEYLOCK_BUSY)
 	{
@@ -2434,7 +2443,7 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 	out->finished = finished_row(&out->stored, now);
 	/* a replay writes nothing, so it keeps nobody out */
 	if (took_lock && (out->finished || !may_write))
-		idem_keylock_release(id);
+		keylock_release(id);
 }
 
 /*
@@ -2447,9 +2456,34 @@ idem_keystore_open(const KeyId *id, const uint8 *hash, const Interval *ttl,
 void
 idem_keystore_hold(const KeyId *id, StoredKey *out, MemoryContext cxt)
 {
-	if (idem_keylock_try(id) == KEYLOCK_BUSY)
+	if (keylock_try(id) == KEYLOCK_BUSY)
 		keylock_wait(id);
-	idem_keystore_lock(id, out, cxt);
+	keystore_lock(id, out, cxt);
+}
+
+/*
+ * Take key id for forget(): the key lock if no other transaction holds it
+ * (KEYLOCK_BUSY: it does, and nothing was read; forget() never waits), and
+ * the row read locked where it lives (on Citus the row lock on the shard
+ * keeps a begin() through any node out).  When there is no live row (none,
+ * expired, another role's) the lock this call took is given back.  The row
+ * is allocated in cxt.
+ */
+KeyLockResult
+idem_keystore_take(const KeyId *id, StoredKey *out, MemoryContext cxt)
+{
+	KeyLockResult lock = keylock_try(id);
+
+	if (lock == KEYLOCK_BUSY)
+	{
+		memset(out, 0, sizeof(StoredKey));
+		return lock;
+	}
+	keystore_lock(id, out, cxt);
+	if (lock == KEYLOCK_TAKEN &&
+		(!out->found || out->expires_at <= GetCurrentTransactionStartTimestamp()))
+		keylock_release(id);
+	return lock;
 }
 
 /* =====================================================================
@@ -2516,7 +2550,7 @@ idem_route_key(const KeyId *id)
 {
 	Oid			shard_relid;
 
-	if (!idem_keystore_distributed(id))
+	if (!keystore_distributed(id))
 		return false;
 	return idem_local_shard(idem_store.relid, id, &shard_relid) == 0;
 }
@@ -2534,7 +2568,7 @@ idem_route_table(IdemTable t, const char *value, int len)
 	v.key = value;
 	v.key_len = len;
 	v.scope = "";
-	return idem_local_shard(idem_table_relid(t), &v, &shard_relid) == 0;
+	return idem_local_shard(key_table_relid(t), &v, &shard_relid) == 0;
 }
 
 /*
@@ -2708,7 +2742,7 @@ idem_shard_exec(IdemTable t, const char *value, int len, const char *shell,
 	v.key = value;
 	v.key_len = len;
 	v.scope = "";
-	if (idem_local_shard(idem_table_relid(t), &v, &shard_relid) == 0)
+	if (idem_local_shard(key_table_relid(t), &v, &shard_relid) == 0)
 		return false;
 	nsp = get_namespace_name(get_rel_namespace(shard_relid));
 	rel = get_rel_name(shard_relid);
@@ -2729,7 +2763,7 @@ idem_shard_exec(IdemTable t, const char *value, int len, const char *shell,
 void
 idem_keystore_init(void)
 {
-	idem_keylock_init();
-	idem_keytable_init();
+	keylock_init();
+	keytable_init();
 	keyid_init();
 }

@@ -66,8 +66,6 @@ typedef enum KeyLockResult
 	KEYLOCK_BUSY				/* another transaction holds it */
 } KeyLockResult;
 
-extern KeyLockResult idem_keylock_try(const KeyId *id);
-extern void idem_keylock_release(const KeyId *id);
 extern bool idem_keylock_busy(const KeyId *id);
 
 /* a key's row as read */
@@ -116,6 +114,11 @@ extern void idem_keystore_open(const KeyId *id, const uint8 *hash,
 extern void idem_keystore_hold(const KeyId *id, StoredKey *out,
 							   MemoryContext cxt);
 
+/* forget()'s, one call each: take its key (without waiting), delete it */
+extern KeyLockResult idem_keystore_take(const KeyId *id, StoredKey *out,
+										MemoryContext cxt);
+extern bool idem_keystore_delete(const KeyId *id);
+
 /* write */
 extern void idem_keystore_write(const HeldKey *h, const char *status,
 								Jsonb *response, bool retryable_null,
@@ -127,15 +130,6 @@ extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
 extern bool idem_keystore_has_recovery(void);
 extern bool idem_keystore_has_seed(void);
 
-/*
- * Citus: the key table distributed.  A key is serialised on its shard: a
- * claim row (idem_keystore_open()) or a row lock; forget() deletes on the
- * shard.
- */
-extern bool idem_keystore_distributed(const KeyId *id);
-extern void idem_keystore_lock(const KeyId *id, StoredKey *out,
-							   MemoryContext outcxt);
-extern bool idem_keystore_delete_citus(const KeyId *id);
 
 /* the extension's other tables Citus may distribute */
 typedef enum IdemTable

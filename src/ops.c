@@ -16,17 +16,18 @@
  *
  * renew(key, lease, attempt, scope): extend the lease of attempt `attempt`
  * of one of the caller's keys to now + lease, under the checks complete()
- * makes for a lease (guard.c: lease_holder, which takes the key lock;
- * IK004 if the key was taken over, finished, or never leased).  expires_at
- * is moved to at least the new lease end.  Returns the new locked_until.
+ * makes for a lease (guard.c: idem_guard_lease_holder(), which takes the
+ * key lock; IK004 if the key was taken over, finished, or never leased).
+ * expires_at is moved to at least the new lease end.  Returns the new
+ * locked_until.
  *
- * On Citus (the key table distributed) forget() locks the row on the key's
- * shard (keystore.c: idem_keystore_lock), so a begin() through any node
- * waits for it, and deletes it by the owner's name (role oids differ
- * between nodes; idempotency.h).
+ * forget() takes its key and deletes the row through the key store, one
+ * call each (keystore.c: idem_keystore_take(), idem_keystore_delete()); on
+ * Citus the row is locked and deleted on the key's shard, so a begin()
+ * through any node waits for it.
  *
- * Both write through the ordinary paths (an SQL DELETE as the extension's
- * owner, keystore.c's UPDATE), so read-only transactions and hot standbys
+ * Both write through the ordinary paths (the key store's DELETE and UPDATE
+ * as the extension's owner), so read-only transactions and hot standbys
  * refuse them (25006).
  *
  *-------------------------------------------------------------------------
@@ -35,8 +36,6 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -46,14 +45,6 @@
 #include "idempotency.h"
 #include "keystore.h"
 #include "stats.h"
-
-static SPIPlanPtr plan_forget = NULL;
-
-#define FORGET_SQL(owner_eq) \
-	"DELETE FROM idempotency.idempotency_key AS k" \
-	" WHERE " owner_eq("k.owner", "$1") \
-	"   AND k.scope OPERATOR(pg_catalog.=) $2" \
-	"   AND k.key OPERATOR(pg_catalog.=) $3"
 
 /* 25006 unless this transaction may write (before any lock is taken) */
 static void
@@ -82,8 +73,6 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	HeldKey    *held;
 	StoredKey	stored;
 	KeyLockResult lock;
-	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
-	Datum		values[3];
 	bool		deleted;
 	static SPIPlanPtr route = NULL;
 
@@ -102,7 +91,7 @@ idempotency_forget(PG_FUNCTION_ARGS)
 				 errdetail("This transaction began it and has not completed or failed it yet.")));
 	}
 
-	lock = idem_keylock_try(&id);
+	lock = idem_keystore_take(&id, &stored, CurrentMemoryContext);
 	if (lock == KEYLOCK_BUSY)
 	{
 		idem_stats_count(&id, IDEM_STAT_IK002);
@@ -113,16 +102,9 @@ idempotency_forget(PG_FUNCTION_ARGS)
 				 errdetail("Another transaction holds the key; forget() does not wait for it."),
 				 errhint("Try again when that request has finished.")));
 	}
-
-	/* on Citus, the row lock on the shard keeps a begin() from any node out */
-	idem_keystore_lock(&id, &stored, CurrentMemoryContext);
+	/* absent, expired (the purge takes it), or another role's */
 	if (!stored.found || stored.expires_at <= GetCurrentTransactionStartTimestamp())
-	{
-		/* absent, expired (the purge takes it), or another role's */
-		if (lock == KEYLOCK_TAKEN)
-			idem_keylock_release(&id);
 		PG_RETURN_BOOL(false);
-	}
 	if (stored.status == 'i' && stored.locked_until > GetCurrentTimestamp())
 	{
 		idem_stats_count(&id, IDEM_STAT_IK002);
@@ -135,18 +117,7 @@ idempotency_forget(PG_FUNCTION_ARGS)
 				 errhint("Let the worker finish it, or forget it after the lease ends.")));
 	}
 
-	values[0] = ObjectIdGetDatum(id.owner);
-	values[1] = PointerGetDatum(cstring_to_text_with_len(id.scope, id.scope_len));
-	values[2] = PointerGetDatum(cstring_to_text_with_len(id.key, id.key_len));
-	if (idem_keystore_distributed(&id))
-		deleted = idem_keystore_delete_citus(&id);	/* on its shard, here */
-	else
-	{
-		SPI_connect();
-		deleted = idem_run_as_owner(&plan_forget, FORGET_SQL(IDEM_OWNER_EQ),
-									3, argtypes, values, NULL, SPI_OK_DELETE) > 0;
-		SPI_finish();
-	}
+	deleted = idem_keystore_delete(&id);
 
 	if (deleted)
 	{
