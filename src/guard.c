@@ -189,7 +189,7 @@ idem_held_lookup(const KeyId *id)
  * since rolling this subtransaction back drops it anyway.
  */
 static HeldKey *
-idem_held_push(const HeldKey *proto)
+held_push(const HeldKey *proto)
 {
 	SubTransactionId subid = GetCurrentSubTransactionId();
 	HeldKey    *cur = idem_held_lookup(&proto->id);
@@ -318,7 +318,7 @@ held_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 static void
-idem_heldkeys_init(void)
+heldkeys_init(void)
 {
 	RegisterXactCallback(held_xact_callback, NULL);
 	RegisterSubXactCallback(held_subxact_callback, NULL);
@@ -409,11 +409,11 @@ fp_scalar(FpState *st, JsonbValue *v)
 }
 
 /* ---------------------------------------------------------------------
- * idem_fingerprint: write the sha256 of jb's canonical encoding to out
+ * request_fingerprint: write the sha256 of jb's canonical encoding to out
  * ---------------------------------------------------------------------
  */
 static void
-idem_fingerprint(Jsonb *jb, uint8 *out)
+request_fingerprint(Jsonb *jb, uint8 *out)
 {
 	FpState		st;
 	JsonbIterator *it;
@@ -470,7 +470,7 @@ idempotency_fingerprint(PG_FUNCTION_ARGS)
 	bytea	   *result = (bytea *) palloc(VARHDRSZ + FINGERPRINT_LEN);
 
 	SET_VARSIZE(result, VARHDRSZ + FINGERPRINT_LEN);
-	idem_fingerprint(jb, (uint8 *) VARDATA(result));
+	request_fingerprint(jb, (uint8 *) VARDATA(result));
 	PG_FREE_IF_COPY(jb, 0);
 	PG_RETURN_BYTEA_P(result);
 }
@@ -479,8 +479,9 @@ idempotency_fingerprint(PG_FUNCTION_ARGS)
  * idempotency.begin(), complete() and fail(): the key guard.
  *
  * The guard is idem_guard_begin() and idem_guard_finish(); the SQL
- * functions here and once() call them.  Single-transaction mode: begin()
- * validates the key (IK003), fingerprints the request and opens the key in
+ * functions here and once() call them, with the key already built and
+ * validated (keystore.c: idem_keyid(), IK003).  Single-transaction mode:
+ * begin() fingerprints the request and opens the key in
  * the key store with one call (idem_keystore_open(): carried to its shard's
  * node on Citus, or the key lock taken if it is free and the row read; if
  * another transaction holds the lock, a live finished key is replayed
@@ -524,8 +525,8 @@ check_not_parallel(const KeyId *id)
 
 /*
  * ts as ISO 8601 in UTC, whole seconds rounded up ("2026-11-23T10:00:00Z"),
- * whatever DateStyle and TimeZone say: IK002's DETAIL is read by programs
- * (One round trip).
+ * whatever DateStyle and TimeZone say, since a program may read IK002's
+ * DETAIL.
  */
 static char *
 iso8601_utc(TimestampTz ts)
@@ -617,13 +618,13 @@ make_result(FunctionCallInfo fcinfo, const char *outcome, const char *status,
 }
 
 /* ---------------------------------------------------------------------
- * SQL-callable functions
+ * The guard's begin and finish (guard.h), and the SQL functions over them
  * ---------------------------------------------------------------------
  */
 
 /*
  * The guard's begin, for SQL's begin() and for once(): open key id in the
- * key store and decide its outcome (see the file comment); on new or
+ * key store and decide its outcome (see the section comment above); on new or
  * retry, this transaction holds the key until it completes or fails it.
  * request is the request to fingerprint (NULL: none); ttl the key's
  * lifetime (NULL: default_ttl); lease NULL outside lease mode.  On Citus
@@ -676,7 +677,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, const Interval *ttl,
 
 	if (request != NULL)
 	{
-		idem_fingerprint(request, hash);
+		request_fingerprint(request, hash);
 		has_hash = true;
 	}
 
@@ -801,7 +802,7 @@ idem_guard_begin(const KeyId *idp, Jsonb *request, const Interval *ttl,
 		proto.row_exists = true;
 		proto.reset_point = false;
 	}
-	idem_held_push(&proto);
+	held_push(&proto);
 
 	idem_stats_count(&id, live ? IDEM_STAT_RETRY : IDEM_STAT_NEW);
 	if (live && stored->status == 'i' && stored->locked_until != 0)
@@ -847,10 +848,11 @@ idempotency_begin(PG_FUNCTION_ARGS)
  * The holder of a lease begun in an earlier transaction: attempt must be
  * the key's current attempt and the key still in progress.  Takes the key
  * lock, so a takeover cannot slip in between the check and the write.
- * Fills *h with the key's state.  Raises IK004.
+ * Fills *h with the key's state.  Raises IK004.  For complete() and fail()
+ * of an attempt, renew() (ops.c) and checkpoint() (recovery.c).
  */
-static void
-lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
+void
+idem_guard_lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
 {
 	StoredKey	stored;
 	bool		gone;
@@ -945,7 +947,8 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 		next = *held;
 	}
 	else if (has_attempt)
-		lease_holder(&id, attempt, &next);	/* begun earlier, with a lease */
+		idem_guard_lease_holder(&id, attempt, &next);	/* begun earlier, with a
+														 * lease */
 	else
 	{
 		const char *what = idem_describe_key(&id);
@@ -970,16 +973,9 @@ idem_guard_finish(const KeyId *idp, HeldState newstate, Jsonb *payload,
 
 	next.state = newstate;
 	next.row_exists = true;
-	idem_held_push(&next);
+	held_push(&next);
 	idem_stats_count(&id, newstate == HELD_COMPLETED ? IDEM_STAT_COMPLETE :
 					 retryable ? IDEM_STAT_FAIL_RETRYABLE : IDEM_STAT_FAIL_FINAL);
-}
-
-/* lease_holder(), for renew() (ops.c) and checkpoint() (recovery.c) */
-void
-idem_guard_lease_holder(const KeyId *id, int32 attempt, HeldKey *h)
-{
-	lease_holder(id, attempt, h);
 }
 
 /* complete(key, response, scope, attempt): store the result of a held key */
@@ -1031,5 +1027,5 @@ idempotency_fail(PG_FUNCTION_ARGS)
 void
 idem_guard_init(void)
 {
-	idem_heldkeys_init();
+	heldkeys_init();
 }

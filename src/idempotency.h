@@ -22,7 +22,7 @@
  *
  * Headers: this one (what every floor needs: the SQLSTATEs, KeyId, the
  * ground floor's runas.c, sharedhash.c and cache.c, and owners.c's entries
- * for the library's load and the workers), guard.h (the guard's begin and
+ * for the library's load, the workers and the topics), guard.h (the guard's begin and
  * finish, GuardBegin), keystore.h (the key store's entries, StoredKey,
  * HeldKey), keycitus.h (the Citus module's), lifecycle.h (the purge and
  * the workers), stats.h (what idempotency.stats counts), one per outbox
@@ -91,8 +91,6 @@ typedef struct SavedUser
 } SavedUser;
 
 extern void idem_runas_init(void);
-extern void idem_prepare(SPIPlanPtr *cache, const char *sql, int nargs,
-						 Oid *argtypes);
 extern void idem_as_owner(SavedUser *saved);
 extern void idem_as_caller(const SavedUser *saved);
 extern uint64 idem_run_as_owner(SPIPlanPtr *cache, const char *sql, int nargs,

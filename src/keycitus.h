@@ -30,8 +30,8 @@
  * (roleref, regrole), whose right side stays a regrole: Citus evaluates an
  * UPDATE's or DELETE's parameters on the coordinator and sends them as
  * constants, and a regrole constant travels by name (relabelled to oid it
- * would carry the coordinator's oid).  0.5.0 stored the role's name as text on Citus: a renamed role's
- * retry found no key and paid again.
+ * would carry the coordinator's oid).  0.5.0 stored the role's name as
+ * text on Citus: a renamed role's retry found no key and paid again.
  */
 #define IDEM_OWNER_EQ(col, param) \
 	col " OPERATOR(pg_catalog.=) " param

@@ -552,7 +552,7 @@ idempotency_consume_token(PG_FUNCTION_ARGS)
 	{
 		/*
 		 * Citus: the owner as a roleref (role oids differ between nodes;
-		 * idempotency.h)
+		 * keycitus.h: IDEM_OWNER_EQ_CITUS)
 		 */
 		argtypes[1] = REGROLEOID;
 		values[1] = ObjectIdGetDatum(GetUserId());
@@ -584,7 +584,7 @@ static SPIPlanPtr plan_seen_rearm = NULL;
 
 /*
  * On Citus, the re-arm is an upsert, which names the owner only as a value
- * (role oids differ between nodes; idempotency.h)
+ * (role oids differ between nodes; keycitus.h: IDEM_OWNER_EQ_CITUS)
  */
 #define REARM_SQL_CITUS \
 	"INSERT INTO idempotency.seen_message AS m" \
@@ -629,8 +629,9 @@ idempotency_first_seen(PG_FUNCTION_ARGS)
 	{
 		/*
 		 * Citus: on the shard, here, as the extension's owner; the owner as a
-		 * roleref (role oids differ between nodes; idempotency.h). Seen
-		 * before: an upsert that re-arms it only if expired.
+		 * roleref (role oids differ between nodes; keycitus.h:
+		 * IDEM_OWNER_EQ_CITUS). Seen before: an upsert that re-arms it only
+		 * if expired.
 		 */
 		uint64		n = 0;
 

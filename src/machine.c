@@ -63,7 +63,7 @@ static SPIPlanPtr plan_machine_upsert = NULL;
 /*
  * On Citus (a reference table) the owner is compared with the inserted
  * one, which each node reads by name: role oids differ between nodes
- * (idempotency.h)
+ * (keycitus.h: IDEM_OWNER_EQ_CITUS)
  */
 static SPIPlanPtr plan_machine_upsert_citus = NULL;
 

@@ -23,8 +23,9 @@
  * ONCE_PLAN_CACHE_SIZE, the least recently used freed first; the details:
  * src/README.md, "once()".
  *
- * Locking: the key lock, from begin to the end of the transaction, as
- * begin() holds it.
+ * Locking: the key lock, as begin() takes it: held from the guard's begin
+ * to the end of the transaction, given back at once by a replay; none here
+ * for a call carried to another Citus node.
  *
  *-------------------------------------------------------------------------
  */
@@ -66,10 +67,10 @@
  * ---------------------------------------------------------------------
  */
 
-/* One kept plan of the work, per (statement text, argument types). */
+/* One kept plan of the work, per (statement, argument types, search_path, role) */
 typedef struct OncePlan
 {
-	uint64		hash;			/* hash key: statement text and argument types */
+	uint64		hash;			/* hash key: plan_hash() */
 	dlist_node	lru;			/* in plan_lru, most recently used first */
 	MemoryContext cxt;			/* the rest lives here (a child of plan_cxt),
 								 * with the input functions' fn_extra state */
@@ -102,20 +103,6 @@ static const char *const outcome_names[] = {"new", "retry", "replay"};
  * Helpers
  * ---------------------------------------------------------------------
  */
-
-/* the identity of key argument 0 with scope argument scopearg (or '') (IK003) */
-static KeyId
-keyid_of(FunctionCallInfo fcinfo, int scopearg)
-{
-	text	   *scope;
-
-	if (scopearg < 0)
-		scope = cstring_to_text("");
-	else
-		scope = PG_ARGISNULL(scopearg) ? NULL : PG_GETARG_TEXT_PP(scopearg);
-	return idem_make_keyid(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0), scope,
-						   "idempotency key");
-}
 
 /* a string argument: its type is decided by the statement */
 static bool
@@ -503,7 +490,9 @@ once_run(FunctionCallInfo fcinfo, int nargs, Datum *values, bool *nulls,
 	OncePlan   *volatile running;
 	volatile bool routed = false;
 
-	id = keyid_of(fcinfo, -1);
+	/* the key, in the default scope '' (IK003) */
+	id = idem_make_keyid(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+						 cstring_to_text(""), "idempotency key");
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

@@ -114,8 +114,8 @@ extension_owner(void)
  */
 
 /* Prepare sql once per backend into *cache (kept, generic plan). */
-void
-idem_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+static void
+plan_prepare(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 {
 	SPIPlanPtr	plan;
 
@@ -165,7 +165,7 @@ idem_run_as_owner_snap(SPIPlanPtr *cache, const char *sql, int nargs,
 	int			rc;
 
 	idem_as_owner(&saved);
-	idem_prepare(cache, sql, nargs, argtypes);
+	plan_prepare(cache, sql, nargs, argtypes);
 	if (snap != InvalidSnapshot)
 		rc = SPI_execute_snapshot(*cache, values, nulls, snap, InvalidSnapshot,
 								  false, false, 0);
@@ -202,7 +202,7 @@ idem_run_as(bool as_owner, SPIPlanPtr *cache, const char *sql, int nargs,
 	if (as_owner)
 		return idem_run_as_owner(cache, sql, nargs, argtypes, values, nulls,
 								 expect_rc);
-	idem_prepare(cache, sql, nargs, argtypes);
+	plan_prepare(cache, sql, nargs, argtypes);
 	rc = SPI_execute_plan(*cache, values, nulls, false, 0);
 	if (rc != expect_rc)
 		elog(ERROR, "idempotency statement failed: %s", SPI_result_code_string(rc));

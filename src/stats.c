@@ -10,7 +10,7 @@
  * them.  An entry keeps the scope clipped to STATS_SCOPE_BYTES (in its
  * database's encoding, which the entry records: stats() converts it to the
  * reading database's, since databases of one cluster may differ) and the
- * counters of enum IdemStat (idempotency.h) plus the total and longest
+ * counters of enum IdemStat (stats.h) plus the total and longest
  * key-lock wait.  When the table is full, the least-used STATS_DEALLOC_PCT
  * percent of the entries (at least one) are evicted: every count adds 1 to
  * an entry's usage, and every eviction round decays all usages.  At a clean

@@ -27,8 +27,9 @@
  * visible, each listed topic's count goes up and its sleepers are woken.
  * wait_for() compares the counts with the cursor it is given and sleeps
  * until one differs.  The entries, the cursor, why no wake-up is lost and
- * what a role can learn: src/README.md, "Wake-ups".  NOTIFY channels are
- * queued once per transaction and topic, and a PRE_COMMIT callback NOTIFYs
+ * what a role can learn: src/README.md, "Wake-ups (wakeup.c)".  NOTIFY
+ * channels are queued once per transaction and topic, and a PRE_COMMIT
+ * callback NOTIFYs
  * each with an empty payload (before PostgreSQL's PreCommit_Notify()): not
  * earlier, since PostgreSQL refuses to PREPARE a transaction that issued a
  * NOTIFY.  A prepared transaction wakes nobody either way; a rolled-back
