@@ -130,7 +130,6 @@ extern uint64 idem_keystore_checkpoint(const KeyId *id, text *point,
 extern bool idem_keystore_has_recovery(void);
 extern bool idem_keystore_has_seed(void);
 
-
 /* the extension's other tables Citus may distribute */
 typedef enum IdemTable
 {
