@@ -129,6 +129,20 @@ SELECT outcome FROM idempotency.begin('h-skipped');
 SELECT idempotency.complete('h-skipped', '{}');
 ROLLBACK;
 \echo :LAST_ERROR_SQLSTATE
+-- a trigger that skips the delete: forget() fails (09000) rather than say
+-- false, which means there was no key; the key stands and is replayed
+BEGIN;
+SELECT outcome FROM idempotency.begin('h-kept');
+SELECT idempotency.complete('h-kept', '{"kept": true}');
+COMMIT;
+BEGIN;
+CREATE FUNCTION skip_delete() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE TRIGGER skip_delete BEFORE DELETE ON idempotency.idempotency_key
+  FOR EACH ROW EXECUTE FUNCTION skip_delete();
+SELECT idempotency.forget('h-kept');
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+SELECT outcome, response FROM idempotency.begin('h-kept');
 
 -- tokens: the token returned is the one stored, whatever the column type;
 -- a trigger that skips the row is an error, not a token that does not exist

@@ -73,7 +73,7 @@ idempotency_forget(PG_FUNCTION_ARGS)
 	HeldKey    *held;
 	StoredKey	stored;
 	KeyLockResult lock;
-	bool		deleted;
+	const char *role;
 	static SPIPlanPtr route = NULL;
 
 	check_writable(&id, "forget");
@@ -117,22 +117,17 @@ idempotency_forget(PG_FUNCTION_ARGS)
 				 errhint("Let the worker finish it, or forget it after the lease ends.")));
 	}
 
-	deleted = idem_keystore_delete(&id);
-
-	if (deleted)
-	{
-		const char *role = GetUserNameFromId(id.owner, true);
-
-		idem_stats_count(&id, IDEM_STAT_FORGET);
-		ereport(LOG,
-				(errmsg("role \"%s\" forgot %s (status %s, attempt %d)",
-						role ? role : "?", idem_describe_key(&id),
-						stored.status == 'c' ? "completed" :
-						stored.status == 'f' ? "failed" : "in_progress",
-						stored.attempts),
-				 errhidestmt(true)));
-	}
-	PG_RETURN_BOOL(deleted);
+	idem_keystore_delete(&id);	/* 09000 if a trigger skipped it */
+	role = GetUserNameFromId(id.owner, true);
+	idem_stats_count(&id, IDEM_STAT_FORGET);
+	ereport(LOG,
+			(errmsg("role \"%s\" forgot %s (status %s, attempt %d)",
+					role ? role : "?", idem_describe_key(&id),
+					stored.status == 'c' ? "completed" :
+					stored.status == 'f' ? "failed" : "in_progress",
+					stored.attempts),
+			 errhidestmt(true)));
+	PG_RETURN_BOOL(true);
 }
 
 /* renew(key, lease, attempt, scope) -> the new end of the caller's lease */

@@ -88,7 +88,10 @@ BEGIN
     DELETE FROM idempotency.idempotency_key AS k
      WHERE k.key = p_key AND k.scope = p_scope AND k.owner = v_owner;
     IF NOT FOUND THEN
-        RETURN false;
+        -- the row is locked: a trigger or rule skipped the delete
+        RAISE EXCEPTION '% was not deleted from table idempotency.idempotency_key', idempotency._describe(p_key, p_scope)
+            USING ERRCODE = 'triggered_action_exception',
+                  DETAIL = 'A trigger or rule on the table skipped the delete; the key stands.';
     END IF;
     RAISE LOG 'role "%" forgot % (status %, attempt %)', pg_catalog.pg_get_userbyid(v_owner::pg_catalog.oid), idempotency._describe(p_key, p_scope),
               r.status, r.attempts;
