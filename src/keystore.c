@@ -2286,13 +2286,17 @@ keystore_claim(const HeldKey *h)
  * forget() (ops.c): delete key id's live row, which this transaction has
  * taken (idem_keystore_take()), as the extension's owner: by an SQL DELETE
  * on a single server, on its shard on Citus (on this node: the call was
- * carried here, the carried call below).  The row is locked, so a delete
- * that finds none was skipped by a trigger or rule: 09000, as a skipped
- * write is, rather than a false that says there was no key.
+ * carried here, the carried call below).  Returns true when it deleted
+ * the row, false when the row went meanwhile: on a single server only the
+ * key lock keeps others out, and the purge, which does not take it, may
+ * remove a row that expired after this transaction began.  A row still
+ * there that the delete did not remove was skipped by a trigger or rule:
+ * 09000, as a skipped write is, rather than a false that says there was
+ * no key.
  */
 static SPIPlanPtr plan_delete = NULL;
 
-void
+bool
 idem_keystore_delete(const KeyId *id)
 {
 	Oid			argtypes[3] = {REGROLEOID, TEXTOID, TEXTOID};
@@ -2321,12 +2325,19 @@ idem_keystore_delete(const KeyId *id)
 									SPI_OK_DELETE) > 0;
 	SPI_finish();
 	if (!deleted)
-		ereport(ERROR,
-				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-				 errmsg("%s was not deleted from table idempotency.idempotency_key",
-						idem_describe_key(id)),
-				 errdetail("A trigger or rule on the table skipped the delete; the key stands.")));
+	{
+		StoredKey	still;
+
+		keystore_lookup(id, &still, CurrentMemoryContext);
+		if (still.found)
+			ereport(ERROR,
+					(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+					 errmsg("%s was not deleted from table idempotency.idempotency_key",
+							idem_describe_key(id)),
+					 errdetail("A trigger or rule on the table skipped the delete; the key stands.")));
+	}
 	error_context_stack = errcb.previous;
+	return deleted;
 }
 
 /* =====================================================================

@@ -117,7 +117,7 @@ extern void idem_keystore_hold(const KeyId *id, StoredKey *out,
 /* forget()'s, one call each: take its key (without waiting), delete it */
 extern KeyLockResult idem_keystore_take(const KeyId *id, StoredKey *out,
 										MemoryContext cxt);
-extern void idem_keystore_delete(const KeyId *id);
+extern bool idem_keystore_delete(const KeyId *id);
 
 /* write */
 extern void idem_keystore_write(const HeldKey *h, const char *status,

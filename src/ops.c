@@ -117,7 +117,9 @@ idempotency_forget(PG_FUNCTION_ARGS)
 				 errhint("Let the worker finish it, or forget it after the lease ends.")));
 	}
 
-	idem_keystore_delete(&id);	/* 09000 if a trigger skipped it */
+	/* false: purged meanwhile, as it expired; 09000 if a trigger skipped it */
+	if (!idem_keystore_delete(&id))
+		PG_RETURN_BOOL(false);
 	role = GetUserNameFromId(id.owner, true);
 	idem_stats_count(&id, IDEM_STAT_FORGET);
 	ereport(LOG,
