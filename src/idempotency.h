@@ -22,13 +22,13 @@
  *
  * Headers: this one (what every floor needs: the SQLSTATEs, KeyId, the
  * ground floor's runas.c, sharedhash.c and cache.c, and owners.c's entries
- * for the library's load, the workers and the topics), guard.h (the guard's begin and
- * finish, GuardBegin), keystore.h (the key store's entries, StoredKey,
- * HeldKey), keycitus.h (the Citus module's), lifecycle.h (the purge and
- * the workers), stats.h (what idempotency.stats counts), one per outbox
- * module that exports (outbox_topics.h, outbox_claims.h, outbox_counts.h,
- * outbox_vacuum.h, wakeup.h), target.h (the write helpers'), compat.h
- * (every PostgreSQL version difference).  Each file defines the GUCs it
+ * for the library's load, the workers and the topics), guard.h (the
+ * guard's begin and finish, GuardBegin), keystore.h (the key store's
+ * entries, StoredKey, HeldKey), keycitus.h (the Citus module's),
+ * lifecycle.h (the purge and the workers), stats.h (what idempotency.stats
+ * counts), one per outbox module that exports (outbox_topics.h,
+ * outbox_claims.h, outbox_counts.h, outbox_vacuum.h, wakeup.h), target.h
+ * (the write helpers'), compat.h (every PostgreSQL version difference).  Each file defines the GUCs it
  * reads in its idem_xxx_init(), as statics where no other file reads them.
  * Every non-static symbol starts with idem_ (SQL-callable functions with
  * idempotency_).

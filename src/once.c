@@ -67,7 +67,7 @@
  * ---------------------------------------------------------------------
  */
 
-/* One kept plan of the work, per (statement, argument types, search_path, role) */
+/* One kept plan of the work, per (statement, types, search_path, role) */
 typedef struct OncePlan
 {
 	uint64		hash;			/* hash key: plan_hash() */
